@@ -1,0 +1,1 @@
+"""Layer 1: readers of Spark checkpoints (logs, metadata, schemas, state files)."""
