@@ -1,0 +1,1 @@
+"""Layer 2: the local multi-version store on RocksDB (rocksdict)."""

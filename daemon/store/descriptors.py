@@ -1,0 +1,93 @@
+"""What the store records about jobs, stores and epochs (small frozen value types)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class JobDescriptor:
+    """A followed job. ``job_id`` is local to this store and never reused."""
+
+    name: str
+    job_id: int
+    checkpoint: str
+    query_id: str
+    provider: str = "hdfs"
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> JobDescriptor:
+        return cls(**json.loads(raw))
+
+
+@dataclass(frozen=True, slots=True)
+class StoreDescriptor:
+    """One named store of one stateful operator of a job, with its schemas.
+
+    Schemas are Spark's JSON forms (``DataType.json``) of the key and value structs.
+    """
+
+    store_id: int
+    job: str
+    operator_id: int
+    operator_name: str
+    store_name: str
+    num_partitions: int
+    key_schema_json: str
+    value_schema_json: str
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> StoreDescriptor:
+        return cls(**json.loads(raw))
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRange:
+    """Where one source of the job stood at the start and end of an epoch."""
+
+    source: str
+    start_offset_json: str | None
+    end_offset_json: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EpochRecord:
+    """A committed and ingested epoch of a job."""
+
+    epoch: int
+    committed_at_ms: int
+    ingested_at_ms: int
+    watermark_ms: int
+    sources: tuple[SourceRange, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_dict(), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> EpochRecord:
+        obj = json.loads(raw)
+        obj["sources"] = tuple(SourceRange(**s) for s in obj.get("sources", ()))
+        return cls(**obj)
+
+
+@dataclass(frozen=True, slots=True)
+class JobProgress:
+    """The queryable epoch range of a job: ``[oldest, newest]``; -1 when empty."""
+
+    newest: int
+    oldest: int
+
+    @property
+    def empty(self) -> bool:
+        return self.newest < 0

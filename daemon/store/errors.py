@@ -1,0 +1,15 @@
+"""Errors of the store layer."""
+
+from epochstate.daemon.errors import EpochStateError
+
+
+class StoreError(EpochStateError):
+    """Root of the store layer's errors."""
+
+
+class StoreClosed(StoreError):
+    pass
+
+
+class UnknownJob(StoreError):
+    pass

@@ -1,0 +1,121 @@
+"""Byte layout of the one RocksDB keyspace the daemon keeps.
+
+Everything lives in one column family, so one RocksDB snapshot gives a consistent
+view of data *and* markers (a read checks the retained epoch range and reads the
+versions from the same snapshot). Integers are big-endian so they sort.
+
+=========================================  =======================================
+key                                        value
+=========================================  =======================================
+``d`` store_id key ~epoch                  a version: tombstone, or partition+value
+``g`` job_id epoch data_key                (empty) data_key is garbage once the
+                                           oldest retained epoch is >= epoch
+``e`` job_id epoch                         the epoch's record (JSON)
+``p`` job_id                               progress: newest, oldest epoch
+``J`` job name                             job descriptor (JSON)
+``S`` store_id                             store descriptor (JSON)
+=========================================  =======================================
+
+``~epoch`` is ``2**64 - 1 - epoch``, so a key's newest version comes first and
+"newest version <= e" is one seek.
+"""
+
+from __future__ import annotations
+
+import struct
+
+DATA = b"d"
+GARBAGE = b"g"
+EPOCH = b"e"
+PROGRESS = b"p"
+JOB = b"J"
+STORE = b"S"
+
+_ID = struct.Struct(">I")
+_EPOCH = struct.Struct(">Q")
+_PROGRESS = struct.Struct(">qq")
+_MAX = (1 << 64) - 1
+EPOCH_WIDTH = _EPOCH.size
+
+TOMBSTONE = b"\x00"
+LIVE = b"\x01"
+_PARTITION = struct.Struct(">H")
+
+
+def data_prefix(store_id: int) -> bytes:
+    return DATA + _ID.pack(store_id)
+
+
+def data_key(store_id: int, encoded_key: bytes, epoch: int) -> bytes:
+    return DATA + _ID.pack(store_id) + encoded_key + _EPOCH.pack(_MAX - epoch)
+
+
+def split_data_key(raw: bytes) -> tuple[bytes, int]:
+    """``(store_id prefix + encoded key, epoch)`` of a data key."""
+    return raw[:-EPOCH_WIDTH], _MAX - _EPOCH.unpack(raw[-EPOCH_WIDTH:])[0]
+
+
+def garbage_prefix(job_id: int) -> bytes:
+    return GARBAGE + _ID.pack(job_id)
+
+
+def garbage_key(job_id: int, epoch: int, target: bytes) -> bytes:
+    return GARBAGE + _ID.pack(job_id) + _EPOCH.pack(epoch) + target
+
+
+def split_garbage_key(raw: bytes) -> tuple[int, bytes]:
+    """``(epoch, data key)`` of a garbage key."""
+    head = len(GARBAGE) + _ID.size
+    return _EPOCH.unpack(raw[head : head + EPOCH_WIDTH])[0], raw[head + EPOCH_WIDTH :]
+
+
+def epoch_key(job_id: int, epoch: int) -> bytes:
+    return EPOCH + _ID.pack(job_id) + _EPOCH.pack(epoch)
+
+
+def epoch_prefix(job_id: int) -> bytes:
+    return EPOCH + _ID.pack(job_id)
+
+
+def epoch_of_epoch_key(raw: bytes) -> int:
+    return int(_EPOCH.unpack(raw[-EPOCH_WIDTH:])[0])
+
+
+def progress_key(job_id: int) -> bytes:
+    return PROGRESS + _ID.pack(job_id)
+
+
+def pack_progress(newest: int, oldest: int) -> bytes:
+    return _PROGRESS.pack(newest, oldest)
+
+
+def unpack_progress(raw: bytes) -> tuple[int, int]:
+    newest, oldest = _PROGRESS.unpack(raw)
+    return int(newest), int(oldest)
+
+
+def job_key(name: str) -> bytes:
+    return JOB + name.encode("utf-8")
+
+
+def store_key(store_id: int) -> bytes:
+    return STORE + _ID.pack(store_id)
+
+
+def live_value(partition: int, encoded_value: bytes) -> bytes:
+    return LIVE + _PARTITION.pack(partition) + encoded_value
+
+
+def parse_version(raw: bytes) -> tuple[int, bytes] | None:
+    """``(partition, encoded value)``, or None for a tombstone."""
+    if raw[:1] == TOMBSTONE:
+        return None
+    return _PARTITION.unpack_from(raw, 1)[0], raw[3:]
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix``."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])

@@ -1,0 +1,366 @@
+"""The local multi-version store: one logical record per (store, key, epoch).
+
+Guarantees:
+
+* An epoch's changes, its epoch record and the job's progress marker are written
+  in one RocksDB ``WriteBatch``: after a crash an epoch is either wholly visible or
+  not at all.
+* A read at epoch ``e`` returns the newest version ``<= e`` of the key; a tombstone
+  there means "absent".
+* Reads go through a :class:`StoreView`, a RocksDB snapshot, so retention running
+  concurrently can never make a read see a half-reclaimed epoch: the view's
+  progress marker and its data come from the same instant.
+* Retention reclaims exactly the versions no retained epoch can see, found through
+  the garbage index written alongside each epoch (no full scans).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from rocksdict import Options, Rdict, WriteBatch
+
+from epochstate.daemon.store import keycodec, layout
+from epochstate.daemon.store.descriptors import (
+    EpochRecord,
+    JobDescriptor,
+    JobProgress,
+    StoreDescriptor,
+)
+from epochstate.daemon.store.errors import StoreClosed, UnknownJob
+
+
+class Change(NamedTuple):
+    """One key's last change in an epoch. ``value`` None means removed."""
+
+    store_id: int
+    partition: int
+    key: tuple[Any, ...]
+    value: tuple[Any, ...] | None
+
+
+class Version(NamedTuple):
+    """A live version found by a read."""
+
+    encoded_key: bytes
+    partition: int
+    encoded_value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    """RocksDB tuning for the daemon's store."""
+
+    write_buffer_mb: int = 64
+    max_background_jobs: int = 2
+    block_cache_mb: int = 128
+    sync_writes: bool = False
+
+    def to_options(self) -> Options:
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        opts.set_write_buffer_size(self.write_buffer_mb << 20)
+        opts.set_max_background_jobs(self.max_background_jobs)
+        opts.optimize_for_point_lookup(self.block_cache_mb)
+        return opts
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    progress: JobProgress
+    versions_written: int
+
+
+class StoreView:
+    """A consistent, read-only view of the store at one instant."""
+
+    def __init__(self, db: Rdict) -> None:
+        self._snapshot = db.snapshot()
+
+    def progress(self, job_id: int) -> JobProgress:
+        wanted = layout.progress_key(job_id)
+        it = self._snapshot.iter()
+        it.seek(wanted)
+        if not it.valid() or it.key() != wanted:
+            return JobProgress(-1, -1)
+        raw = it.value()
+        newest, oldest = layout.unpack_progress(raw)
+        return JobProgress(newest, oldest)
+
+    def get_many(self, store_id: int, encoded_keys: Iterable[bytes], epoch: int) -> list[Version | None]:
+        """The version of each key visible at ``epoch`` (None: absent)."""
+        it = self._snapshot.iter()
+        found: list[Version | None] = []
+        for encoded in encoded_keys:
+            wanted = layout.data_key(store_id, encoded, epoch)
+            it.seek(wanted)
+            version: Version | None = None
+            if it.valid():
+                raw_key = it.key()
+                # Same user key <=> identical bytes up to the epoch suffix.
+                if len(raw_key) == len(wanted) and raw_key[: -layout.EPOCH_WIDTH] == wanted[: -layout.EPOCH_WIDTH]:
+                    parsed = layout.parse_version(it.value())
+                    if parsed is not None:
+                        version = Version(encoded, parsed[0], parsed[1])
+            found.append(version)
+        return found
+
+    def scan(
+        self,
+        store_id: int,
+        epoch: int,
+        lower: bytes,
+        upper: bytes | None,
+        limit: int,
+        after: bytes | None = None,
+    ) -> list[Version]:
+        """Live versions at ``epoch`` of keys in ``[lower, upper)``, in key order.
+
+        ``after`` resumes a previous page: only keys strictly greater than it.
+        """
+        prefix = layout.data_prefix(store_id)
+        start = prefix + lower
+        if after is not None and after >= lower:
+            start = prefix + after + b"\xff" * layout.EPOCH_WIDTH
+        stop = prefix + upper if upper is not None else layout.prefix_end(prefix)
+        it = self._snapshot.iter()
+        it.seek(start)
+        out: list[Version] = []
+        skip_user_key = prefix + after if after is not None else None
+        while it.valid() and len(out) < limit:
+            raw_key = it.key()
+            if stop is not None and raw_key >= stop:
+                break
+            user_key, version_epoch = layout.split_data_key(raw_key)
+            if user_key == skip_user_key:
+                it.next()
+                continue
+            if version_epoch > epoch:
+                it.seek(layout.data_key(store_id, user_key[len(prefix) :], epoch))
+                continue
+            parsed = layout.parse_version(it.value())
+            if parsed is not None:
+                out.append(Version(user_key[len(prefix) :], parsed[0], parsed[1]))
+            skip_user_key = user_key
+            it.next()
+        return out
+
+
+class VersionedStore:
+    """The daemon's RocksDB. One writer (the ingest loop) per job; many readers."""
+
+    def __init__(self, path: Path | str, options: StoreOptions | None = None) -> None:
+        self._options = options or StoreOptions()
+        Path(path).mkdir(parents=True, exist_ok=True)
+        self._db: Rdict | None = Rdict(str(path), self._options.to_options())
+        self._lock = threading.Lock()  # guards id allocation and descriptor writes
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------
+
+    @property
+    def db(self) -> Rdict:
+        if self._db is None:
+            raise StoreClosed("the store is closed")
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.flush()
+            self._db.close()
+            self._db = None
+
+    def view(self) -> StoreView:
+        return StoreView(self.db)
+
+    # -- descriptors ---------------------------------------------------------
+
+    def _scan_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        it = self.db.iter()
+        it.seek(prefix)
+        while it.valid():
+            key = it.key()
+            if not key.startswith(prefix):
+                return
+            yield key, it.value()
+            it.next()
+
+    def jobs(self) -> list[JobDescriptor]:
+        return [JobDescriptor.from_json(v) for _, v in self._scan_prefix(layout.JOB)]
+
+    def job(self, name: str) -> JobDescriptor | None:
+        raw = self.db.get(layout.job_key(name))
+        return None if raw is None else JobDescriptor.from_json(raw)
+
+    def require_job(self, name: str) -> JobDescriptor:
+        found = self.job(name)
+        if found is None:
+            raise UnknownJob(f"job {name!r} is not followed by this daemon")
+        return found
+
+    def add_job(self, name: str, checkpoint: str, query_id: str, provider: str) -> JobDescriptor:
+        """Record a job (or a new incarnation of it: a new query id gets a new id)."""
+        with self._lock:
+            ids = [j.job_id for j in self.jobs()]
+            descriptor = JobDescriptor(name, max(ids, default=0) + 1, checkpoint, query_id, provider)
+            self.db.put(layout.job_key(name), descriptor.to_json())
+            return descriptor
+
+    def stores(self, job: str) -> list[StoreDescriptor]:
+        found = [StoreDescriptor.from_json(v) for _, v in self._scan_prefix(layout.STORE)]
+        return [s for s in found if s.job == job]
+
+    def add_store(
+        self,
+        job: str,
+        operator_id: int,
+        operator_name: str,
+        store_name: str,
+        num_partitions: int,
+        key_schema_json: str,
+        value_schema_json: str,
+    ) -> StoreDescriptor:
+        with self._lock:
+            all_stores = [StoreDescriptor.from_json(v) for _, v in self._scan_prefix(layout.STORE)]
+            descriptor = StoreDescriptor(
+                max((s.store_id for s in all_stores), default=0) + 1,
+                job,
+                operator_id,
+                operator_name,
+                store_name,
+                num_partitions,
+                key_schema_json,
+                value_schema_json,
+            )
+            self.db.put(layout.store_key(descriptor.store_id), descriptor.to_json())
+            return descriptor
+
+    def progress(self, job_id: int) -> JobProgress:
+        return self.view().progress(job_id)
+
+    def epochs(self, job_id: int, from_epoch: int = 0, limit: int = 0) -> list[EpochRecord]:
+        out: list[EpochRecord] = []
+        prefix = layout.epoch_prefix(job_id)
+        it = self.db.iter()
+        it.seek(layout.epoch_key(job_id, max(from_epoch, 0)))
+        while it.valid() and it.key().startswith(prefix):
+            out.append(EpochRecord.from_json(it.value()))
+            if limit and len(out) >= limit:
+                break
+            it.next()
+        return out
+
+    def epoch_record(self, job_id: int, epoch: int) -> EpochRecord | None:
+        raw = self.db.get(layout.epoch_key(job_id, epoch))
+        return None if raw is None else EpochRecord.from_json(raw)
+
+    # -- writes ----------------------------------------------------------------
+
+    def apply_epoch(
+        self,
+        job: JobDescriptor,
+        epoch: int,
+        changes: Iterable[Change],
+        record: EpochRecord,
+        *,
+        fresh: bool = False,
+    ) -> ApplyResult:
+        """Write one epoch's changes, its record and the progress marker atomically.
+
+        ``fresh`` says the job has no versions yet (a full-state load), which skips
+        the look-up of superseded versions. Epochs must be applied in increasing
+        order; re-applying the newest epoch is a no-op.
+        """
+        db = self.db
+        current = self.progress(job.job_id)
+        if epoch <= current.newest:
+            return ApplyResult(current, 0)
+        batch = WriteBatch(raw_mode=True)
+        it = None if fresh else db.iter()
+        written = 0
+        # Last change per key wins; a key may change several times in one epoch.
+        latest: dict[tuple[int, bytes], Change] = {}
+        for change in changes:
+            latest[(change.store_id, keycodec.encode_fields(change.key))] = change
+        for (store_id, encoded_key), change in latest.items():
+            key = layout.data_key(store_id, encoded_key, epoch)
+            previous: bytes | None = None
+            previous_live = False
+            if it is not None:
+                it.seek(key)  # the newest version older than `epoch` sorts right after
+                if it.valid():
+                    raw = it.key()
+                    if len(raw) == len(key) and raw[: -layout.EPOCH_WIDTH] == key[: -layout.EPOCH_WIDTH]:
+                        previous = raw
+                        previous_live = it.value()[:1] == layout.LIVE
+            if change.value is None and not previous_live:
+                continue  # removing an absent key changes nothing
+            if previous is not None:
+                # Readers at epochs before `epoch` still need it; none after.
+                batch.put(layout.garbage_key(job.job_id, epoch, previous), b"")
+            if change.value is None:
+                batch.put(key, layout.TOMBSTONE)
+                batch.put(layout.garbage_key(job.job_id, epoch, key), b"")
+            else:
+                batch.put(key, layout.live_value(change.partition, keycodec.encode(change.value)))
+            written += 1
+        oldest = current.oldest if current.oldest >= 0 else epoch
+        progress = JobProgress(epoch, oldest)
+        batch.put(layout.epoch_key(job.job_id, epoch), record.to_json())
+        batch.put(layout.progress_key(job.job_id), layout.pack_progress(progress.newest, progress.oldest))
+        self._write(batch)
+        return ApplyResult(progress, written)
+
+    def apply_retention(self, job: JobDescriptor, oldest: int) -> int:
+        """Make ``oldest`` the oldest retained epoch; reclaim what no epoch >= it sees.
+
+        Returns the number of versions reclaimed. Moving the floor and deleting the
+        versions happen in one batch.
+        """
+        current = self.progress(job.job_id)
+        if current.empty or oldest <= current.oldest:
+            return 0
+        oldest = min(oldest, current.newest)
+        batch = WriteBatch(raw_mode=True)
+        reclaimed = 0
+        for key, _ in self._scan_prefix(layout.garbage_prefix(job.job_id)):
+            epoch, target = layout.split_garbage_key(key)
+            if epoch > oldest:
+                break
+            batch.delete(target)
+            batch.delete(key)
+            reclaimed += 1
+        for record in self.epochs(job.job_id, 0):
+            if record.epoch >= oldest:
+                break
+            batch.delete(layout.epoch_key(job.job_id, record.epoch))
+        batch.put(layout.progress_key(job.job_id), layout.pack_progress(current.newest, oldest))
+        self._write(batch)
+        return reclaimed
+
+    def drop_job(self, job: JobDescriptor) -> None:
+        """Delete every version, record and descriptor of a job."""
+        for store in self.stores(job.name):
+            prefix = layout.data_prefix(store.store_id)
+            end = layout.prefix_end(prefix)
+            assert end is not None
+            self.db.delete_range(prefix, end)
+            self.db.delete(layout.store_key(store.store_id))
+        for prefix in (layout.garbage_prefix(job.job_id), layout.epoch_prefix(job.job_id)):
+            end = layout.prefix_end(prefix)
+            assert end is not None
+            self.db.delete_range(prefix, end)
+        self.db.delete(layout.progress_key(job.job_id))
+        self.db.delete(layout.job_key(job.name))
+
+    def _write(self, batch: WriteBatch) -> None:
+        self.db.write(batch)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
