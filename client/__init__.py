@@ -1,0 +1,29 @@
+"""The epochstate Python client and the ``epochstate`` command line."""
+
+from epochstate.client.client import EpochStateClient, JobDescription, Lookup, StoreSchema, selector
+from epochstate.client.errors import (
+    DeadlineExceeded,
+    EpochDamaged,
+    EpochNotReady,
+    EpochRetired,
+    EpochStateClientError,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
+
+__all__ = [
+    "DeadlineExceeded",
+    "EpochDamaged",
+    "EpochNotReady",
+    "EpochRetired",
+    "EpochStateClient",
+    "EpochStateClientError",
+    "InvalidArgument",
+    "JobDescription",
+    "Lookup",
+    "NotFound",
+    "StoreSchema",
+    "Unavailable",
+    "selector",
+]

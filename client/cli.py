@@ -1,0 +1,351 @@
+"""The ``epochstate`` command line.
+
+Exit codes: 0 success; 1 unexpected error; 2 bad usage; 3 not found; 4 invalid
+argument (e.g. a key that does not match the key schema); 5 epoch not available
+(not committed yet, older than retention, or deadline passed); 6 daemon
+unavailable. Errors are one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import grpc
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from epochstate.client.client import EpochArg, EpochStateClient, Lookup
+from epochstate.client.errors import EpochStateClientError
+
+app = typer.Typer(
+    name="epochstate",
+    help="Epoch-pinned, repeatable lookups into the state of Spark streaming jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+_EXIT_BY_CODE = {
+    grpc.StatusCode.NOT_FOUND: 3,
+    grpc.StatusCode.INVALID_ARGUMENT: 4,
+    grpc.StatusCode.FAILED_PRECONDITION: 5,
+    grpc.StatusCode.OUT_OF_RANGE: 5,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 5,
+    grpc.StatusCode.DATA_LOSS: 5,
+    grpc.StatusCode.UNAVAILABLE: 6,
+}
+
+TargetOpt = Annotated[
+    str,
+    typer.Option("--target", "-t", envvar="EPOCHSTATE_TARGET", help="daemon address host:port"),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+EpochOpt = Annotated[
+    str, typer.Option("--epoch", "-e", help="an epoch number, or 'latest'")
+]
+AtLeastOpt = Annotated[
+    int | None, typer.Option("--at-least", help="newest epoch, once it is >= this (waits)")
+]
+WaitOpt = Annotated[bool, typer.Option("--wait", help="wait (up to --timeout) for the epoch")]
+OperatorOpt = Annotated[int, typer.Option("--operator", "-o", help="stateful operator id")]
+StoreOpt = Annotated[str, typer.Option("--store", "-s", help="store name")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="deadline in seconds")]
+
+T = TypeVar("T")
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    return typer.Exit(code)
+
+
+def _run(action: Callable[[], T]) -> T:
+    try:
+        return action()
+    except EpochStateClientError as error:
+        raise _fail(str(error), _EXIT_BY_CODE.get(error.code, 1)) from None
+
+
+def _parse_epoch(text: str) -> EpochArg:
+    if text == "latest":
+        return "latest"
+    try:
+        value = int(text)
+    except ValueError:
+        raise _fail(f"--epoch must be a number or 'latest', got {text!r}", 2) from None
+    if value < 0:
+        raise _fail(f"--epoch must be >= 0, got {value}", 2)
+    return value
+
+
+def _parse_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        # A bare word is a one-field string key: `epochstate get job alice`.
+        if what == "key" and text and not text.lstrip().startswith(("[", "{", '"')):
+            return text
+        raise _fail(f"{what} must be JSON (e.g. '[42, \"x\"]' or '{{\"k\": 42}}'), got {text!r}", 2) from None
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def _print_lookups(lookups: list[Lookup], as_json: bool) -> None:
+    if as_json:
+        for lk in lookups:
+            out.print_json(
+                json.dumps(
+                    {"epoch": lk.epoch, "key": _jsonable(lk.key), "found": lk.found,
+                     "value": _jsonable(lk.value), "partition": lk.partition}
+                )
+            )
+        return
+    table = Table("epoch", "key", "found", "value", "partition")
+    for lk in lookups:
+        table.add_row(
+            str(lk.epoch),
+            json.dumps(_jsonable(lk.key)),
+            "yes" if lk.found else "no",
+            json.dumps(_jsonable(lk.value)) if lk.found else "-",
+            "-" if lk.partition is None else str(lk.partition),
+        )
+    out.print(table)
+
+
+@app.command()
+def get(
+    job: Annotated[str, typer.Argument(help="job name")],
+    key: Annotated[list[str], typer.Argument(help="key(s) as JSON: '[42, \"x\"]' or '{\"k\": 42}'")],
+    target: TargetOpt = "127.0.0.1:7070",
+    epoch: EpochOpt = "latest",
+    at_least: AtLeastOpt = None,
+    wait: WaitOpt = False,
+    operator: OperatorOpt = 0,
+    store: StoreOpt = "default",
+    timeout: TimeoutOpt = 10.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Look up key(s) in a job's state, pinned to one epoch."""
+    keys = [_parse_json(k, "key") for k in key]
+    chosen = _parse_epoch(epoch)
+    with EpochStateClient(target, timeout=timeout) as client:
+        lookups = _run(
+            lambda: client.multi_get(
+                job, keys, epoch=chosen, at_least=at_least, wait=wait, operator_id=operator, store=store
+            )
+        )
+    _print_lookups(lookups, as_json)
+
+
+@app.command()
+def scan(
+    job: Annotated[str, typer.Argument(help="job name")],
+    prefix: Annotated[str, typer.Option(help="leading key fields as JSON")] = "[]",
+    target: TargetOpt = "127.0.0.1:7070",
+    epoch: EpochOpt = "latest",
+    operator: OperatorOpt = 0,
+    store: StoreOpt = "default",
+    limit: Annotated[int, typer.Option(help="at most this many records")] = 100,
+    timeout: TimeoutOpt = 10.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """List a job's state at one epoch, in key order."""
+    parsed = _parse_json(prefix, "prefix")
+    chosen = _parse_epoch(epoch)
+    with EpochStateClient(target, timeout=timeout) as client:
+        lookups = _run(
+            lambda: list(
+                client.scan(job, prefix=parsed, epoch=chosen, operator_id=operator, store=store, limit=limit)
+            )
+        )
+    _print_lookups(lookups, as_json)
+
+
+@app.command()
+def jobs(target: TargetOpt = "127.0.0.1:7070", as_json: JsonOpt = False, timeout: TimeoutOpt = 10.0) -> None:
+    """List the jobs the daemon follows."""
+    with EpochStateClient(target, timeout=timeout) as client:
+        found = _run(client.jobs)
+    rows = [
+        {"job": j.job, "latest_epoch": j.latest_epoch, "oldest_epoch": j.oldest_epoch,
+         "query_id": j.query_id, "checkpoint": j.checkpoint}
+        for j in found
+    ]
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    table = Table("job", "latest epoch", "oldest epoch", "query id", "checkpoint")
+    for r in rows:
+        table.add_row(*(str(v) for v in r.values()))
+    out.print(table)
+
+
+@app.command()
+def describe(
+    job: str, target: TargetOpt = "127.0.0.1:7070", as_json: JsonOpt = False, timeout: TimeoutOpt = 10.0
+) -> None:
+    """Show a job's operators, stores, schemas and retained epochs."""
+    from epochstate.daemon.sources.sparktypes import type_to_simple_string
+
+    with EpochStateClient(target, timeout=timeout) as client:
+        d = _run(lambda: client.describe(job, refresh=True))
+    stores = [
+        {"operator": s.operator_id, "operator_name": s.operator_name, "store": s.store,
+         "partitions": s.num_partitions, "key": type_to_simple_string(s.key),
+         "value": type_to_simple_string(s.value)}
+        for s in d.stores
+    ]
+    if as_json:
+        out.print_json(json.dumps({"job": d.job, "checkpoint": d.checkpoint, "query_id": d.query_id,
+                                   "latest_epoch": d.latest_epoch, "oldest_epoch": d.oldest_epoch,
+                                   "stores": stores}))
+        return
+    out.print(f"job [bold]{d.job}[/bold]  query {d.query_id}  epochs {d.oldest_epoch}..{d.latest_epoch}")
+    out.print(f"checkpoint {d.checkpoint}", highlight=False)
+    table = Table("operator", "name", "store", "partitions", "key schema", "value schema")
+    for s in stores:
+        table.add_row(*(str(v) for v in s.values()))
+    out.print(table)
+
+
+@app.command()
+def epochs(
+    job: str,
+    target: TargetOpt = "127.0.0.1:7070",
+    from_epoch: Annotated[int, typer.Option("--from")] = 0,
+    limit: int = 0,
+    as_json: JsonOpt = False,
+    timeout: TimeoutOpt = 10.0,
+) -> None:
+    """List a job's queryable epochs with their commit times and source offsets."""
+    with EpochStateClient(target, timeout=timeout) as client:
+        found = _run(lambda: client.epochs(job, from_epoch=from_epoch, limit=limit))
+    rows: list[dict[str, Any]] = [
+        {"epoch": e.epoch, "committed_at_ms": e.committed_at_ms, "ingested_at_ms": e.ingested_at_ms,
+         "watermark_ms": e.watermark_ms,
+         "sources": [{"source": s.source, "start": s.start_offset_json, "end": s.end_offset_json}
+                     for s in e.sources]}
+        for e in found
+    ]
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    table = Table("epoch", "committed (ms)", "queryable after (ms)", "end offsets")
+    for r in rows:
+        lag = r["ingested_at_ms"] - r["committed_at_ms"]
+        table.add_row(str(r["epoch"]), str(r["committed_at_ms"]), str(lag),
+                      "; ".join(s["end"] for s in r["sources"]))
+    out.print(table)
+
+
+@app.command()
+def watch(
+    job: str,
+    target: TargetOpt = "127.0.0.1:7070",
+    count: Annotated[int, typer.Option(help="stop after this many epochs (0: never)")] = 0,
+) -> None:
+    """Print each new epoch of a job as it becomes queryable."""
+    with EpochStateClient(target) as client:
+        seen = 0
+        try:
+            for e in client.watch(job):
+                out.print(f"epoch {e.epoch} queryable ({e.ingested_at_ms - e.committed_at_ms} ms after commit)")
+                seen += 1
+                if count and seen >= count:
+                    return
+        except EpochStateClientError as error:
+            raise _fail(str(error), _EXIT_BY_CODE.get(error.code, 1)) from None
+
+
+@app.command()
+def daemon(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON config file")] = None,
+    listen: Annotated[str | None, typer.Option(help="gRPC listen address host:port")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="directory for the store")] = None,
+    zookeeper: Annotated[str | None, typer.Option(help="ZooKeeper connect string")] = None,
+    node: Annotated[str | None, typer.Option(help="node name in ZooKeeper")] = None,
+    job: Annotated[list[str] | None, typer.Option(help="NAME=CHECKPOINT to follow (repeatable)")] = None,
+    address_file: Annotated[Path | None, typer.Option(help="write host:port here once serving")] = None,
+    log_level: Annotated[str, typer.Option(envvar="EPOCHSTATE_LOG_LEVEL")] = "INFO",
+) -> None:
+    """Run the daemon (settings: defaults < --config file < EPOCHSTATE_* env < options)."""
+    from epochstate.daemon.config import ConfigError, JobConfig, load_settings
+    from epochstate.daemon.runtime import Daemon
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    jobs_given = None
+    if job:
+        jobs_given = []
+        for spec in job:
+            name, sep, checkpoint = spec.partition("=")
+            if not sep or not name or not checkpoint:
+                raise _fail(f"--job takes NAME=CHECKPOINT, got {spec!r}", 2)
+            jobs_given.append(JobConfig(name=name, checkpoint=checkpoint))
+    try:
+        settings = load_settings(
+            config, listen=listen, data_dir=data_dir, zookeeper=zookeeper, node=node, jobs=jobs_given
+        )
+    except ConfigError as error:
+        raise _fail(str(error), 2) from None
+    import signal
+    import threading
+
+    node_daemon = Daemon(settings)
+
+    def on_signal(signum: int, frame: object) -> None:
+        threading.Thread(target=node_daemon.stop, name="shutdown").start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        node_daemon.start()
+    except Exception as error:
+        node_daemon.stop()
+        raise _fail(f"daemon failed to start: {error}", 1) from None
+    host = settings.listen.rsplit(":", 1)[0]
+    if address_file is not None:
+        tmp = address_file.with_suffix(".tmp")
+        tmp.write_text(f"{host}:{node_daemon.port}\n")
+        os.replace(tmp, address_file)
+    node_daemon.wait()
+
+
+@app.command()
+def zookeeper(
+    port: Annotated[int, typer.Option(help="client port (0: any free port)")] = 2181,
+    data_dir: Annotated[Path, typer.Option(help="ZooKeeper data directory")] = Path("var/zookeeper"),
+) -> None:
+    """Run a local ZooKeeper server from the jars the pyspark wheel ships."""
+    from epochstate.daemon.embedded.zookeeper import run_forever
+
+    run_forever(port, data_dir)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

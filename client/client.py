@@ -1,0 +1,285 @@
+"""The Python client: epoch-pinned reads with typed results and typed errors.
+
+Every read names the epoch it wants (an exact epoch, ``"latest"``, or
+``at_least=n``) and every result says which epoch answered. UNAVAILABLE is
+retried by gRPC's own retry policy (exponential back-off, within the deadline);
+other errors raise the matching :mod:`epochstate.client.errors` exception.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import grpc
+
+from epochstate.client.errors import InvalidArgument, from_rpc_error
+from epochstate.client.values import from_row, to_row
+from epochstate.daemon.sources.sparktypes import StructType, parse_struct
+from epochstate.v1 import epochstate_pb2 as pb
+from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
+
+EpochArg = int | Literal["latest"] | None
+
+_SERVICE_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [{"service": "epochstate.v1.EpochState"}],
+                "retryPolicy": {
+                    "maxAttempts": 5,
+                    "initialBackoff": "0.05s",
+                    "maxBackoff": "2s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """One key's state at ``epoch``; ``value`` is None when ``found`` is False."""
+
+    epoch: int
+    key: dict[str, Any]
+    found: bool
+    value: dict[str, Any] | None
+    partition: int | None
+
+
+@dataclass(frozen=True)
+class StoreSchema:
+    operator_id: int
+    operator_name: str
+    store: str
+    num_partitions: int
+    key: StructType
+    value: StructType
+
+
+@dataclass(frozen=True)
+class JobDescription:
+    job: str
+    checkpoint: str
+    query_id: str
+    latest_epoch: int
+    oldest_epoch: int
+    stores: tuple[StoreSchema, ...]
+
+    def store(self, operator_id: int = 0, name: str = "default") -> StoreSchema:
+        for s in self.stores:
+            if s.operator_id == operator_id and s.store == (name or "default"):
+                return s
+        known = ", ".join(f"{s.operator_id}/{s.store}" for s in self.stores) or "none"
+        raise InvalidArgument(f"job {self.job!r} has no store {operator_id}/{name} (known: {known})")
+
+
+T = TypeVar("T")
+
+
+def selector(epoch: EpochArg = "latest", *, at_least: int | None = None, wait: bool = False) -> pb.EpochSelector:
+    """The EpochSelector for an ``epoch`` argument (int, "latest") or ``at_least``."""
+    if at_least is not None:
+        return pb.EpochSelector(at_least=at_least)
+    if epoch is None or epoch == "latest":
+        return pb.EpochSelector(latest=True, wait=wait)
+    if isinstance(epoch, int) and not isinstance(epoch, bool):
+        return pb.EpochSelector(exact=epoch, wait=wait)
+    raise InvalidArgument(f"epoch must be an int or 'latest', got {epoch!r}")
+
+
+class EpochStateClient:
+    """A connection to one daemon. Thread-safe; close it (or use ``with``)."""
+
+    def __init__(self, target: str, *, timeout: float = 10.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(
+            target,
+            options=[
+                ("grpc.service_config", _SERVICE_CONFIG),
+                ("grpc.enable_retries", 1),
+                ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+            ],
+        )
+        self._stub = pb_grpc.EpochStateStub(self._channel)
+        self._schemas: dict[str, JobDescription] = {}
+
+    def __enter__(self) -> EpochStateClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    @property
+    def stub(self) -> pb_grpc.EpochStateStub:
+        """The raw gRPC stub, for callers that build messages themselves."""
+        return self._stub
+
+    def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
+        try:
+            return method(request, timeout=self.timeout if timeout is None else timeout)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    # -- discovery ------------------------------------------------------------
+
+    def jobs(self, *, timeout: float | None = None) -> list[pb.JobSummary]:
+        return list(self._call(self._stub.ListJobs, pb.ListJobsRequest(), timeout).jobs)
+
+    def describe(self, job: str, *, refresh: bool = False, timeout: float | None = None) -> JobDescription:
+        if not refresh and job in self._schemas:
+            return self._schemas[job]
+        response = self._call(self._stub.DescribeJob, pb.DescribeJobRequest(job=job), timeout)
+        stores = tuple(
+            StoreSchema(
+                op.operator_id,
+                op.name,
+                st.name,
+                st.num_partitions,
+                _struct_of(st.key_schema),
+                _struct_of(st.value_schema),
+            )
+            for op in response.operators
+            for st in op.stores
+        )
+        s = response.summary
+        description = JobDescription(s.job, s.checkpoint, s.query_id, s.latest_epoch, s.oldest_epoch, stores)
+        self._schemas[job] = description
+        return description
+
+    def _store(self, job: str, operator_id: int, store: str) -> StoreSchema:
+        try:
+            return self.describe(job).store(operator_id, store)
+        except InvalidArgument:
+            return self.describe(job, refresh=True).store(operator_id, store)
+
+    def epochs(self, job: str, *, from_epoch: int = 0, limit: int = 0, timeout: float | None = None) -> list[pb.EpochInfo]:
+        request = pb.ListEpochsRequest(job=job, from_epoch=from_epoch, limit=limit)
+        return list(self._call(self._stub.ListEpochs, request, timeout).epochs)
+
+    def watch(self, job: str, *, after_epoch: int | None = None) -> Iterator[pb.EpochInfo]:
+        """Yield each epoch as it becomes queryable (blocks; cancel by closing)."""
+        request = pb.WatchEpochsRequest(job=job)
+        if after_epoch is not None:
+            request.after_epoch = after_epoch
+        try:
+            yield from self._stub.WatchEpochs(request)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    # -- reads -------------------------------------------------------------------
+
+    def get(
+        self,
+        job: str,
+        key: Any,
+        *,
+        epoch: EpochArg = "latest",
+        at_least: int | None = None,
+        wait: bool = False,
+        operator_id: int = 0,
+        store: str = "default",
+        timeout: float | None = None,
+    ) -> Lookup:
+        schema = self._store(job, operator_id, store)
+        request = pb.GetRequest(
+            store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
+            key=to_row(key, schema.key),
+            epoch=selector(epoch, at_least=at_least, wait=wait),
+        )
+        response = self._call(self._stub.Get, request, timeout)
+        return _lookup(response.epoch, response.record, schema)
+
+    def multi_get(
+        self,
+        job: str,
+        keys: Sequence[Any],
+        *,
+        epoch: EpochArg = "latest",
+        at_least: int | None = None,
+        wait: bool = False,
+        operator_id: int = 0,
+        store: str = "default",
+        timeout: float | None = None,
+    ) -> list[Lookup]:
+        """Look up many keys pinned to one epoch; results in request order."""
+        schema = self._store(job, operator_id, store)
+        request = pb.MultiGetRequest(
+            store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
+            keys=[to_row(k, schema.key) for k in keys],
+            epoch=selector(epoch, at_least=at_least, wait=wait),
+        )
+        response = self._call(self._stub.MultiGet, request, timeout)
+        return [_lookup(response.epoch, r, schema) for r in response.records]
+
+    def scan(
+        self,
+        job: str,
+        *,
+        prefix: Any = (),
+        epoch: EpochArg = "latest",
+        operator_id: int = 0,
+        store: str = "default",
+        page_size: int = 1000,
+        limit: int | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[Lookup]:
+        """Every live key (starting with ``prefix``) at one epoch, in key order.
+
+        All pages are pinned to the epoch of the first page.
+        """
+        schema = self._store(job, operator_id, store)
+        request = pb.ScanRequest(
+            store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
+            epoch=selector(epoch),
+            prefix=to_row(prefix, schema.key, partial=True),
+            limit=page_size,
+        )
+        returned = 0
+        while True:
+            response = self._call(self._stub.Scan, request, timeout)
+            for record in response.records:
+                yield _lookup(response.epoch, record, schema)
+                returned += 1
+                if limit is not None and returned >= limit:
+                    return
+            if not response.next_page_token:
+                return
+            request.page_token = response.next_page_token
+
+    # -- reports -----------------------------------------------------------------
+
+    def follow(self, job: str, checkpoint: str, *, timeout: float | None = None) -> pb.JobSummary:
+        request = pb.FollowJobRequest(job=job, checkpoint=checkpoint)
+        return self._call(self._stub.FollowJob, request, timeout).summary  # type: ignore[no-any-return]
+
+
+def _struct_of(schema: pb.Schema) -> StructType:
+    return parse_struct(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": f.name, "type": json.loads(f.type_json), "nullable": f.nullable}
+                for f in schema.fields
+            ],
+        }
+    )
+
+
+def _lookup(epoch: int, record: pb.Record, schema: StoreSchema) -> Lookup:
+    return Lookup(
+        epoch=epoch,
+        key=from_row(record.key, schema.key),
+        found=record.found,
+        value=from_row(record.value, schema.value) if record.found else None,
+        partition=record.partition if record.found else None,
+    )

@@ -1,0 +1,117 @@
+"""Python values <-> ``epochstate.v1.Value``, guided by the store's schema.
+
+To the daemon: ``tuple``/``list``/``dict`` fill structs (by position or name),
+``list`` fills arrays, ``dict`` fills maps; ``datetime.date`` and
+``datetime.datetime`` (naive = UTC) fill dates and timestamps; ISO strings are
+accepted for them too. From the daemon: structs become ``dict`` (field name ->
+value), arrays ``list``, maps ``dict`` (or a list of pairs when keys are not
+hashable), dates ``datetime.date``, timestamps naive UTC ``datetime.datetime``,
+decimals ``decimal.Decimal``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from epochstate.daemon.sources.sparktypes import (
+    ArrayType,
+    AtomicType,
+    DecimalType,
+    MapType,
+    SparkType,
+    StructType,
+)
+from epochstate.v1 import epochstate_pb2 as pb
+
+_EPOCH_DATE = dt.date(1970, 1, 1)
+_EPOCH_DT = dt.datetime(1970, 1, 1)
+
+
+def _micros(value: dt.datetime) -> int:
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    delta = value - _EPOCH_DT
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def to_value(value: Any, t: SparkType) -> pb.Value:
+    """A Value message for ``value`` of Spark type ``t`` (the daemon validates it)."""
+    if value is None:
+        return pb.Value(null=True)
+    if isinstance(t, StructType):
+        return pb.Value(struct=to_row(value, t))
+    if isinstance(t, ArrayType):
+        return pb.Value(array=pb.Array(elements=[to_value(v, t.element) for v in value]))
+    if isinstance(t, MapType):
+        items = list(value.items()) if isinstance(value, Mapping) else list(value)
+        return pb.Value(
+            map=pb.Map(keys=[to_value(k, t.key) for k, _ in items], values=[to_value(v, t.value) for _, v in items])
+        )
+    if isinstance(t, DecimalType):
+        return pb.Value(decimal=str(value)) if not isinstance(value, int) else pb.Value(int=value)
+    assert isinstance(t, AtomicType)
+    if isinstance(value, bool):
+        return pb.Value(bool=value)
+    if isinstance(value, int):
+        return pb.Value(int=value)
+    if isinstance(value, float):
+        return pb.Value(float=value)
+    if isinstance(value, Decimal):
+        return pb.Value(decimal=str(value))
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return pb.Value(binary=bytes(value))
+    if isinstance(value, dt.datetime):
+        return pb.Value(timestamp_micros=_micros(value))
+    if isinstance(value, dt.date):
+        return pb.Value(date=(value - _EPOCH_DATE).days)
+    return pb.Value(string=str(value))
+
+
+def to_row(value: Any, schema: StructType, *, partial: bool = False) -> pb.Row:
+    """A Row for a struct given as a sequence (by position) or mapping (by name)."""
+    if isinstance(value, Mapping):
+        unknown = set(value) - set(schema.names)
+        if unknown:
+            raise ValueError(f"unknown field(s) {sorted(unknown)}; fields are {list(schema.names)}")
+        names = [n for n in schema.names if n in value] if partial else list(schema.names)
+        values = [value.get(n) for n in names]
+    elif isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        values = list(value)
+    else:
+        values = [value]  # a single-field key given bare
+    return pb.Row(fields=[to_value(v, f.type) for v, f in zip(values, schema.fields, strict=False)] + [
+        pb.Value(string=str(v)) for v in values[len(schema.fields) :]  # too many: let the daemon say so
+    ])
+
+
+def from_value(v: pb.Value, t: SparkType) -> Any:
+    kind = v.WhichOneof("kind")
+    if kind is None or kind == "null":
+        return None
+    if kind == "struct":
+        return from_row(v.struct, t) if isinstance(t, StructType) else list(v.struct.fields)
+    if kind == "array":
+        element = t.element if isinstance(t, ArrayType) else AtomicType("null")
+        return [from_value(e, element) for e in v.array.elements]
+    if kind == "map":
+        kt = t.key if isinstance(t, MapType) else AtomicType("null")
+        vt = t.value if isinstance(t, MapType) else AtomicType("null")
+        pairs = [(from_value(k, kt), from_value(x, vt)) for k, x in zip(v.map.keys, v.map.values, strict=True)]
+        try:
+            return dict(pairs)
+        except TypeError:
+            return pairs
+    if kind == "decimal":
+        return Decimal(v.decimal)
+    if kind == "date":
+        return _EPOCH_DATE + dt.timedelta(days=v.date)
+    if kind == "timestamp_micros":
+        return _EPOCH_DT + dt.timedelta(microseconds=v.timestamp_micros)
+    return getattr(v, kind)
+
+
+def from_row(row: pb.Row, schema: StructType) -> dict[str, Any]:
+    return {f.name: from_value(v, f.type) for f, v in zip(schema.fields, row.fields, strict=False)}

@@ -1,0 +1,80 @@
+"""Daemon settings: defaults, then a YAML/JSON config file, then environment.
+
+Environment variables are ``EPOCHSTATE_<FIELD>`` (``EPOCHSTATE_LISTEN=0.0.0.0:7070``);
+jobs can be given as JSON in ``EPOCHSTATE_JOBS``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from epochstate.daemon.errors import EpochStateError
+
+
+class ConfigError(EpochStateError):
+    """A config file or environment variable that cannot be used."""
+
+
+class JobConfig(BaseModel):
+    """A job to follow from start-up."""
+
+    name: str = Field(min_length=1)
+    checkpoint: str = Field(min_length=1)
+
+
+class DaemonSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EPOCHSTATE_", extra="forbid")
+
+    node: str = Field(default_factory=socket.gethostname, description="this node's name in ZooKeeper")
+    listen: str = Field(default="127.0.0.1:7070", description="gRPC listen address host:port")
+    advertise: str | None = Field(default=None, description="address others use; default: listen")
+    data_dir: Path = Field(default=Path("var/epochstate"), description="where the RocksDB store lives")
+    zookeeper: str | None = Field(default=None, description="ZooKeeper connect string; None: no registry")
+    zookeeper_root: str = "/epochstate"
+    zookeeper_session_timeout: float = 10.0
+    retention_epochs: int = Field(default=100, ge=1)
+    poll_interval: float = Field(default=0.1, gt=0)
+    metrics_port: int | None = Field(default=None, description="Prometheus metrics on this port")
+    grpc_workers: int = Field(default=16, ge=1)
+    shutdown_grace: float = Field(default=5.0, ge=0)
+    jobs: list[JobConfig] = Field(default_factory=list)
+
+    @property
+    def advertised(self) -> str:
+        return self.advertise or self.listen
+
+
+def load_settings(path: Path | None = None, **overrides: Any) -> DaemonSettings:
+    """Settings from ``path`` (YAML or JSON), environment and ``overrides`` (highest)."""
+    from_file: dict[str, Any] = {}
+    if path is not None:
+        try:
+            text = path.read_text()
+        except OSError as error:
+            raise ConfigError(f"cannot read config file {path}: {error.strerror}") from error
+        try:
+            loaded = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (yaml.YAMLError, json.JSONDecodeError) as error:
+            raise ConfigError(f"config file {path} is not valid YAML/JSON: {error}") from error
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping, not {type(loaded).__name__}")
+        from_file = loaded
+    try:
+        env = DaemonSettings()
+        merged = {**from_file, **{k: v for k, v in env.model_dump().items() if k in env.model_fields_set}}
+        merged.update({k: v for k, v in overrides.items() if v is not None})
+        return DaemonSettings(**merged)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()
+        )
+        raise ConfigError(f"invalid settings: {problems}") from error

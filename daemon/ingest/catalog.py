@@ -1,0 +1,145 @@
+"""The live catalog of followed jobs: what readers may query, and waiting for epochs.
+
+The ingest loop is the only writer; gRPC handlers read. Progress changes are
+announced through one condition variable, so a read that waits for an epoch
+wakes as soon as it is queryable, and shutdown wakes every waiter at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from epochstate.daemon.errors import EpochStateError
+from epochstate.daemon.sources.sparktypes import StructType, parse_struct
+from epochstate.daemon.store.descriptors import JobDescriptor, JobProgress, StoreDescriptor
+from epochstate.daemon.store.keycodec import decode_fields
+
+
+class CatalogError(EpochStateError):
+    """Root of the catalog's errors."""
+
+
+class JobNotFound(CatalogError):
+    pass
+
+
+class StoreNotFound(CatalogError):
+    pass
+
+
+class ShuttingDown(CatalogError):
+    pass
+
+
+@dataclass(frozen=True)
+class StoreHandle:
+    """A queryable store with its parsed schemas."""
+
+    descriptor: StoreDescriptor
+    key_schema: StructType
+    value_schema: StructType
+
+    @classmethod
+    def of(cls, descriptor: StoreDescriptor) -> StoreHandle:
+        return cls(
+            descriptor,
+            parse_struct(descriptor.key_schema_json),
+            parse_struct(descriptor.value_schema_json),
+        )
+
+    def decode_key(self, encoded: bytes) -> tuple[object, ...]:
+        return decode_fields(encoded, len(self.key_schema.fields))
+
+
+@dataclass
+class JobEntry:
+    """Everything a reader needs about one job."""
+
+    descriptor: JobDescriptor
+    stores: dict[tuple[int, str], StoreHandle] = field(default_factory=dict)
+    operator_names: dict[int, str] = field(default_factory=dict)
+    progress: JobProgress = field(default_factory=lambda: JobProgress(-1, -1))
+    # Epochs that could not be ingested, with the reason (shown by DescribeJob).
+    problems: dict[int, str] = field(default_factory=dict)
+    # Newest epoch seen committed in the checkpoint (-1: none).
+    committed: int = -1
+
+    def store(self, operator_id: int, name: str) -> StoreHandle:
+        handle = self.stores.get((operator_id, name or "default"))
+        if handle is None:
+            known = ", ".join(f"{op}/{st}" for op, st in sorted(self.stores)) or "none yet"
+            raise StoreNotFound(
+                f"job {self.descriptor.name!r} has no store {operator_id}/{name or 'default'}"
+                f" (known operator/store: {known})"
+            )
+        return handle
+
+
+class Catalog:
+    """Followed jobs by name; thread-safe."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._jobs: dict[str, JobEntry] = {}
+        self._changed = threading.Condition()
+        self._closed = False
+        self._clock = clock
+
+    def put(self, entry: JobEntry) -> None:
+        with self._changed:
+            self._jobs[entry.descriptor.name] = entry
+            self._changed.notify_all()
+
+    def get(self, name: str) -> JobEntry:
+        entry = self._jobs.get(name)
+        if entry is None:
+            known = ", ".join(sorted(self._jobs)) or "none"
+            raise JobNotFound(f"unknown job {name!r} (followed jobs: {known})")
+        return entry
+
+    def jobs(self) -> list[JobEntry]:
+        return [self._jobs[name] for name in sorted(self._jobs)]
+
+    def advance(self, name: str, progress: JobProgress) -> None:
+        """Announce that ``name``'s queryable range is now ``progress``."""
+        with self._changed:
+            self._jobs[name].progress = progress
+            self._changed.notify_all()
+
+    def wait_until(
+        self, name: str, ready: Callable[[JobProgress], bool], timeout: float | None
+    ) -> JobProgress | None:
+        """Wait until ``ready(progress)`` holds; None on timeout.
+
+        Raises ShuttingDown when the catalog closes while waiting.
+        """
+        deadline = None if timeout is None else self._clock() + timeout
+        with self._changed:
+            while True:
+                if self._closed:
+                    raise ShuttingDown("the daemon is shutting down")
+                progress = self.get(name).progress
+                if ready(progress):
+                    return progress
+                remaining = None if deadline is None else deadline - self._clock()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._changed.wait(remaining)
+
+    def subscribe_wait(self, timeout: float) -> None:
+        """Block until any change (or ``timeout``); for streaming watchers."""
+        with self._changed:
+            if self._closed:
+                raise ShuttingDown("the daemon is shutting down")
+            self._changed.wait(timeout)
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed

@@ -1,0 +1,131 @@
+"""The ingest loop: one thread that keeps every followed job caught up.
+
+It learns of new epochs two ways: a push (``poke``, from the Spark listener's
+report) wakes it at once; otherwise it looks at each checkpoint every
+``poll_interval`` seconds, which also catches up after the daemon's own downtime.
+Waits go through one event that ``stop`` sets, so shutdown never waits for a poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from epochstate.daemon.errors import EpochStateError
+from epochstate.daemon.ingest.catalog import Catalog, JobEntry
+from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats, JobFollower
+from epochstate.daemon.sources.errors import SourceError
+from epochstate.daemon.store.versioned import VersionedStore
+
+log = logging.getLogger(__name__)
+
+
+class IngestError(EpochStateError):
+    """Root of the ingest loop's errors."""
+
+
+class CheckpointNotFound(IngestError):
+    pass
+
+
+class IngestLoop:
+    """Drives one :class:`JobFollower` per job on a single thread."""
+
+    def __init__(
+        self,
+        store: VersionedStore,
+        catalog: Catalog,
+        publisher: EpochPublisher,
+        *,
+        retention: int = 100,
+        poll_interval: float = 0.1,
+        retry_interval: float = 2.0,
+        on_ingested: Callable[[str, IngestStats], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._catalog = catalog
+        self._publisher = publisher
+        self._retention = retention
+        self._poll_interval = poll_interval
+        self._retry_interval = retry_interval
+        self._on_ingested = on_ingested
+        self._followers: dict[str, JobFollower] = {}
+        self._retry_at: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ingest", daemon=True)
+
+    # -- control (any thread) ---------------------------------------------------------
+
+    def follow(self, job: str, checkpoint: str) -> JobEntry:
+        """Start following ``job`` at ``checkpoint`` (idempotent for the same pair)."""
+        with self._lock:
+            existing = self._followers.get(job)
+            if existing is not None:
+                return existing.entry
+            try:
+                follower = JobFollower(job, checkpoint, self._store, self._publisher, self._retention)
+            except SourceError as error:
+                raise CheckpointNotFound(f"cannot follow job {job!r} at {checkpoint!r}: {error}") from error
+            self._followers[job] = follower
+            self._catalog.put(follower.entry)
+            self._publisher.job_followed(follower.entry)
+        self.poke(job)
+        return follower.entry
+
+    def poke(self, job: str) -> None:
+        """Something happened to ``job`` (e.g. an epoch committed): look now."""
+        self._retry_at.pop(job, None)
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    # -- the loop (ingest thread) ---------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            busy = False
+            with self._lock:
+                followers = list(self._followers.values())
+            for follower in followers:
+                if self._stopping.is_set():
+                    return
+                busy |= self._step(follower)
+            if not busy:
+                self._wake.wait(self._poll_interval)
+
+    def _step(self, follower: JobFollower) -> bool:
+        if time.monotonic() < self._retry_at.get(follower.name, 0.0):
+            return False
+        epoch = None
+        try:
+            epoch = follower.next_epoch()
+            stats = follower.step()
+        except SourceError as error:
+            reason = f"{type(error).__name__}: {error}"
+            if epoch is not None and follower.entry.problems.get(epoch) != reason:
+                log.error("job %s: epoch %s cannot be ingested: %s", follower.name, epoch, reason)
+                follower.entry.problems[epoch] = reason
+            self._retry_at[follower.name] = time.monotonic() + self._retry_interval
+            return False
+        except Exception:
+            log.exception("job %s: ingest failed; retrying in %.0fs", follower.name, self._retry_interval)
+            self._retry_at[follower.name] = time.monotonic() + self._retry_interval
+            return False
+        if stats is None:
+            return False
+        self._catalog.advance(follower.name, follower.progress)
+        if self._on_ingested is not None:
+            self._on_ingested(follower.name, stats)
+        return True

@@ -1,0 +1,156 @@
+"""The daemon process: wires the layers together and owns start-up and shutdown.
+
+Shutdown order: health NOT_SERVING, stop accepting calls and drain them (grace
+period), stop the ingest loop, wake every waiting read, close the store, leave
+ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from concurrent import futures
+from types import FrameType
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+from epochstate import __version__
+from epochstate.daemon.config import DaemonSettings
+from epochstate.daemon.ingest.catalog import Catalog, JobEntry
+from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
+from epochstate.daemon.ingest.loop import IngestLoop
+from epochstate.daemon.server.metrics import DaemonMetrics, MetricsInterceptor
+from epochstate.daemon.server.service import EpochStateService
+from epochstate.daemon.store.descriptors import EpochRecord
+from epochstate.daemon.store.versioned import VersionedStore
+from epochstate.v1 import epochstate_pb2 as pb
+from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EpochState"].full_name
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+class NoRegistry:
+    """Publisher used when no ZooKeeper is configured (single-node, local use)."""
+
+    def job_followed(self, entry: JobEntry) -> None:
+        pass
+
+    def epoch_ingested(self, entry: JobEntry, record: EpochRecord) -> None:
+        pass
+
+    def retention_moved(self, entry: JobEntry) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class Daemon:
+    """One epochstate node. ``start`` returns once it serves; ``stop`` is idempotent."""
+
+    def __init__(self, settings: DaemonSettings) -> None:
+        self.settings = settings
+        self.metrics = DaemonMetrics()
+        self.catalog = Catalog()
+        self.store = VersionedStore(settings.data_dir / "store")
+        self.publisher: EpochPublisher = self._publisher()
+        self.ingest = IngestLoop(
+            self.store,
+            self.catalog,
+            self.publisher,
+            retention=settings.retention_epochs,
+            poll_interval=settings.poll_interval,
+            on_ingested=self._ingested,
+        )
+        self.health = health.HealthServicer()
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=settings.grpc_workers, thread_name_prefix="grpc"),
+            interceptors=[MetricsInterceptor(self.metrics)],
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        self.port = 0
+        self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()
+
+    def _publisher(self) -> EpochPublisher:
+        if not self.settings.zookeeper:
+            return NoRegistry()
+        from epochstate.daemon.registry.publisher import RegistryPublisher
+
+        return RegistryPublisher.connect(self.settings, version=__version__)
+
+    def _ingested(self, job: str, stats: IngestStats) -> None:
+        m = self.metrics
+        m.epochs_ingested.labels(job).inc()
+        m.versions_written.labels(job).inc(stats.versions_written)
+        m.ingest_seconds.labels(job).observe(stats.seconds)
+        m.newest_epoch.labels(job).set(stats.epoch)
+        entry = self.catalog.get(job)
+        record = self.store.epoch_record(entry.descriptor.job_id, stats.epoch)
+        if record is not None:
+            m.freshness.labels(job).observe(max(0.0, (record.ingested_at_ms - record.committed_at_ms) / 1000))
+        m.epoch_problems.labels(job).set(len(entry.problems))
+
+    def start(self) -> None:
+        service = EpochStateService(self.store, self.catalog, self.ingest)
+        pb_grpc.add_EpochStateServicer_to_server(service, self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            self.server,
+        )
+        self.port = self.server.add_insecure_port(self.settings.listen)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {self.settings.listen}")
+        for job in self.settings.jobs:
+            self.ingest.follow(job.name, job.checkpoint)
+        self.ingest.start()
+        self.server.start()
+        if self.settings.metrics_port is not None:
+            start_http_server(self.settings.metrics_port, registry=self.metrics.registry)
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        host = self.settings.listen.rsplit(":", 1)[0]
+        log.info("epochstate %s serving on %s:%d (node %s)", __version__, host, self.port, self.settings.node)
+
+    def stop(self) -> None:
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            log.info("shutting down")
+            self.health.enter_graceful_shutdown()
+            self.catalog.close()  # wakes waiting reads; they fail UNAVAILABLE
+            self.server.stop(self.settings.shutdown_grace).wait()
+            self.ingest.stop()
+            self.store.close()
+            close = getattr(self.publisher, "close", None)
+            if close is not None:
+                close()
+            self._stopped.set()
+
+    def wait(self) -> None:
+        self._stopped.wait()
+
+
+def run(settings: DaemonSettings) -> None:
+    """Run a daemon until SIGTERM or SIGINT."""
+    daemon = Daemon(settings)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        threading.Thread(target=daemon.stop, name="shutdown").start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    daemon.start()
+    daemon.wait()

@@ -1,0 +1,79 @@
+"""Prometheus metrics of the daemon (one registry per daemon, so tests can run several)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5, 10.0)
+
+
+class DaemonMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "epochstate_requests", "gRPC calls handled", ["method", "code"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "epochstate_request_seconds", "gRPC call latency", ["method"],
+            buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.epochs_ingested = Counter(
+            "epochstate_epochs_ingested", "epochs ingested", ["job"], registry=self.registry
+        )
+        self.versions_written = Counter(
+            "epochstate_versions_written", "state versions written", ["job"], registry=self.registry
+        )
+        self.ingest_seconds = Histogram(
+            "epochstate_ingest_seconds", "time to ingest one epoch", ["job"], registry=self.registry
+        )
+        self.freshness = Histogram(
+            "epochstate_freshness_seconds", "commit of an epoch to it being queryable", ["job"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=self.registry,
+        )
+        self.newest_epoch = Gauge(
+            "epochstate_newest_epoch", "newest queryable epoch", ["job"], registry=self.registry
+        )
+        self.epoch_problems = Gauge(
+            "epochstate_epoch_problems", "epochs that cannot be ingested", ["job"], registry=self.registry
+        )
+
+
+class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Counts and times unary calls by method and status code."""
+
+    def __init__(self, metrics: DaemonMetrics) -> None:
+        self._metrics = metrics
+
+    def intercept_service(
+        self, continuation: Callable[[Any], Any], handler_call_details: Any
+    ) -> Any:
+        handler = continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+        inner = handler.unary_unary
+        metrics = self._metrics
+
+        def timed(request: Any, context: grpc.ServicerContext) -> Any:
+            started = time.perf_counter()
+            code = "OK"
+            try:
+                return inner(request, context)
+            except Exception:
+                status = getattr(context, "code", lambda: None)()
+                code = status.name if status is not None else "UNKNOWN"
+                raise
+            finally:
+                metrics.latency.labels(method).observe(time.perf_counter() - started)
+                metrics.requests.labels(method, code).inc()
+
+        return grpc.unary_unary_rpc_method_handler(
+            timed,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )

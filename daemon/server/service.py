@@ -1,0 +1,306 @@
+"""The ``epochstate.v1.EpochState`` servicer.
+
+Dependencies come through the constructor. Every handler runs inside
+:func:`_domain_errors`, which turns domain errors into status codes (one table,
+``status.py``); nothing else aborts a call.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import struct
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar
+
+import grpc
+
+from epochstate.daemon.errors import EpochStateError
+from epochstate.daemon.ingest.catalog import Catalog, JobEntry, StoreHandle
+from epochstate.daemon.server import epochs
+from epochstate.daemon.server.status import BadRequest, status_for
+from epochstate.daemon.server.values import RowConverter, key_from_proto
+from epochstate.daemon.sources.sparktypes import StructType, type_to_json
+from epochstate.daemon.store import keycodec, layout
+from epochstate.daemon.store.descriptors import EpochRecord
+from epochstate.daemon.store.versioned import Version, VersionedStore
+from epochstate.v1 import epochstate_pb2 as pb
+from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+MAX_KEY_BYTES = 64 * 1024
+MAX_KEYS_PER_CALL = 10_000
+DEFAULT_PAGE = 1000
+MAX_PAGE = 10_000
+_TOKEN = struct.Struct(">q")
+
+
+class IngestControl(Protocol):
+    """What the service asks of the ingest loop."""
+
+    def follow(self, job: str, checkpoint: str) -> JobEntry: ...
+
+    def poke(self, job: str) -> None: ...
+
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+
+def _domain_errors(
+    handler: Callable[[Any, Req, grpc.ServicerContext], Resp],
+) -> Callable[[Any, Req, grpc.ServicerContext], Resp]:
+    @functools.wraps(handler)
+    def wrapper(self: Any, request: Req, context: grpc.ServicerContext) -> Resp:
+        try:
+            return handler(self, request, context)
+        except EpochStateError as error:
+            context.abort(status_for(error), str(error))
+            raise  # unreachable: abort raises
+
+    return wrapper
+
+
+def _schema(struct_type: StructType) -> pb.Schema:
+    return pb.Schema(
+        fields=[
+            pb.Field(name=f.name, type_json=json.dumps(type_to_json(f.type)), nullable=f.nullable)
+            for f in struct_type.fields
+        ]
+    )
+
+
+def epoch_info(record: EpochRecord) -> pb.EpochInfo:
+    return pb.EpochInfo(
+        epoch=record.epoch,
+        committed_at_ms=record.committed_at_ms,
+        ingested_at_ms=record.ingested_at_ms,
+        watermark_ms=record.watermark_ms,
+        sources=[
+            pb.SourcePosition(
+                source=s.source,
+                start_offset_json=s.start_offset_json or "",
+                end_offset_json=s.end_offset_json or "",
+            )
+            for s in record.sources
+        ],
+    )
+
+
+class _Converters:
+    """Row converters compiled once per store schema."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[RowConverter, RowConverter]] = {}
+
+    def of(self, handle: StoreHandle) -> tuple[RowConverter, RowConverter]:
+        found = self._cache.get(handle.descriptor.store_id)
+        if found is None:
+            found = (RowConverter(handle.key_schema), RowConverter(handle.value_schema))
+            self._cache[handle.descriptor.store_id] = found
+        return found
+
+
+class EpochStateService(pb_grpc.EpochStateServicer):
+    """Epoch-pinned reads over the daemon's store."""
+
+    def __init__(self, store: VersionedStore, catalog: Catalog, ingest: IngestControl) -> None:
+        self._store = store
+        self._catalog = catalog
+        self._ingest = ingest
+        self._converters = _Converters()
+
+    # -- helpers -------------------------------------------------------------
+
+    def _pin(
+        self, entry: JobEntry, selector: pb.EpochSelector, context: grpc.ServicerContext
+    ) -> epochs.Pinned:
+        return epochs.resolve(self._store, self._catalog, entry, selector, context.time_remaining())
+
+    def _handle(self, ref: pb.StoreRef) -> tuple[JobEntry, StoreHandle]:
+        if not ref.job:
+            raise BadRequest("store.job is required")
+        entry = self._catalog.get(ref.job)
+        return entry, entry.store(ref.operator_id, ref.store)
+
+    def _encode_key(self, handle: StoreHandle, key: pb.Row) -> bytes:
+        encoded = keycodec.encode_fields(key_from_proto(key, handle.key_schema))
+        if len(encoded) > MAX_KEY_BYTES:
+            raise BadRequest(f"key is {len(encoded)} bytes; the limit is {MAX_KEY_BYTES}")
+        return encoded
+
+    def _records(
+        self, handle: StoreHandle, keys: list[pb.Row], found: list[Version | None]
+    ) -> list[pb.Record]:
+        _, value_of = self._converters.of(handle)
+        out = []
+        for key, version in zip(keys, found, strict=True):
+            if version is None:
+                out.append(pb.Record(key=key, found=False))
+            else:
+                value = keycodec.decode(version.encoded_value)
+                out.append(
+                    pb.Record(key=key, value=value_of(value), found=True, partition=version.partition)
+                )
+        return out
+
+    # -- reads ---------------------------------------------------------------
+
+    @_domain_errors
+    def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.GetResponse:
+        entry, handle = self._handle(request.store)
+        encoded = self._encode_key(handle, request.key)
+        key_of, _ = self._converters.of(handle)
+        canonical = key_of(handle.decode_key(encoded))
+        pinned = self._pin(entry, request.epoch, context)
+        found = pinned.view.get_many(handle.descriptor.store_id, [encoded], pinned.epoch)
+        (record,) = self._records(handle, [canonical], found)
+        return pb.GetResponse(epoch=pinned.epoch, record=record)
+
+    @_domain_errors
+    def MultiGet(self, request: pb.MultiGetRequest, context: grpc.ServicerContext) -> pb.MultiGetResponse:
+        entry, handle = self._handle(request.store)
+        if len(request.keys) > MAX_KEYS_PER_CALL:
+            raise BadRequest(f"{len(request.keys)} keys in one call; the limit is {MAX_KEYS_PER_CALL}")
+        key_of, _ = self._converters.of(handle)
+        encoded = [self._encode_key(handle, k) for k in request.keys]
+        canonical = [key_of(handle.decode_key(e)) for e in encoded]
+        pinned = self._pin(entry, request.epoch, context)
+        found = pinned.view.get_many(handle.descriptor.store_id, encoded, pinned.epoch)
+        return pb.MultiGetResponse(epoch=pinned.epoch, records=self._records(handle, canonical, found))
+
+    @_domain_errors
+    def Scan(self, request: pb.ScanRequest, context: grpc.ServicerContext) -> pb.ScanResponse:
+        entry, handle = self._handle(request.store)
+        if request.limit < 0 or request.limit > MAX_PAGE:
+            raise BadRequest(f"limit must be within 0..{MAX_PAGE}, got {request.limit}")
+        limit = request.limit or DEFAULT_PAGE
+        selector = request.epoch
+        after: bytes | None = None
+        if request.page_token:
+            if len(request.page_token) < _TOKEN.size:
+                raise BadRequest("page_token is malformed")
+            token_epoch = _TOKEN.unpack_from(request.page_token)[0]
+            after = request.page_token[_TOKEN.size :]
+            selector = pb.EpochSelector(exact=token_epoch)
+        schema = handle.key_schema
+        prefix = keycodec.encode_fields(key_from_proto(request.prefix, schema, partial=True))
+        lower, upper = prefix, layout.prefix_end(prefix) if prefix else None
+        if request.HasField("start"):
+            start = keycodec.encode_fields(key_from_proto(request.start, schema, partial=True))
+            lower = max(lower, start)
+        if request.HasField("end"):
+            end = keycodec.encode_fields(key_from_proto(request.end, schema, partial=True))
+            upper = end if upper is None else min(upper, end)
+        pinned = self._pin(entry, selector, context)
+        versions = pinned.view.scan(
+            handle.descriptor.store_id, pinned.epoch, lower, upper, limit, after
+        )
+        key_of, value_of = self._converters.of(handle)
+        records = [
+            pb.Record(
+                key=key_of(handle.decode_key(v.encoded_key)),
+                value=value_of(keycodec.decode(v.encoded_value)),
+                found=True,
+                partition=v.partition,
+            )
+            for v in versions
+        ]
+        token = b""
+        if len(versions) == limit:
+            token = _TOKEN.pack(pinned.epoch) + versions[-1].encoded_key
+        return pb.ScanResponse(epoch=pinned.epoch, records=records, next_page_token=token)
+
+    # -- discovery -------------------------------------------------------------
+
+    def _summary(self, entry: JobEntry) -> pb.JobSummary:
+        d = entry.descriptor
+        p = entry.progress
+        return pb.JobSummary(
+            job=d.name,
+            checkpoint=d.checkpoint,
+            query_id=d.query_id,
+            latest_epoch=p.newest,
+            oldest_epoch=p.oldest,
+            provider=d.provider,
+        )
+
+    @_domain_errors
+    def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsResponse:
+        return pb.ListJobsResponse(jobs=[self._summary(e) for e in self._catalog.jobs()])
+
+    @_domain_errors
+    def DescribeJob(
+        self, request: pb.DescribeJobRequest, context: grpc.ServicerContext
+    ) -> pb.DescribeJobResponse:
+        entry = self._catalog.get(request.job)
+        operators: dict[int, pb.OperatorInfo] = {}
+        for (op_id, _), handle in sorted(entry.stores.items()):
+            info = operators.setdefault(
+                op_id, pb.OperatorInfo(operator_id=op_id, name=handle.descriptor.operator_name)
+            )
+            info.stores.append(
+                pb.StoreInfo(
+                    name=handle.descriptor.store_name,
+                    num_partitions=handle.descriptor.num_partitions,
+                    key_schema=_schema(handle.key_schema),
+                    value_schema=_schema(handle.value_schema),
+                )
+            )
+        return pb.DescribeJobResponse(summary=self._summary(entry), operators=list(operators.values()))
+
+    @_domain_errors
+    def ListEpochs(
+        self, request: pb.ListEpochsRequest, context: grpc.ServicerContext
+    ) -> pb.ListEpochsResponse:
+        entry = self._catalog.get(request.job)
+        if request.limit < 0:
+            raise BadRequest(f"limit must be >= 0, got {request.limit}")
+        records = self._store.epochs(entry.descriptor.job_id, request.from_epoch, request.limit)
+        return pb.ListEpochsResponse(epochs=[epoch_info(r) for r in records])
+
+    @_domain_errors
+    def WatchEpochs(
+        self, request: pb.WatchEpochsRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.EpochInfo]:
+        entry = self._catalog.get(request.job)  # fails the call before streaming starts
+        after = request.after_epoch if request.HasField("after_epoch") else -1
+        if after < 0:
+            after = entry.progress.newest
+        return self._watch(entry.descriptor.job_id, after, context)
+
+    def _watch(self, job_id: int, after: int, context: grpc.ServicerContext) -> Iterator[pb.EpochInfo]:
+        try:
+            while context.is_active() and not self._catalog.closed:
+                for record in self._store.epochs(job_id, after + 1):
+                    yield epoch_info(record)
+                    after = record.epoch
+                self._catalog.subscribe_wait(1.0)
+        except EpochStateError:
+            return  # shutting down: end the stream cleanly
+
+    # -- reports and administration ----------------------------------------------
+
+    @_domain_errors
+    def ReportEpoch(
+        self, request: pb.ReportEpochRequest, context: grpc.ServicerContext
+    ) -> pb.ReportEpochResponse:
+        if not request.job:
+            raise BadRequest("job is required")
+        try:
+            entry = self._catalog.get(request.job)
+        except EpochStateError:
+            if not request.checkpoint:
+                raise
+            entry = self._ingest.follow(request.job, request.checkpoint)
+        self._ingest.poke(request.job)
+        return pb.ReportEpochResponse(ingested_epoch=entry.progress.newest)
+
+    @_domain_errors
+    def FollowJob(self, request: pb.FollowJobRequest, context: grpc.ServicerContext) -> pb.FollowJobResponse:
+        if not request.job or not request.checkpoint:
+            raise BadRequest("job and checkpoint are required")
+        entry = self._ingest.follow(request.job, request.checkpoint)
+        return pb.FollowJobResponse(summary=self._summary(entry))

@@ -1,0 +1,250 @@
+"""Conversion between decoded Spark values and ``epochstate.v1.Value`` messages.
+
+Outbound (:func:`row_to_proto`) is exact and deterministic: the same decoded row
+always yields byte-identical messages. Inbound (:func:`key_from_proto`) validates
+a request key against the key schema and coerces it to the canonical decoded form
+the store indexes by; anything that does not fit raises :class:`BadKey` naming the
+offending field.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from epochstate.daemon.errors import EpochStateError
+from epochstate.daemon.sources.sparktypes import (
+    ArrayType,
+    AtomicType,
+    DecimalType,
+    MapType,
+    MapValue,
+    SparkType,
+    StructType,
+    type_to_simple_string,
+)
+from epochstate.v1 import epochstate_pb2 as pb
+
+
+class BadKey(EpochStateError):
+    """A request key that does not match the store's key schema."""
+
+
+_INT_RANGES = {
+    "byte": (-(2**7), 2**7 - 1),
+    "short": (-(2**15), 2**15 - 1),
+    "integer": (-(2**31), 2**31 - 1),
+    "long": (-(2**63), 2**63 - 1),
+}
+_F32 = struct.Struct("<f")
+_EPOCH_DATE = dt.date(1970, 1, 1)
+_EPOCH_DT = dt.datetime(1970, 1, 1)
+
+
+# -- outbound -----------------------------------------------------------------
+
+ToProto = Callable[[Any], pb.Value]
+
+
+def _null() -> pb.Value:
+    return pb.Value(null=True)
+
+
+def converter(t: SparkType) -> ToProto:
+    """A function turning a decoded value of type ``t`` into a Value message."""
+    if isinstance(t, AtomicType):
+        name = t.name
+        if name in _INT_RANGES:
+            return lambda v: _null() if v is None else pb.Value(int=v)
+        if name in ("float", "double"):
+            return lambda v: _null() if v is None else pb.Value(float=v)
+        if name == "boolean":
+            return lambda v: _null() if v is None else pb.Value(bool=v)
+        if name == "string":
+            return lambda v: _null() if v is None else pb.Value(string=v)
+        if name == "binary":
+            return lambda v: _null() if v is None else pb.Value(binary=bytes(v))
+        if name == "date":
+            return lambda v: _null() if v is None else pb.Value(date=v)
+        if name in ("timestamp", "timestamp_ntz"):
+            return lambda v: _null() if v is None else pb.Value(timestamp_micros=v)
+        return lambda v: _null()
+    if isinstance(t, DecimalType):
+        return lambda v: _null() if v is None else pb.Value(decimal=str(v))
+    if isinstance(t, StructType):
+        fields = [converter(f.type) for f in t.fields]
+
+        def struct_value(v: Any) -> pb.Value:
+            if v is None:
+                return _null()
+            return pb.Value(struct=pb.Row(fields=[c(x) for c, x in zip(fields, v, strict=True)]))
+
+        return struct_value
+    if isinstance(t, ArrayType):
+        element = converter(t.element)
+        return lambda v: (
+            _null() if v is None else pb.Value(array=pb.Array(elements=[element(x) for x in v]))
+        )
+    key_c, value_c = converter(t.key), converter(t.value)
+
+    def map_value(v: Any) -> pb.Value:
+        if v is None:
+            return _null()
+        return pb.Value(
+            map=pb.Map(
+                keys=[key_c(k) for k, _ in v.entries], values=[value_c(x) for _, x in v.entries]
+            )
+        )
+
+    return map_value
+
+
+class RowConverter:
+    """Converts decoded rows of one struct schema to ``Row`` messages (compiled once)."""
+
+    def __init__(self, schema: StructType) -> None:
+        self._fields = [converter(f.type) for f in schema.fields]
+
+    def __call__(self, row: tuple[Any, ...]) -> pb.Row:
+        return pb.Row(fields=[c(x) for c, x in zip(self._fields, row, strict=True)])
+
+
+# -- inbound --------------------------------------------------------------------
+
+
+def _describe(v: pb.Value) -> str:
+    kind = v.WhichOneof("kind")
+    if kind is None:
+        return "an empty Value"
+    if kind in ("struct", "array", "map"):
+        return kind
+    return f"{kind} {getattr(v, kind)!r}"
+
+
+def _expect(path: str, t: SparkType, v: pb.Value) -> BadKey:
+    return BadKey(f"key field {path!r}: expected {type_to_simple_string(t)}, got {_describe(v)}")
+
+
+def _coerce(path: str, t: SparkType, v: pb.Value) -> Any:
+    kind = v.WhichOneof("kind")
+    if kind == "null":
+        return None
+    if isinstance(t, AtomicType):
+        name = t.name
+        if name in _INT_RANGES:
+            if kind != "int":
+                raise _expect(path, t, v)
+            low, high = _INT_RANGES[name]
+            if not low <= v.int <= high:
+                raise BadKey(f"key field {path!r}: {v.int} is out of range for {name}")
+            return v.int
+        if name in ("float", "double"):
+            if kind == "float":
+                number = v.float
+            elif kind == "int":
+                number = float(v.int)
+            else:
+                raise _expect(path, t, v)
+            if name == "float":
+                # The store holds float32 values widened to double; match them.
+                number = _F32.unpack(_F32.pack(number))[0]
+            return 0.0 if number == 0 else number  # Spark normalizes -0.0 in keys
+        if name == "boolean" and kind == "bool":
+            return v.bool
+        if name == "string" and kind == "string":
+            return v.string
+        if name == "binary" and kind == "binary":
+            return v.binary
+        if name == "date":
+            if kind == "date":
+                return v.date
+            if kind == "string":
+                try:
+                    return (dt.date.fromisoformat(v.string) - _EPOCH_DATE).days
+                except ValueError:
+                    raise BadKey(f"key field {path!r}: {v.string!r} is not a date") from None
+            raise _expect(path, t, v)
+        if name in ("timestamp", "timestamp_ntz"):
+            if kind == "timestamp_micros":
+                return v.timestamp_micros
+            if kind == "string":
+                return _parse_timestamp(path, v.string, name == "timestamp")
+            raise _expect(path, t, v)
+        raise _expect(path, t, v)
+    if isinstance(t, DecimalType):
+        if kind == "decimal":
+            text = v.decimal
+        elif kind == "int":
+            text = str(v.int)
+        else:
+            raise _expect(path, t, v)
+        try:
+            exact = Decimal(text)
+            quantized = exact.quantize(Decimal(1).scaleb(-t.scale))
+        except InvalidOperation:
+            raise BadKey(f"key field {path!r}: {text!r} is not a decimal({t.precision},{t.scale})") from None
+        if quantized != exact or len(quantized.as_tuple().digits) > t.precision:
+            raise BadKey(f"key field {path!r}: {text!r} does not fit decimal({t.precision},{t.scale})")
+        return quantized
+    if isinstance(t, StructType):
+        if kind != "struct":
+            raise _expect(path, t, v)
+        return _coerce_row(path + ".", t, v.struct)
+    if isinstance(t, ArrayType):
+        if kind != "array":
+            raise _expect(path, t, v)
+        return [_coerce(f"{path}[{i}]", t.element, e) for i, e in enumerate(v.array.elements)]
+    if isinstance(t, MapType):
+        if kind != "map" or len(v.map.keys) != len(v.map.values):
+            raise _expect(path, t, v)
+        return MapValue(
+            tuple(
+                (_coerce(f"{path}.key", t.key, k), _coerce(f"{path}.value", t.value, x))
+                for k, x in zip(v.map.keys, v.map.values, strict=True)
+            )
+        )
+    raise _expect(path, t, v)
+
+
+def _parse_timestamp(path: str, text: str, zoned: bool) -> int:
+    try:
+        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadKey(f"key field {path!r}: {text!r} is not an ISO-8601 timestamp") from None
+    if parsed.tzinfo is not None:
+        if not zoned:
+            raise BadKey(f"key field {path!r}: timestamp_ntz takes no time zone, got {text!r}")
+        parsed = parsed.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    delta = parsed - _EPOCH_DT
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _coerce_row(prefix: str, schema: StructType, row: pb.Row, *, partial: bool = False) -> tuple[Any, ...]:
+    given = len(row.fields)
+    wanted = len(schema.fields)
+    if given > wanted or (given < wanted and not partial):
+        names = ", ".join(schema.names)
+        where = f"struct {prefix[:-1]!r}" if prefix else "the key"
+        raise BadKey(f"{where} has {wanted} field(s) ({names}); got {given}")
+    return tuple(
+        _coerce(prefix + f.name, f.type, v) for f, v in zip(schema.fields, row.fields, strict=False)
+    )
+
+
+def key_from_proto(row: pb.Row, schema: StructType, *, partial: bool = False) -> tuple[Any, ...]:
+    """The canonical decoded key for ``row``; ``partial`` allows leading fields only."""
+    return _coerce_row("", schema, row, partial=partial)
+
+
+# -- decoded values to Python objects for people (CLI, client) ---------------------
+
+
+def micros_to_datetime(micros: int) -> dt.datetime:
+    return _EPOCH_DT + dt.timedelta(microseconds=micros)
+
+
+def days_to_date(days: int) -> dt.date:
+    return _EPOCH_DATE + dt.timedelta(days=days)

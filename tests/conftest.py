@@ -1,0 +1,58 @@
+"""Test-session set-up: UTC everywhere, one SparkSession, real daemons as subprocesses."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# PySpark hands timestamps back as naive local datetimes: make local time UTC before
+# the JVM starts. Python workers must run the venv's interpreter.
+os.environ["TZ"] = "UTC"
+time.tzset()
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+from tests.fixtures.daemon import DaemonProcess  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The test session's one local[2] SparkSession."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("epochstate-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.sql.streaming.stateStore.minDeltasForSnapshot", "2")
+        .config("spark.sql.streaming.stateStore.maintenanceInterval", "200ms")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
+    """Start real daemon processes; all are stopped at the end of the test."""
+    started: list[DaemonProcess] = []
+
+    def make(jobs: dict[str, str], *, name: str = "daemon", **kwargs: Any) -> DaemonProcess:
+        process = DaemonProcess(tmp_path / name, jobs, **kwargs)
+        started.append(process)
+        return process.start()
+
+    yield make
+    for process in started:
+        process.stop()
