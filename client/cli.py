@@ -285,6 +285,8 @@ def daemon(
     node: Annotated[str | None, typer.Option(help="node name in ZooKeeper")] = None,
     job: Annotated[list[str] | None, typer.Option(help="NAME=CHECKPOINT to follow (repeatable)")] = None,
     address_file: Annotated[Path | None, typer.Option(help="write host:port here once serving")] = None,
+    poll_interval: Annotated[float | None, typer.Option(help="seconds between checkpoint looks")] = None,
+    retention_epochs: Annotated[int | None, typer.Option(help="how many epochs to keep")] = None,
     log_level: Annotated[str, typer.Option(envvar="EPOCHSTATE_LOG_LEVEL")] = "INFO",
 ) -> None:
     """Run the daemon (settings: defaults < --config file < EPOCHSTATE_* env < options)."""
@@ -302,7 +304,8 @@ def daemon(
             jobs_given.append(JobConfig(name=name, checkpoint=checkpoint))
     try:
         settings = load_settings(
-            config, listen=listen, data_dir=data_dir, zookeeper=zookeeper, node=node, jobs=jobs_given
+            config, listen=listen, data_dir=data_dir, zookeeper=zookeeper, node=node, jobs=jobs_given,
+            poll_interval=poll_interval, retention_epochs=retention_epochs,
         )
     except ConfigError as error:
         raise _fail(str(error), 2) from None

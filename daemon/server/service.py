@@ -34,6 +34,7 @@ MAX_KEY_BYTES = 64 * 1024
 MAX_KEYS_PER_CALL = 10_000
 DEFAULT_PAGE = 1000
 MAX_PAGE = 10_000
+DEADLINE_MARGIN = 0.05
 _TOKEN = struct.Struct(">q")
 
 
@@ -117,7 +118,11 @@ class EpochStateService(pb_grpc.EpochStateServicer):
     def _pin(
         self, entry: JobEntry, selector: pb.EpochSelector, context: grpc.ServicerContext
     ) -> epochs.Pinned:
-        return epochs.resolve(self._store, self._catalog, entry, selector, context.time_remaining())
+        remaining = context.time_remaining()
+        if remaining is not None:
+            # Answer before the deadline so the caller gets our reason, not a bare timeout.
+            remaining = max(0.0, remaining - DEADLINE_MARGIN)
+        return epochs.resolve(self._store, self._catalog, entry, selector, remaining)
 
     def _handle(self, ref: pb.StoreRef) -> tuple[JobEntry, StoreHandle]:
         if not ref.job:
