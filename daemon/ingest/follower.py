@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from epochstate.daemon.ingest.catalog import JobEntry, StoreHandle
+from epochstate.daemon.records import RecordEncoder
 from epochstate.daemon.sources.checkpoint import Checkpoint
 from epochstate.daemon.sources.epochlog import SourceRange
 from epochstate.daemon.sources.errors import MissingCheckpointFile, MissingStateFile
@@ -75,6 +76,7 @@ class JobFollower:
         self._retention = max(1, retention)
         self._clock = clock
         self._readers: dict[int, HdfsStoreReader] = {}
+        self._encoders: dict[int, RecordEncoder] = {}
         self.entry = self._open()
 
     # -- set-up ----------------------------------------------------------------
@@ -175,29 +177,44 @@ class JobFollower:
             self._publisher.retention_moved(self.entry)
         return IngestStats(epoch, result.versions_written, time.perf_counter() - started, full)
 
+    def _encoder(self, handle: StoreHandle) -> RecordEncoder:
+        encoder = self._encoders.get(handle.descriptor.store_id)
+        if encoder is None:
+            encoder = RecordEncoder(handle.key_schema, handle.value_schema)
+            self._encoders[handle.descriptor.store_id] = encoder
+        return encoder
+
     def _changes(self, handle: StoreHandle, epoch: int, full: bool) -> Iterator[Change]:
         reader = self._reader(handle)
+        encode = self._encoder(handle).present
         store_id = handle.descriptor.store_id
         version = epoch + 1
         if not full:
             try:
-                for c in reader.changes(version):
-                    yield Change(store_id, c.partition, c.key, c.value)
-                return
+                # Read the whole delta before yielding: a missing file must be
+                # found before any change of this store is handed on.
+                delta = list(reader.changes(version))
             except MissingStateFile:
                 log.info("job %s: no delta for version %d; diffing the full state", self.name, version)
                 yield from self._diff_full(handle, reader, version)
                 return
+            for c in delta:
+                payload = None if c.value is None else encode(c.partition, c.key, c.value)
+                yield Change(store_id, c.key, payload)
+            return
         for c in reader.full_state(version):
-            yield Change(store_id, c.partition, c.key, c.value)
+            assert c.value is not None
+            yield Change(store_id, c.key, encode(c.partition, c.key, c.value))
 
     def _diff_full(self, handle: StoreHandle, reader: HdfsStoreReader, version: int) -> Iterator[Change]:
         """Changes that turn the newest ingested state into the full state at ``version``."""
         store_id = handle.descriptor.store_id
+        encode = self._encoder(handle).present
         present: set[bytes] = set()
         for c in reader.full_state(version):
+            assert c.value is not None
             present.add(keycodec.encode_fields(c.key))
-            yield Change(store_id, c.partition, c.key, c.value)
+            yield Change(store_id, c.key, encode(c.partition, c.key, c.value))
         view = self._store.view()
         after: bytes | None = None
         while True:
@@ -206,7 +223,7 @@ class JobFollower:
                 break
             for v in page:
                 if v.encoded_key not in present:
-                    yield Change(store_id, v.partition, handle.decode_key(v.encoded_key), None)
+                    yield Change(store_id, handle.decode_key(v.encoded_key), None)
             after = page[-1].encoded_key
 
     def _record(self, epoch: int) -> EpochRecord:

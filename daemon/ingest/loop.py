@@ -126,6 +126,11 @@ class IngestLoop:
         if stats is None:
             return False
         self._catalog.advance(follower.name, follower.progress)
+        log.info(
+            "job %s: epoch %d queryable (%d versions%s, %.3f s)",
+            follower.name, stats.epoch, stats.versions_written,
+            ", full load" if stats.full_load else "", stats.seconds,
+        )
         if self._on_ingested is not None:
             self._on_ingested(follower.name, stats)
         return True

@@ -11,7 +11,7 @@ import functools
 import json
 import logging
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, TypeVar
 
 import grpc
@@ -20,7 +20,8 @@ from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry, StoreHandle
 from epochstate.daemon.server import epochs
 from epochstate.daemon.server.status import BadRequest, status_for
-from epochstate.daemon.server.values import RowConverter, key_from_proto
+from epochstate.daemon.records import RecordEncoder, response_bytes
+from epochstate.daemon.server.values import KeyCoercer, key_from_proto
 from epochstate.daemon.sources.sparktypes import StructType, type_to_json
 from epochstate.daemon.store import keycodec, layout
 from epochstate.daemon.store.descriptors import EpochRecord
@@ -90,16 +91,16 @@ def epoch_info(record: EpochRecord) -> pb.EpochInfo:
     )
 
 
-class _Converters:
-    """Row converters compiled once per store schema."""
+class _Codecs:
+    """Per store: the request-key coercer and the record encoder, compiled once."""
 
     def __init__(self) -> None:
-        self._cache: dict[int, tuple[RowConverter, RowConverter]] = {}
+        self._cache: dict[int, tuple[KeyCoercer, RecordEncoder]] = {}
 
-    def of(self, handle: StoreHandle) -> tuple[RowConverter, RowConverter]:
+    def of(self, handle: StoreHandle) -> tuple[KeyCoercer, RecordEncoder]:
         found = self._cache.get(handle.descriptor.store_id)
         if found is None:
-            found = (RowConverter(handle.key_schema), RowConverter(handle.value_schema))
+            found = (KeyCoercer(handle.key_schema), RecordEncoder(handle.key_schema, handle.value_schema))
             self._cache[handle.descriptor.store_id] = found
         return found
 
@@ -111,7 +112,7 @@ class EpochStateService(pb_grpc.EpochStateServicer):
         self._store = store
         self._catalog = catalog
         self._ingest = ingest
-        self._converters = _Converters()
+        self._codecs = _Codecs()
 
     # -- helpers -------------------------------------------------------------
 
@@ -130,51 +131,51 @@ class EpochStateService(pb_grpc.EpochStateServicer):
         entry = self._catalog.get(ref.job)
         return entry, entry.store(ref.operator_id, ref.store)
 
-    def _encode_key(self, handle: StoreHandle, key: pb.Row) -> bytes:
-        encoded = keycodec.encode_fields(key_from_proto(key, handle.key_schema))
-        if len(encoded) > MAX_KEY_BYTES:
-            raise BadRequest(f"key is {len(encoded)} bytes; the limit is {MAX_KEY_BYTES}")
-        return encoded
+    def _keys(
+        self, handle: StoreHandle, keys: Iterable[pb.Row]
+    ) -> tuple[list[bytes], list[tuple[Any, ...]]]:
+        """The store encoding and the canonical decoded form of each request key."""
+        coerce, _ = self._codecs.of(handle)
+        encoded, canonical = [], []
+        for key in keys:
+            value = coerce(key)
+            raw = keycodec.encode_fields(value)
+            if len(raw) > MAX_KEY_BYTES:
+                raise BadRequest(f"key is {len(raw)} bytes; the limit is {MAX_KEY_BYTES}")
+            encoded.append(raw)
+            canonical.append(value)
+        return encoded, canonical
 
-    def _records(
-        self, handle: StoreHandle, keys: list[pb.Row], found: list[Version | None]
-    ) -> list[pb.Record]:
-        _, value_of = self._converters.of(handle)
-        out = []
-        for key, version in zip(keys, found, strict=True):
-            if version is None:
-                out.append(pb.Record(key=key, found=False))
-            else:
-                value = keycodec.decode(version.encoded_value)
-                out.append(
-                    pb.Record(key=key, value=value_of(value), found=True, partition=version.partition)
-                )
-        return out
+    def _found(
+        self, handle: StoreHandle, found: list[Version | None], keys: list[tuple[Any, ...]]
+    ) -> Iterator[bytes]:
+        absent = self._codecs.of(handle)[1].absent
+        for version, key in zip(found, keys, strict=True):
+            yield absent(key) if version is None else version.payload
 
     # -- reads ---------------------------------------------------------------
 
     @_domain_errors
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.GetResponse:
         entry, handle = self._handle(request.store)
-        encoded = self._encode_key(handle, request.key)
-        key_of, _ = self._converters.of(handle)
-        canonical = key_of(handle.decode_key(encoded))
+        encoded, keys = self._keys(handle, [request.key])
         pinned = self._pin(entry, request.epoch, context)
-        found = pinned.view.get_many(handle.descriptor.store_id, [encoded], pinned.epoch)
-        (record,) = self._records(handle, [canonical], found)
-        return pb.GetResponse(epoch=pinned.epoch, record=record)
+        found = pinned.view.get_many(handle.descriptor.store_id, encoded, pinned.epoch)
+        body = response_bytes(pinned.epoch, self._found(handle, found, keys))
+        return pb.GetResponse.FromString(body)
 
     @_domain_errors
-    def MultiGet(self, request: pb.MultiGetRequest, context: grpc.ServicerContext) -> pb.MultiGetResponse:
+    def MultiGet(
+        self, request: pb.MultiGetRequest, context: grpc.ServicerContext
+    ) -> pb.MultiGetResponse:
         entry, handle = self._handle(request.store)
         if len(request.keys) > MAX_KEYS_PER_CALL:
             raise BadRequest(f"{len(request.keys)} keys in one call; the limit is {MAX_KEYS_PER_CALL}")
-        key_of, _ = self._converters.of(handle)
-        encoded = [self._encode_key(handle, k) for k in request.keys]
-        canonical = [key_of(handle.decode_key(e)) for e in encoded]
+        encoded, keys = self._keys(handle, request.keys)
         pinned = self._pin(entry, request.epoch, context)
         found = pinned.view.get_many(handle.descriptor.store_id, encoded, pinned.epoch)
-        return pb.MultiGetResponse(epoch=pinned.epoch, records=self._records(handle, canonical, found))
+        body = response_bytes(pinned.epoch, self._found(handle, found, keys))
+        return pb.MultiGetResponse.FromString(body)
 
     @_domain_errors
     def Scan(self, request: pb.ScanRequest, context: grpc.ServicerContext) -> pb.ScanResponse:
@@ -203,20 +204,11 @@ class EpochStateService(pb_grpc.EpochStateServicer):
         versions = pinned.view.scan(
             handle.descriptor.store_id, pinned.epoch, lower, upper, limit, after
         )
-        key_of, value_of = self._converters.of(handle)
-        records = [
-            pb.Record(
-                key=key_of(handle.decode_key(v.encoded_key)),
-                value=value_of(keycodec.decode(v.encoded_value)),
-                found=True,
-                partition=v.partition,
-            )
-            for v in versions
-        ]
         token = b""
         if len(versions) == limit:
             token = _TOKEN.pack(pinned.epoch) + versions[-1].encoded_key
-        return pb.ScanResponse(epoch=pinned.epoch, records=records, next_page_token=token)
+        body = response_bytes(pinned.epoch, (v.payload for v in versions), token=token)
+        return pb.ScanResponse.FromString(body)
 
     # -- discovery -------------------------------------------------------------
 

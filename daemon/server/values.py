@@ -1,8 +1,7 @@
 """Conversion between decoded Spark values and ``epochstate.v1.Value`` messages.
 
-Outbound (:func:`row_to_proto`) is exact and deterministic: the same decoded row
-always yields byte-identical messages. Inbound (:func:`key_from_proto`) validates
-a request key against the key schema and coerces it to the canonical decoded form
+(Outbound conversion lives in :mod:`epochstate.daemon.records`.)
+:func:`key_from_proto` validates a request key against the key schema and coerces it to the canonical decoded form
 the store indexes by; anything that does not fit raises :class:`BadKey` naming the
 offending field.
 """
@@ -11,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
-from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -42,74 +40,6 @@ _INT_RANGES = {
 _F32 = struct.Struct("<f")
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _EPOCH_DT = dt.datetime(1970, 1, 1)
-
-
-# -- outbound -----------------------------------------------------------------
-
-ToProto = Callable[[Any], pb.Value]
-
-
-def _null() -> pb.Value:
-    return pb.Value(null=True)
-
-
-def converter(t: SparkType) -> ToProto:
-    """A function turning a decoded value of type ``t`` into a Value message."""
-    if isinstance(t, AtomicType):
-        name = t.name
-        if name in _INT_RANGES:
-            return lambda v: _null() if v is None else pb.Value(int=v)
-        if name in ("float", "double"):
-            return lambda v: _null() if v is None else pb.Value(float=v)
-        if name == "boolean":
-            return lambda v: _null() if v is None else pb.Value(bool=v)
-        if name == "string":
-            return lambda v: _null() if v is None else pb.Value(string=v)
-        if name == "binary":
-            return lambda v: _null() if v is None else pb.Value(binary=bytes(v))
-        if name == "date":
-            return lambda v: _null() if v is None else pb.Value(date=v)
-        if name in ("timestamp", "timestamp_ntz"):
-            return lambda v: _null() if v is None else pb.Value(timestamp_micros=v)
-        return lambda v: _null()
-    if isinstance(t, DecimalType):
-        return lambda v: _null() if v is None else pb.Value(decimal=str(v))
-    if isinstance(t, StructType):
-        fields = [converter(f.type) for f in t.fields]
-
-        def struct_value(v: Any) -> pb.Value:
-            if v is None:
-                return _null()
-            return pb.Value(struct=pb.Row(fields=[c(x) for c, x in zip(fields, v, strict=True)]))
-
-        return struct_value
-    if isinstance(t, ArrayType):
-        element = converter(t.element)
-        return lambda v: (
-            _null() if v is None else pb.Value(array=pb.Array(elements=[element(x) for x in v]))
-        )
-    key_c, value_c = converter(t.key), converter(t.value)
-
-    def map_value(v: Any) -> pb.Value:
-        if v is None:
-            return _null()
-        return pb.Value(
-            map=pb.Map(
-                keys=[key_c(k) for k, _ in v.entries], values=[value_c(x) for _, x in v.entries]
-            )
-        )
-
-    return map_value
-
-
-class RowConverter:
-    """Converts decoded rows of one struct schema to ``Row`` messages (compiled once)."""
-
-    def __init__(self, schema: StructType) -> None:
-        self._fields = [converter(f.type) for f in schema.fields]
-
-    def __call__(self, row: tuple[Any, ...]) -> pb.Row:
-        return pb.Row(fields=[c(x) for c, x in zip(self._fields, row, strict=True)])
 
 
 # -- inbound --------------------------------------------------------------------
@@ -237,6 +167,45 @@ def _coerce_row(prefix: str, schema: StructType, row: pb.Row, *, partial: bool =
 def key_from_proto(row: pb.Row, schema: StructType, *, partial: bool = False) -> tuple[Any, ...]:
     """The canonical decoded key for ``row``; ``partial`` allows leading fields only."""
     return _coerce_row("", schema, row, partial=partial)
+
+
+_FAST_KIND = {"string": "string", "boolean": "bool", "binary": "binary", "date": "date",
+              "timestamp": "timestamp_micros", "timestamp_ntz": "timestamp_micros"}
+
+
+class KeyCoercer:
+    """:func:`key_from_proto` for one key schema, with a fast path for the common case.
+
+    Fields given in their natural kind (a string for a string column, an in-range
+    int for an integral one, ...) are taken as they are; anything else goes through
+    the full validation, which also produces the error message.
+    """
+
+    def __init__(self, schema: StructType) -> None:
+        self.schema = schema
+        self._plan: list[tuple[str | None, tuple[int, int] | None]] = []
+        for f in schema.fields:
+            if isinstance(f.type, AtomicType) and f.type.name in _INT_RANGES:
+                self._plan.append(("int", _INT_RANGES[f.type.name]))
+            elif isinstance(f.type, AtomicType) and f.type.name in _FAST_KIND:
+                self._plan.append((_FAST_KIND[f.type.name], None))
+            else:
+                self._plan.append((None, None))
+
+    def __call__(self, row: pb.Row) -> tuple[Any, ...]:
+        fields = row.fields
+        if len(fields) != len(self._plan):
+            return _coerce_row("", self.schema, row)
+        out = []
+        for (kind, bounds), v in zip(self._plan, fields, strict=True):
+            given: str | None = v.WhichOneof("kind")
+            if kind is None or given != kind:
+                return _coerce_row("", self.schema, row)
+            value = getattr(v, kind)
+            if bounds is not None and not bounds[0] <= value <= bounds[1]:
+                return _coerce_row("", self.schema, row)
+            out.append(value)
+        return tuple(out)
 
 
 # -- decoded values to Python objects for people (CLI, client) ---------------------

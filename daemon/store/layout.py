@@ -7,7 +7,7 @@ versions from the same snapshot). Integers are big-endian so they sort.
 =========================================  =======================================
 key                                        value
 =========================================  =======================================
-``d`` store_id key ~epoch                  a version: tombstone, or partition+value
+``d`` store_id key ~epoch                  a version: tombstone, or live + payload
 ``g`` job_id epoch data_key                (empty) data_key is garbage once the
                                            oldest retained epoch is >= epoch
 ``e`` job_id epoch                         the epoch's record (JSON)
@@ -39,7 +39,6 @@ EPOCH_WIDTH = _EPOCH.size
 
 TOMBSTONE = b"\x00"
 LIVE = b"\x01"
-_PARTITION = struct.Struct(">H")
 
 
 def data_prefix(store_id: int) -> bytes:
@@ -102,15 +101,15 @@ def store_key(store_id: int) -> bytes:
     return STORE + _ID.pack(store_id)
 
 
-def live_value(partition: int, encoded_value: bytes) -> bytes:
-    return LIVE + _PARTITION.pack(partition) + encoded_value
+def live_value(payload: bytes) -> bytes:
+    return LIVE + payload
 
 
-def parse_version(raw: bytes) -> tuple[int, bytes] | None:
-    """``(partition, encoded value)``, or None for a tombstone."""
+def parse_version(raw: bytes) -> bytes | None:
+    """The payload of a live version, or None for a tombstone."""
     if raw[:1] == TOMBSTONE:
         return None
-    return _PARTITION.unpack_from(raw, 1)[0], raw[3:]
+    return raw[1:]
 
 
 def prefix_end(prefix: bytes) -> bytes | None:

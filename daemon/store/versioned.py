@@ -2,6 +2,9 @@
 
 Guarantees:
 
+* The store keeps an opaque payload per (store, key, epoch); keys are ordered by
+  their :mod:`keycodec` encoding. (The daemon's payloads are serialized
+  ``epochstate.v1.Record`` messages, so a read copies bytes and decodes nothing.)
 * An epoch's changes, its epoch record and the job's progress marker are written
   in one RocksDB ``WriteBatch``: after a crash an epoch is either wholly visible or
   not at all.
@@ -36,20 +39,18 @@ from epochstate.daemon.store.errors import StoreClosed, UnknownJob
 
 
 class Change(NamedTuple):
-    """One key's last change in an epoch. ``value`` None means removed."""
+    """One key's last change in an epoch. ``payload`` None means removed."""
 
     store_id: int
-    partition: int
     key: tuple[Any, ...]
-    value: tuple[Any, ...] | None
+    payload: bytes | None
 
 
 class Version(NamedTuple):
     """A live version found by a read."""
 
     encoded_key: bytes
-    partition: int
-    encoded_value: bytes
+    payload: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +105,9 @@ class StoreView:
                 raw_key = it.key()
                 # Same user key <=> identical bytes up to the epoch suffix.
                 if len(raw_key) == len(wanted) and raw_key[: -layout.EPOCH_WIDTH] == wanted[: -layout.EPOCH_WIDTH]:
-                    parsed = layout.parse_version(it.value())
-                    if parsed is not None:
-                        version = Version(encoded, parsed[0], parsed[1])
+                    payload = layout.parse_version(it.value())
+                    if payload is not None:
+                        version = Version(encoded, payload)
             found.append(version)
         return found
 
@@ -143,9 +144,9 @@ class StoreView:
             if version_epoch > epoch:
                 it.seek(layout.data_key(store_id, user_key[len(prefix) :], epoch))
                 continue
-            parsed = layout.parse_version(it.value())
-            if parsed is not None:
-                out.append(Version(user_key[len(prefix) :], parsed[0], parsed[1]))
+            payload = layout.parse_version(it.value())
+            if payload is not None:
+                out.append(Version(user_key[len(prefix) :], payload))
             skip_user_key = user_key
             it.next()
         return out
@@ -298,16 +299,16 @@ class VersionedStore:
                     if len(raw) == len(key) and raw[: -layout.EPOCH_WIDTH] == key[: -layout.EPOCH_WIDTH]:
                         previous = raw
                         previous_live = it.value()[:1] == layout.LIVE
-            if change.value is None and not previous_live:
+            if change.payload is None and not previous_live:
                 continue  # removing an absent key changes nothing
             if previous is not None:
                 # Readers at epochs before `epoch` still need it; none after.
                 batch.put(layout.garbage_key(job.job_id, epoch, previous), b"")
-            if change.value is None:
+            if change.payload is None:
                 batch.put(key, layout.TOMBSTONE)
                 batch.put(layout.garbage_key(job.job_id, epoch, key), b"")
             else:
-                batch.put(key, layout.live_value(change.partition, keycodec.encode(change.value)))
+                batch.put(key, layout.live_value(change.payload))
             written += 1
         oldest = current.oldest if current.oldest >= 0 else epoch
         progress = JobProgress(epoch, oldest)

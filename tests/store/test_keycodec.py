@@ -6,7 +6,7 @@ import pytest
 from epochstate.daemon.sources.sparktypes import MapValue
 from epochstate.daemon.store import keycodec
 
-SAMPLES = [
+SAMPLES: list[object] = [
     None,
     True,
     False,

@@ -25,11 +25,11 @@ def test_random_history_matches_model(tmp_path: Path) -> None:
         changes = []
         for key in rng.sample(keys, 12):
             if rng.random() < 0.3:
-                changes.append(Change(sid, key[0] % 2, key, None))
+                changes.append(Change(sid, key, None))
                 live.pop(key, None)
             else:
                 value = (epoch, rng.random())
-                changes.append(Change(sid, key[0] % 2, key, value))
+                changes.append(Change(sid, key, keycodec.encode(value)))
                 live[key] = value
         store.apply_epoch(job, epoch, changes, record(epoch), fresh=epoch == 0)
         model[epoch] = dict(live)
@@ -43,7 +43,7 @@ def test_random_history_matches_model(tmp_path: Path) -> None:
         encoded = [keycodec.encode_fields(k) for k in keys]
         found = view.get_many(sid, encoded, epoch)
         got = {
-            key: keycodec.decode(v.encoded_value) for key, v in zip(keys, found) if v is not None
+            key: keycodec.decode(v.payload) for key, v in zip(keys, found) if v is not None
         }
         assert got == model[epoch], epoch
         scanned = view.scan(sid, epoch, b"", None, 1000)
@@ -70,12 +70,12 @@ def test_apply_is_idempotent_and_atomic_marker(tmp_path: Path) -> None:
     store = VersionedStore(tmp_path / "db")
     job = store.add_job("j", "/cp", "q", "hdfs")
     sid = store.add_store("j", 0, "agg", "default", 1, "{}", "{}").store_id
-    store.apply_epoch(job, 0, [Change(sid, 0, (1,), (10,))], record(0), fresh=True)
-    result = store.apply_epoch(job, 0, [Change(sid, 0, (1,), (99,))], record(0))
+    store.apply_epoch(job, 0, [Change(sid, (1,), b"ten")], record(0), fresh=True)
+    result = store.apply_epoch(job, 0, [Change(sid, (1,), b"other")], record(0))
     assert result.versions_written == 0
     view = store.view()
     (version,) = view.get_many(sid, [keycodec.encode_fields((1,))], 0)
-    assert version is not None and keycodec.decode(version.encoded_value) == (10,)
+    assert version is not None and version.payload == b"ten"
     assert [r.epoch for r in store.epochs(job.job_id)] == [0]
     del view, version  # a live snapshot keeps the database open
     store.close()
