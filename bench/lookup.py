@@ -37,7 +37,6 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from epochstate.client import EpochStateClient  # noqa: E402
 from epochstate.v1 import epochstate_pb2 as pb  # noqa: E402
-from epochstate.v1 import epochstate_pb2_grpc as pb_grpc  # noqa: E402
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
@@ -58,6 +57,7 @@ def timed(call: Callable[[], Any], count: int, warmup: int = 200) -> list[float]
 
 def echo_server() -> tuple[grpc.Server, str]:
     """A bare unary echo over gRPC: no protobuf work, no storage."""
+
     def echo(request: bytes, context: grpc.ServicerContext) -> bytes:
         return request
 
@@ -77,12 +77,20 @@ def build_state(spark: Any, workdir: Path, keys: int, epochs: int, changed: int)
     source = workdir / "in"
     source.mkdir()
     checkpoint = workdir / "cp"
-    frame = spark.readStream.format("json").schema("user long, amount long") \
-        .option("maxFilesPerTrigger", 1).load(str(source))
+    frame = (
+        spark.readStream.format("json")
+        .schema("user long, amount long")
+        .option("maxFilesPerTrigger", 1)
+        .load(str(source))
+    )
     query = (
-        frame.groupBy("user").agg(F.count("*").alias("n"), F.sum("amount").alias("total"))
-        .writeStream.format("noop").outputMode("update").queryName("bench")
-        .option("checkpointLocation", str(checkpoint)).start()
+        frame.groupBy("user")
+        .agg(F.count("*").alias("n"), F.sum("amount").alias("total"))
+        .writeStream.format("noop")
+        .outputMode("update")
+        .queryName("bench")
+        .option("checkpointLocation", str(checkpoint))
+        .start()
     )
     rng = random.Random(7)
     for epoch in range(epochs):
@@ -95,7 +103,9 @@ def build_state(spark: Any, workdir: Path, keys: int, epochs: int, changed: int)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--changed", type=int, default=10_000)
@@ -108,22 +118,42 @@ def main() -> None:
     from epochstate.spark_plugin import attach
 
     workdir = Path(tempfile.mkdtemp(prefix="epochstate-bench-"))
-    spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     address = workdir / "address"
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "epochstate.client.cli", "daemon", "--listen", "127.0.0.1:0",
-         "--data-dir", str(workdir / "daemon"), "--address-file", str(address),
-         "--retention-epochs", str(max(100, args.epochs)), "--log-level", "WARNING"],
+        [
+            sys.executable,
+            "-m",
+            "epochstate.client.cli",
+            "daemon",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(workdir / "daemon"),
+            "--address-file",
+            str(address),
+            "--retention-epochs",
+            str(max(100, args.epochs)),
+            "--log-level",
+            "WARNING",
+        ],
     )
     try:
         while not address.exists():
             time.sleep(0.05)
         target = address.read_text().strip()
         reporter = attach(spark, target, checkpoints={"bench": str(workdir / "cp")})
-        print(f"building state: {args.keys} keys, {args.epochs} epochs, {args.changed} changed per epoch ...",
-              file=sys.stderr)
+        print(
+            f"building state: {args.keys} keys, {args.epochs} epochs, {args.changed} changed per epoch ...",
+            file=sys.stderr,
+        )
         checkpoint = build_state(spark, workdir, args.keys, args.epochs, args.changed)
         client = EpochStateClient(target, timeout=120)
         last = args.epochs - 1
@@ -135,8 +165,15 @@ def main() -> None:
         def add(name: str, samples: list[float], unit_per_call: int = 1) -> tuple[float, float, float]:
             p50, p99 = percentiles(samples)
             rate = unit_per_call * len(samples) / sum(samples)
-            rows.append((name, f"{p50 * 1e6:,.0f}", f"{p99 * 1e6:,.0f}", f"{rate:,.0f}",
-                         "keys/s" if unit_per_call > 1 else "calls/s"))
+            rows.append(
+                (
+                    name,
+                    f"{p50 * 1e6:,.0f}",
+                    f"{p99 * 1e6:,.0f}",
+                    f"{rate:,.0f}",
+                    "keys/s" if unit_per_call > 1 else "calls/s",
+                )
+            )
             return p50, p99, rate
 
         server, echo_target = echo_server()
@@ -148,18 +185,27 @@ def main() -> None:
         stub = client.stub
         rng = random.Random(1)
         requests = [
-            pb.GetRequest(store=pb.StoreRef(job="bench"), key=pb.Row(fields=[pb.Value(int=rng.randrange(args.keys))]),
-                          epoch=pb.EpochSelector(exact=pinned))
+            pb.GetRequest(
+                store=pb.StoreRef(job="bench"),
+                key=pb.Row(fields=[pb.Value(int=rng.randrange(args.keys))]),
+                epoch=pb.EpochSelector(exact=pinned),
+            )
             for _ in range(1000)
         ]
         it = iter(range(10**9))
-        get_p50, _, _ = add("(b) Get, pinned epoch", timed(lambda: stub.Get(requests[next(it) % 1000]), args.calls))
+        get_p50, _, _ = add(
+            "(b) Get, pinned epoch", timed(lambda: stub.Get(requests[next(it) % 1000]), args.calls)
+        )
         multi = pb.MultiGetRequest(
-            store=pb.StoreRef(job="bench"), epoch=pb.EpochSelector(exact=pinned),
+            store=pb.StoreRef(job="bench"),
+            epoch=pb.EpochSelector(exact=pinned),
             keys=[pb.Row(fields=[pb.Value(int=rng.randrange(args.keys))]) for _ in range(100)],
         )
-        _, _, multi_rate = add("(c) MultiGet, 100 keys", timed(lambda: stub.MultiGet(multi), args.calls // 10, 20),
-                               unit_per_call=100)
+        _, _, multi_rate = add(
+            "(c) MultiGet, 100 keys",
+            timed(lambda: stub.MultiGet(multi), args.calls // 10, 20),
+            unit_per_call=100,
+        )
 
         from pyspark.sql import functions as F
 
@@ -173,26 +219,43 @@ def main() -> None:
         epochs = client.epochs("bench")
         lags = [(e.ingested_at_ms - e.committed_at_ms) / 1000 for e in epochs if e.epoch > 0]
         fresh_p50, fresh_p99 = percentiles(lags)
-        rows.append(("(e) freshness, commit -> queryable", f"{fresh_p50 * 1e6:,.0f}", f"{fresh_p99 * 1e6:,.0f}",
-                     f"{len(lags)}", "epochs"))
+        rows.append(
+            (
+                "(e) freshness, commit -> queryable",
+                f"{fresh_p50 * 1e6:,.0f}",
+                f"{fresh_p99 * 1e6:,.0f}",
+                f"{len(lags)}",
+                "epochs",
+            )
+        )
 
         print()
-        print(f"state: {args.keys:,} keys, {args.epochs} epochs, {args.changed:,} keys changed per epoch; "
-              f"pinned epoch {pinned}; {os.cpu_count()} cores")
+        print(
+            f"state: {args.keys:,} keys, {args.epochs} epochs, {args.changed:,} keys changed per epoch; "
+            f"pinned epoch {pinned}; {os.cpu_count()} cores"
+        )
         header = ("measurement", "p50 (µs)", "p99 (µs)", "throughput", "unit")
         widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(5)]
         for row in [header, tuple("-" * w for w in widths), *rows]:
             print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
         print()
         print("targets:")
-        print(f"  Get p50 within 1.5x of echo floor:   {get_p50 / echo_p50:.2f}x  "
-              f"{'met' if get_p50 <= 1.5 * echo_p50 else 'NOT met'}")
-        print(f"  MultiGet >= 50,000 keys/s:           {multi_rate:,.0f}  {'met' if multi_rate >= 50_000 else 'NOT met'}")
-        print(f"  >= 1000x faster than Spark's reader: {spark_p50 / get_p50:,.0f}x  "
-              f"{'met' if spark_p50 / get_p50 >= 1000 else 'NOT met'}")
-        print(f"  freshness p50 <= 0.5 s:              {fresh_p50:.3f} s  {'met' if fresh_p50 <= 0.5 else 'NOT met'}")
-        print(f"  (listener reports sent: {reporter.sent}, dropped: {reporter.dropped}; "
-              f"statistics.mean freshness {statistics.mean(lags):.3f} s)")
+        print(
+            f"  Get p50 within 1.5x of echo floor:   {get_p50 / echo_p50:.2f}x  "
+            f"{'met' if get_p50 <= 1.5 * echo_p50 else 'NOT met'}"
+        )
+        verdict = "met" if multi_rate >= 50_000 else "NOT met"
+        print(f"  MultiGet >= 50,000 keys/s:           {multi_rate:,.0f}  {verdict}")
+        print(
+            f"  >= 1000x faster than Spark's reader: {spark_p50 / get_p50:,.0f}x  "
+            f"{'met' if spark_p50 / get_p50 >= 1000 else 'NOT met'}"
+        )
+        verdict = "met" if fresh_p50 <= 0.5 else "NOT met"
+        print(f"  freshness p50 <= 0.5 s:              {fresh_p50:.3f} s  {verdict}")
+        print(
+            f"  (listener reports sent: {reporter.sent}, dropped: {reporter.dropped}; "
+            f"statistics.mean freshness {statistics.mean(lags):.3f} s)"
+        )
         server.stop(0)
         client.close()
     finally:

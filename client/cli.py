@@ -49,9 +49,7 @@ TargetOpt = Annotated[
     typer.Option("--target", "-t", envvar="EPOCHSTATE_TARGET", help="daemon address host:port"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
-EpochOpt = Annotated[
-    str, typer.Option("--epoch", "-e", help="an epoch number, or 'latest'")
-]
+EpochOpt = Annotated[str, typer.Option("--epoch", "-e", help="an epoch number, or 'latest'")]
 AtLeastOpt = Annotated[
     int | None, typer.Option("--at-least", help="newest epoch, once it is >= this (waits)")
 ]
@@ -114,8 +112,13 @@ def _print_lookups(lookups: list[Lookup], as_json: bool) -> None:
         for lk in lookups:
             out.print_json(
                 json.dumps(
-                    {"epoch": lk.epoch, "key": _jsonable(lk.key), "found": lk.found,
-                     "value": _jsonable(lk.value), "partition": lk.partition}
+                    {
+                        "epoch": lk.epoch,
+                        "key": _jsonable(lk.key),
+                        "found": lk.found,
+                        "value": _jsonable(lk.value),
+                        "partition": lk.partition,
+                    }
                 )
             )
         return
@@ -186,8 +189,13 @@ def jobs(target: TargetOpt = "127.0.0.1:7070", as_json: JsonOpt = False, timeout
     with EpochStateClient(target, timeout=timeout) as client:
         found = _run(client.jobs)
     rows = [
-        {"job": j.job, "latest_epoch": j.latest_epoch, "oldest_epoch": j.oldest_epoch,
-         "query_id": j.query_id, "checkpoint": j.checkpoint}
+        {
+            "job": j.job,
+            "latest_epoch": j.latest_epoch,
+            "oldest_epoch": j.oldest_epoch,
+            "query_id": j.query_id,
+            "checkpoint": j.checkpoint,
+        }
         for j in found
     ]
     if as_json:
@@ -209,15 +217,29 @@ def describe(
     with EpochStateClient(target, timeout=timeout) as client:
         d = _run(lambda: client.describe(job, refresh=True))
     stores = [
-        {"operator": s.operator_id, "operator_name": s.operator_name, "store": s.store,
-         "partitions": s.num_partitions, "key": type_to_simple_string(s.key),
-         "value": type_to_simple_string(s.value)}
+        {
+            "operator": s.operator_id,
+            "operator_name": s.operator_name,
+            "store": s.store,
+            "partitions": s.num_partitions,
+            "key": type_to_simple_string(s.key),
+            "value": type_to_simple_string(s.value),
+        }
         for s in d.stores
     ]
     if as_json:
-        out.print_json(json.dumps({"job": d.job, "checkpoint": d.checkpoint, "query_id": d.query_id,
-                                   "latest_epoch": d.latest_epoch, "oldest_epoch": d.oldest_epoch,
-                                   "stores": stores}))
+        out.print_json(
+            json.dumps(
+                {
+                    "job": d.job,
+                    "checkpoint": d.checkpoint,
+                    "query_id": d.query_id,
+                    "latest_epoch": d.latest_epoch,
+                    "oldest_epoch": d.oldest_epoch,
+                    "stores": stores,
+                }
+            )
+        )
         return
     out.print(f"job [bold]{d.job}[/bold]  query {d.query_id}  epochs {d.oldest_epoch}..{d.latest_epoch}")
     out.print(f"checkpoint {d.checkpoint}", highlight=False)
@@ -240,10 +262,16 @@ def epochs(
     with EpochStateClient(target, timeout=timeout) as client:
         found = _run(lambda: client.epochs(job, from_epoch=from_epoch, limit=limit))
     rows: list[dict[str, Any]] = [
-        {"epoch": e.epoch, "committed_at_ms": e.committed_at_ms, "ingested_at_ms": e.ingested_at_ms,
-         "watermark_ms": e.watermark_ms,
-         "sources": [{"source": s.source, "start": s.start_offset_json, "end": s.end_offset_json}
-                     for s in e.sources]}
+        {
+            "epoch": e.epoch,
+            "committed_at_ms": e.committed_at_ms,
+            "ingested_at_ms": e.ingested_at_ms,
+            "watermark_ms": e.watermark_ms,
+            "sources": [
+                {"source": s.source, "start": s.start_offset_json, "end": s.end_offset_json}
+                for s in e.sources
+            ],
+        }
         for e in found
     ]
     if as_json:
@@ -252,8 +280,9 @@ def epochs(
     table = Table("epoch", "committed (ms)", "queryable after (ms)", "end offsets")
     for r in rows:
         lag = r["ingested_at_ms"] - r["committed_at_ms"]
-        table.add_row(str(r["epoch"]), str(r["committed_at_ms"]), str(lag),
-                      "; ".join(s["end"] for s in r["sources"]))
+        table.add_row(
+            str(r["epoch"]), str(r["committed_at_ms"]), str(lag), "; ".join(s["end"] for s in r["sources"])
+        )
     out.print(table)
 
 
@@ -268,7 +297,9 @@ def watch(
         seen = 0
         try:
             for e in client.watch(job):
-                out.print(f"epoch {e.epoch} queryable ({e.ingested_at_ms - e.committed_at_ms} ms after commit)")
+                out.print(
+                    f"epoch {e.epoch} queryable ({e.ingested_at_ms - e.committed_at_ms} ms after commit)"
+                )
                 seen += 1
                 if count and seen >= count:
                     return
@@ -304,8 +335,14 @@ def daemon(
             jobs_given.append(JobConfig(name=name, checkpoint=checkpoint))
     try:
         settings = load_settings(
-            config, listen=listen, data_dir=data_dir, zookeeper=zookeeper, node=node, jobs=jobs_given,
-            poll_interval=poll_interval, retention_epochs=retention_epochs,
+            config,
+            listen=listen,
+            data_dir=data_dir,
+            zookeeper=zookeeper,
+            node=node,
+            jobs=jobs_given,
+            poll_interval=poll_interval,
+            retention_epochs=retention_epochs,
         )
     except ConfigError as error:
         raise _fail(str(error), 2) from None

@@ -82,7 +82,9 @@ class JobDescription:
 T = TypeVar("T")
 
 
-def selector(epoch: EpochArg = "latest", *, at_least: int | None = None, wait: bool = False) -> pb.EpochSelector:
+def selector(
+    epoch: EpochArg = "latest", *, at_least: int | None = None, wait: bool = False
+) -> pb.EpochSelector:
     """The EpochSelector for an ``epoch`` argument (int, "latest") or ``at_least``."""
     if at_least is not None:
         return pb.EpochSelector(at_least=at_least)
@@ -162,7 +164,9 @@ class EpochStateClient:
         except InvalidArgument:
             return self.describe(job, refresh=True).store(operator_id, store)
 
-    def epochs(self, job: str, *, from_epoch: int = 0, limit: int = 0, timeout: float | None = None) -> list[pb.EpochInfo]:
+    def epochs(
+        self, job: str, *, from_epoch: int = 0, limit: int = 0, timeout: float | None = None
+    ) -> list[pb.EpochInfo]:
         request = pb.ListEpochsRequest(job=job, from_epoch=from_epoch, limit=limit)
         return list(self._call(self._stub.ListEpochs, request, timeout).epochs)
 

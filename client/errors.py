@@ -58,7 +58,15 @@ class EpochDamaged(EpochStateClientError):
 
 _BY_CODE: dict[grpc.StatusCode, type[EpochStateClientError]] = {
     cls.code: cls
-    for cls in (NotFound, InvalidArgument, EpochNotReady, EpochRetired, DeadlineExceeded, Unavailable, EpochDamaged)
+    for cls in (
+        NotFound,
+        InvalidArgument,
+        EpochNotReady,
+        EpochRetired,
+        DeadlineExceeded,
+        Unavailable,
+        EpochDamaged,
+    )
 }
 
 

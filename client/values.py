@@ -48,7 +48,9 @@ def to_value(value: Any, t: SparkType) -> pb.Value:
     if isinstance(t, MapType):
         items = list(value.items()) if isinstance(value, Mapping) else list(value)
         return pb.Value(
-            map=pb.Map(keys=[to_value(k, t.key) for k, _ in items], values=[to_value(v, t.value) for _, v in items])
+            map=pb.Map(
+                keys=[to_value(k, t.key) for k, _ in items], values=[to_value(v, t.value) for _, v in items]
+            )
         )
     if isinstance(t, DecimalType):
         return pb.Value(decimal=str(value)) if not isinstance(value, int) else pb.Value(int=value)
@@ -82,9 +84,13 @@ def to_row(value: Any, schema: StructType, *, partial: bool = False) -> pb.Row:
         values = list(value)
     else:
         values = [value]  # a single-field key given bare
-    return pb.Row(fields=[to_value(v, f.type) for v, f in zip(values, schema.fields, strict=False)] + [
-        pb.Value(string=str(v)) for v in values[len(schema.fields) :]  # too many: let the daemon say so
-    ])
+    return pb.Row(
+        fields=[to_value(v, f.type) for v, f in zip(values, schema.fields, strict=False)]
+        + [
+            pb.Value(string=str(v))
+            for v in values[len(schema.fields) :]  # too many: let the daemon say so
+        ]
+    )
 
 
 def from_value(v: pb.Value, t: SparkType) -> Any:
@@ -99,7 +105,9 @@ def from_value(v: pb.Value, t: SparkType) -> Any:
     if kind == "map":
         kt = t.key if isinstance(t, MapType) else AtomicType("null")
         vt = t.value if isinstance(t, MapType) else AtomicType("null")
-        pairs = [(from_value(k, kt), from_value(x, vt)) for k, x in zip(v.map.keys, v.map.values, strict=True)]
+        pairs = [
+            (from_value(k, kt), from_value(x, vt)) for k, x in zip(v.map.keys, v.map.values, strict=True)
+        ]
         try:
             return dict(pairs)
         except TypeError:

@@ -74,7 +74,5 @@ def load_settings(path: Path | None = None, **overrides: Any) -> DaemonSettings:
         merged.update({k: v for k, v in overrides.items() if v is not None})
         return DaemonSettings(**merged)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()
-        )
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
         raise ConfigError(f"invalid settings: {problems}") from error

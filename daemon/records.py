@@ -62,18 +62,14 @@ def converter(t: SparkType) -> ToProto:
         return struct_value
     if isinstance(t, ArrayType):
         element = converter(t.element)
-        return lambda v: (
-            _null() if v is None else pb.Value(array=pb.Array(elements=[element(x) for x in v]))
-        )
+        return lambda v: _null() if v is None else pb.Value(array=pb.Array(elements=[element(x) for x in v]))
     key_c, value_c = converter(t.key), converter(t.value)
 
     def map_value(v: Any) -> pb.Value:
         if v is None:
             return _null()
         return pb.Value(
-            map=pb.Map(
-                keys=[key_c(k) for k, _ in v.entries], values=[value_c(x) for _, x in v.entries]
-            )
+            map=pb.Map(keys=[key_c(k) for k, _ in v.entries], values=[value_c(x) for _, x in v.entries])
         )
 
     return map_value
@@ -87,7 +83,6 @@ class RowConverter:
 
     def __call__(self, row: tuple[Any, ...]) -> pb.Row:
         return pb.Row(fields=[c(x) for c, x in zip(self._fields, row, strict=True)])
-
 
 
 class RecordEncoder:

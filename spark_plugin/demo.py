@@ -56,13 +56,19 @@ def _start_query(spark: Any, checkpoint: Path, options: DemoOptions) -> Any:
 
     names = F.array(*[F.lit(n) for n in [*USERS, "dave", "erin"]])
     orders = (
-        spark.readStream.format("rate").option("rowsPerSecond", options.rows_per_second).load()
-        .select(F.element_at(names, (F.col("value") % 5 + 1).cast("int")).alias("user"),
-                (F.col("value") % 97).alias("amount"))
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", options.rows_per_second)
+        .load()
+        .select(
+            F.element_at(names, (F.col("value") % 5 + 1).cast("int")).alias("user"),
+            (F.col("value") % 97).alias("amount"),
+        )
     )
     totals = orders.groupBy("user").agg(F.count("*").alias("orders"), F.sum("amount").alias("spent"))
     return (
-        totals.writeStream.format("noop").outputMode("update").queryName(JOB)
+        totals.writeStream.format("noop")
+        .outputMode("update")
+        .queryName(JOB)
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime=f"{options.trigger_seconds} seconds")
         .start()
@@ -74,10 +80,24 @@ def _start_daemon(workdir: Path, zookeeper: str) -> tuple[subprocess.Popen[bytes
     address.unlink(missing_ok=True)
     log = (workdir / "daemon.log").open("ab")
     process = subprocess.Popen(
-        [sys.executable, "-m", "epochstate.client.cli", "daemon", "--listen", "127.0.0.1:0",
-         "--data-dir", str(workdir / "daemon"), "--zookeeper", zookeeper, "--node", "demo-node",
-         "--address-file", str(address)],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "epochstate.client.cli",
+            "daemon",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(workdir / "daemon"),
+            "--zookeeper",
+            zookeeper,
+            "--node",
+            "demo-node",
+            "--address-file",
+            str(address),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 60
     while not address.exists():
@@ -94,7 +114,9 @@ def _table(title: str, lookups: list[Lookup]) -> Table:
         table.add_column(column)
     for lk in lookups:
         value = lk.value or {}
-        table.add_row(str(lk.epoch), str(lk.key["user"]), str(value.get("count", "-")), str(value.get("sum", "-")))
+        table.add_row(
+            str(lk.epoch), str(lk.key["user"]), str(value.get("count", "-")), str(value.get("sum", "-"))
+        )
     return table
 
 
@@ -119,8 +141,10 @@ def run(options: DemoOptions) -> int:
             spark = _spark(workdir)
             reporter = attach(spark, target, checkpoints={JOB: str(checkpoint)})
             query = _start_query(spark, checkpoint, options)
-        console.print(f"[green]✓[/green] streaming job {JOB!r}: count and sum of orders per user, "
-                      f"a micro-batch every {options.trigger_seconds:g} s")
+        console.print(
+            f"[green]✓[/green] streaming job {JOB!r}: count and sum of orders per user, "
+            f"a micro-batch every {options.trigger_seconds:g} s"
+        )
         client = EpochStateClient(target, timeout=30)
         with console.status("waiting for the first epochs to commit"):
             first = client.get(JOB, ["alice"], at_least=2, timeout=120)
@@ -139,18 +163,26 @@ def run(options: DemoOptions) -> int:
             latest_seen.append(latest[0].epoch)
             elapsed = time.monotonic() - started
             mark = "[green]identical[/green]" if same else "[red]DIFFERENT[/red]"
-            console.print(f"after {elapsed:5.0f} s: epoch {pinned_epoch} asked again -> {mark}; "
-                          f"latest is now epoch {latest[0].epoch}")
+            console.print(
+                f"after {elapsed:5.0f} s: epoch {pinned_epoch} asked again -> {mark}; "
+                f"latest is now epoch {latest[0].epoch}"
+            )
             console.print(_table(f"latest (epoch {latest[0].epoch})", latest))
         moved = latest_seen[-1] > pinned_epoch
         epochs_in_zk = _epochs_in_zookeeper(zookeeper.connect_string)
         console.print()
-        console.print(f"{'[green]✓[/green]' if checks_ok else '[red]✗[/red]'} the pinned lookup at epoch "
-                      f"{pinned_epoch} gave the same answer {len(latest_seen) - 1} more time(s)")
-        console.print(f"{'[green]✓[/green]' if moved else '[red]✗[/red]'} latest moved on: "
-                      f"epoch {pinned_epoch} -> {latest_seen[-1]}")
-        console.print(f"[green]✓[/green] ZooKeeper holds {epochs_in_zk} registered epoch(s) of {JOB!r}; "
-                      f"the listener pushed {reporter.sent} report(s)")
+        console.print(
+            f"{'[green]✓[/green]' if checks_ok else '[red]✗[/red]'} the pinned lookup at epoch "
+            f"{pinned_epoch} gave the same answer {len(latest_seen) - 1} more time(s)"
+        )
+        console.print(
+            f"{'[green]✓[/green]' if moved else '[red]✗[/red]'} latest moved on: "
+            f"epoch {pinned_epoch} -> {latest_seen[-1]}"
+        )
+        console.print(
+            f"[green]✓[/green] ZooKeeper holds {epochs_in_zk} registered epoch(s) of {JOB!r}; "
+            f"the listener pushed {reporter.sent} report(s)"
+        )
         console.print(f"try it yourself while the demo runs: epochstate get {JOB} alice --target {target}")
         client.close()
         return 0 if checks_ok and moved else 1

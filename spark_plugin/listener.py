@@ -9,6 +9,7 @@ only makes it see them sooner.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -111,8 +112,13 @@ class EpochReporter(StreamingQueryListener):
         now = time.monotonic()
         if now - self._last_warning > 30:
             self._last_warning = now
-            log.warning("epochstate: dropped %d epoch report(s) for %s (%s); the daemon "
-                        "will find the epochs in the checkpoint", self.dropped, self.target, why)
+            log.warning(
+                "epochstate: dropped %d epoch report(s) for %s (%s); the daemon "
+                "will find the epochs in the checkpoint",
+                self.dropped,
+                self.target,
+                why,
+            )
 
     def _send_loop(self) -> None:
         while True:
@@ -130,10 +136,8 @@ class EpochReporter(StreamingQueryListener):
 
     def close(self, timeout: float = 5.0) -> None:
         """Deliver what is queued (up to ``timeout``), then release the channel."""
-        try:
+        with contextlib.suppress(queue.Full):
             self._queue.put(None, timeout=timeout)
-        except queue.Full:
-            pass
         self._thread.join(timeout)
         self._channel.close()
 

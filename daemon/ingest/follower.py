@@ -88,7 +88,9 @@ class JobFollower:
             # The checkpoint was recreated: a new query whose epochs restart at 0.
             log.warning(
                 "job %s: checkpoint now holds query %s (was %s); dropping the old query's epochs",
-                self.name, query_id, descriptor.query_id,
+                self.name,
+                query_id,
+                descriptor.query_id,
             )
             self._store.drop_job(descriptor)
             descriptor = None
@@ -238,9 +240,7 @@ class JobFollower:
             committed_at_ms=self.checkpoint.commit_time_ms(epoch),
             ingested_at_ms=int(self._clock() * 1000),
             watermark_ms=log_entry.batch_watermark_ms,
-            sources=tuple(
-                SourcePosition(f"source-{i}", p.start, p.end) for i, p in enumerate(positions)
-            ),
+            sources=tuple(SourcePosition(f"source-{i}", p.start, p.end) for i, p in enumerate(positions)),
         )
 
     @property

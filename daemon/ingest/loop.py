@@ -128,8 +128,11 @@ class IngestLoop:
         self._catalog.advance(follower.name, follower.progress)
         log.info(
             "job %s: epoch %d queryable (%d versions%s, %.3f s)",
-            follower.name, stats.epoch, stats.versions_written,
-            ", full load" if stats.full_load else "", stats.seconds,
+            follower.name,
+            stats.epoch,
+            stats.versions_written,
+            ", full load" if stats.full_load else "",
+            stats.seconds,
         )
         if self._on_ingested is not None:
             self._on_ingested(follower.name, stats)

@@ -19,8 +19,11 @@ class DaemonMetrics:
             "epochstate_requests", "gRPC calls handled", ["method", "code"], registry=self.registry
         )
         self.latency = Histogram(
-            "epochstate_request_seconds", "gRPC call latency", ["method"],
-            buckets=_LATENCY_BUCKETS, registry=self.registry,
+            "epochstate_request_seconds",
+            "gRPC call latency",
+            ["method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
         )
         self.epochs_ingested = Counter(
             "epochstate_epochs_ingested", "epochs ingested", ["job"], registry=self.registry
@@ -32,8 +35,11 @@ class DaemonMetrics:
             "epochstate_ingest_seconds", "time to ingest one epoch", ["job"], registry=self.registry
         )
         self.freshness = Histogram(
-            "epochstate_freshness_seconds", "commit of an epoch to it being queryable", ["job"],
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=self.registry,
+            "epochstate_freshness_seconds",
+            "commit of an epoch to it being queryable",
+            ["job"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
         )
         self.newest_epoch = Gauge(
             "epochstate_newest_epoch", "newest queryable epoch", ["job"], registry=self.registry
@@ -49,9 +55,7 @@ class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     def __init__(self, metrics: DaemonMetrics) -> None:
         self._metrics = metrics
 
-    def intercept_service(
-        self, continuation: Callable[[Any], Any], handler_call_details: Any
-    ) -> Any:
+    def intercept_service(self, continuation: Callable[[Any], Any], handler_call_details: Any) -> Any:
         handler = continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler

@@ -18,9 +18,9 @@ import grpc
 
 from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry, StoreHandle
+from epochstate.daemon.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs
 from epochstate.daemon.server.status import BadRequest, status_for
-from epochstate.daemon.records import RecordEncoder, response_bytes
 from epochstate.daemon.server.values import KeyCoercer, key_from_proto
 from epochstate.daemon.sources.sparktypes import StructType, type_to_json
 from epochstate.daemon.store import keycodec, layout
@@ -131,9 +131,7 @@ class EpochStateService(pb_grpc.EpochStateServicer):
         entry = self._catalog.get(ref.job)
         return entry, entry.store(ref.operator_id, ref.store)
 
-    def _keys(
-        self, handle: StoreHandle, keys: Iterable[pb.Row]
-    ) -> tuple[list[bytes], list[tuple[Any, ...]]]:
+    def _keys(self, handle: StoreHandle, keys: Iterable[pb.Row]) -> tuple[list[bytes], list[tuple[Any, ...]]]:
         """The store encoding and the canonical decoded form of each request key."""
         coerce, _ = self._codecs.of(handle)
         encoded, canonical = [], []
@@ -165,9 +163,7 @@ class EpochStateService(pb_grpc.EpochStateServicer):
         return pb.GetResponse.FromString(body)
 
     @_domain_errors
-    def MultiGet(
-        self, request: pb.MultiGetRequest, context: grpc.ServicerContext
-    ) -> pb.MultiGetResponse:
+    def MultiGet(self, request: pb.MultiGetRequest, context: grpc.ServicerContext) -> pb.MultiGetResponse:
         entry, handle = self._handle(request.store)
         if len(request.keys) > MAX_KEYS_PER_CALL:
             raise BadRequest(f"{len(request.keys)} keys in one call; the limit is {MAX_KEYS_PER_CALL}")
@@ -201,9 +197,7 @@ class EpochStateService(pb_grpc.EpochStateServicer):
             end = keycodec.encode_fields(key_from_proto(request.end, schema, partial=True))
             upper = end if upper is None else min(upper, end)
         pinned = self._pin(entry, selector, context)
-        versions = pinned.view.scan(
-            handle.descriptor.store_id, pinned.epoch, lower, upper, limit, after
-        )
+        versions = pinned.view.scan(handle.descriptor.store_id, pinned.epoch, lower, upper, limit, after)
         token = b""
         if len(versions) == limit:
             token = _TOKEN.pack(pinned.epoch) + versions[-1].encoded_key

@@ -1,9 +1,9 @@
-"""Conversion between decoded Spark values and ``epochstate.v1.Value`` messages.
+"""Request keys: ``epochstate.v1.Row`` messages to canonical decoded keys.
 
-(Outbound conversion lives in :mod:`epochstate.daemon.records`.)
-:func:`key_from_proto` validates a request key against the key schema and coerces it to the canonical decoded form
-the store indexes by; anything that does not fit raises :class:`BadKey` naming the
-offending field.
+:func:`key_from_proto` validates a request key against the key schema and coerces
+it to the canonical decoded form the store indexes by; anything that does not fit
+raises :class:`BadKey` naming the offending field. (Outbound conversion, decoded
+values to messages, lives in :mod:`epochstate.daemon.records`.)
 """
 
 from __future__ import annotations
@@ -159,9 +159,7 @@ def _coerce_row(prefix: str, schema: StructType, row: pb.Row, *, partial: bool =
         names = ", ".join(schema.names)
         where = f"struct {prefix[:-1]!r}" if prefix else "the key"
         raise BadKey(f"{where} has {wanted} field(s) ({names}); got {given}")
-    return tuple(
-        _coerce(prefix + f.name, f.type, v) for f, v in zip(schema.fields, row.fields, strict=False)
-    )
+    return tuple(_coerce(prefix + f.name, f.type, v) for f, v in zip(schema.fields, row.fields, strict=False))
 
 
 def key_from_proto(row: pb.Row, schema: StructType, *, partial: bool = False) -> tuple[Any, ...]:
@@ -169,8 +167,14 @@ def key_from_proto(row: pb.Row, schema: StructType, *, partial: bool = False) ->
     return _coerce_row("", schema, row, partial=partial)
 
 
-_FAST_KIND = {"string": "string", "boolean": "bool", "binary": "binary", "date": "date",
-              "timestamp": "timestamp_micros", "timestamp_ntz": "timestamp_micros"}
+_FAST_KIND = {
+    "string": "string",
+    "boolean": "bool",
+    "binary": "binary",
+    "date": "date",
+    "timestamp": "timestamp_micros",
+    "timestamp_ntz": "timestamp_micros",
+}
 
 
 class KeyCoercer:

@@ -104,7 +104,10 @@ class StoreView:
             if it.valid():
                 raw_key = it.key()
                 # Same user key <=> identical bytes up to the epoch suffix.
-                if len(raw_key) == len(wanted) and raw_key[: -layout.EPOCH_WIDTH] == wanted[: -layout.EPOCH_WIDTH]:
+                if (
+                    len(raw_key) == len(wanted)
+                    and raw_key[: -layout.EPOCH_WIDTH] == wanted[: -layout.EPOCH_WIDTH]
+                ):
                     payload = layout.parse_version(it.value())
                     if payload is not None:
                         version = Version(encoded, payload)

@@ -22,8 +22,9 @@ def totals(frame: Any) -> Any:
 def rows(batch: int) -> list[dict[str, Any]]:
     # 4,000 keys per batch, half of them seen before: big enough that ingesting the
     # backlog takes a while, so the kills land mid-ingest.
-    return [{"user": (batch * 2000 + i) % 12_000, "region": f"r{i % 7}", "amount": batch + i}
-            for i in range(4000)]
+    return [
+        {"user": (batch * 2000 + i) % 12_000, "region": f"r{i % 7}", "amount": batch + i} for i in range(4000)
+    ]
 
 
 def newest_ingested(data_dir: Path, job: str) -> int:
@@ -38,8 +39,9 @@ def newest_ingested(data_dir: Path, job: str) -> int:
 def test_kill_minus_nine_mid_ingest_loses_nothing(
     spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
 ) -> None:
-    stream = FileStream(spark, tmp_path / "in", tmp_path / "cp", totals,
-                        "user long, region string, amount long", name="big").start()
+    stream = FileStream(
+        spark, tmp_path / "in", tmp_path / "cp", totals, "user long, region string, amount long", name="big"
+    ).start()
     try:
         for batch in range(8):
             stream.feed(rows(batch))
@@ -67,7 +69,7 @@ def test_kill_minus_nine_mid_ingest_loses_nothing(
             keys = [key for key, _, _ in expected.values()]
             got: dict[str, tuple[Any, Any, int | None]] = {}
             for start in range(0, len(keys), 5000):
-                for lk in client.multi_get("big", keys[start:start + 5000], epoch=epoch):
+                for lk in client.multi_get("big", keys[start : start + 5000], epoch=epoch):
                     assert lk.found, (epoch, lk.key)
                     got[canon(lk.key)] = (plain(lk.key), plain(lk.value), lk.partition)
             assert got == expected, f"epoch {epoch}"

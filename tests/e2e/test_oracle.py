@@ -48,8 +48,12 @@ def windowed_rows(batch: int) -> list[dict[str, Any]]:
     # Event time advances 15 s per batch: old windows fall behind the watermark
     # and are evicted (removals), while keys repeat within a batch (updates).
     return [
-        {"k": i % 3, "s": ["", "x", "ü€😀"][i % 3], "v": i * 1.25,
-         "ts": f"2024-01-01T00:{(batch * 15 + i) // 60:02d}:{(batch * 15 + i) % 60:02d}Z"}
+        {
+            "k": i % 3,
+            "s": ["", "x", "ü€😀"][i % 3],
+            "v": i * 1.25,
+            "ts": f"2024-01-01T00:{(batch * 15 + i) // 60:02d}:{(batch * 15 + i) % 60:02d}Z",
+        }
         for i in range(8)
     ]
 
@@ -67,9 +71,16 @@ def typed(frame: Any) -> Any:
 
 def typed_rows(batch: int) -> list[dict[str, Any]]:
     return [
-        {"d": f"{(i % 4) - 1.5:.2f}", "day": f"2024-02-{1 + i % 2:02d}", "flag": i % 2 == 0,
-         "at": f"2024-03-01T10:00:0{i % 3}Z" if i % 5 else None, "v": float(batch * 10 + i),
-         "k": i, "s": f"s{batch}-{i}", "dec": f"{batch}.{i}5"}
+        {
+            "d": f"{(i % 4) - 1.5:.2f}",
+            "day": f"2024-02-{1 + i % 2:02d}",
+            "flag": i % 2 == 0,
+            "at": f"2024-03-01T10:00:0{i % 3}Z" if i % 5 else None,
+            "v": float(batch * 10 + i),
+            "k": i,
+            "s": f"s{batch}-{i}",
+            "dec": f"{batch}.{i}5",
+        }
         for i in range(7)
     ]
 
@@ -84,8 +95,12 @@ def dedup_rows(batch: int) -> list[dict[str, Any]]:
 
 QUERIES: dict[str, tuple[str, Callable[[Any], Any], Callable[[int], list[dict[str, Any]]], str]] = {
     "windowed": ("k long, s string, v double, ts timestamp", windowed, windowed_rows, "update"),
-    "typed": ("d decimal(10,2), day date, flag boolean, at timestamp, v double, k int, s string, "
-              "dec decimal(30,5)", typed, typed_rows, "update"),
+    "typed": (
+        "d decimal(10,2), day date, flag boolean, at timestamp, v double, k int, s string, dec decimal(30,5)",
+        typed,
+        typed_rows,
+        "update",
+    ),
     "dedup": ("s string, k int, day date", dedup, dedup_rows, "append"),
 }
 
@@ -120,8 +135,9 @@ def test_every_epoch_and_key_equals_spark_reader(
         for epoch in committed:
             lookups = client.multi_get(name, list(all_keys.values()), epoch=epoch)
             assert all(lk.epoch == epoch for lk in lookups)
-            got = {canon(lk.key): (plain(lk.key), plain(lk.value), lk.partition)
-                   for lk in lookups if lk.found}
+            got = {
+                canon(lk.key): (plain(lk.key), plain(lk.value), lk.partition) for lk in lookups if lk.found
+            }
             assert got == expected[epoch], f"epoch {epoch}"
             scanned = {canon(lk.key) for lk in client.scan(name, epoch=epoch, page_size=3)}
             assert scanned == set(expected[epoch]), f"scan at epoch {epoch}"

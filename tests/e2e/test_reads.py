@@ -107,15 +107,25 @@ def test_bad_input_gets_status_codes_and_messages(retained: Any) -> None:
     with daemon.client(timeout=5) as client:
         cases: list[tuple[type[Exception], Callable[[], Any], str]] = [
             (NotFound, lambda: client.get("nope", ["u1"]), "unknown job"),
-            (NotFound, lambda: client.stub.Get(pb.GetRequest(store=pb.StoreRef(job="shop", operator_id=7),
-                                                             key=pb.Row(fields=[pb.Value(string="u")]))),
-             "no store 7/default"),
+            (
+                NotFound,
+                lambda: client.stub.Get(
+                    pb.GetRequest(
+                        store=pb.StoreRef(job="shop", operator_id=7),
+                        key=pb.Row(fields=[pb.Value(string="u")]),
+                    )
+                ),
+                "no store 7/default",
+            ),
             (InvalidArgument, lambda: client.get("shop", [1]), "expected string"),
             (InvalidArgument, lambda: client.get("shop", ["u1", "extra"]), "has 1 field(s)"),
             (InvalidArgument, lambda: client.get("shop", ["x" * 70_000]), "limit"),
             (EpochNotReady, lambda: client.get("shop", ["u1"], epoch=newest + 5), "has not committed yet"),
-            (DeadlineExceeded, lambda: client.get("shop", ["u1"], epoch=newest + 5, wait=True, timeout=0.5),
-             "deadline"),
+            (
+                DeadlineExceeded,
+                lambda: client.get("shop", ["u1"], epoch=newest + 5, wait=True, timeout=0.5),
+                "deadline",
+            ),
             (EpochRetired, lambda: client.get("shop", ["u1"], epoch=0), "older than retention"),
             (InvalidArgument, lambda: client.get("shop", ["u1"], epoch=-1), ">= 0"),
         ]
@@ -158,8 +168,12 @@ def test_cli_prints_answers_and_exit_codes(retained: Any) -> None:
     newest = stream.committed()[-1]
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "epochstate.client.cli", *args, "--target", daemon.target],
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "epochstate.client.cli", *args, "--target", daemon.target],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     ok = cli("get", "shop", '["u1"]', "--epoch", str(newest), "--json")
     assert ok.returncode == 0, ok.stderr
