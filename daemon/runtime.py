@@ -86,7 +86,7 @@ class Daemon:
     def _publisher(self) -> EpochPublisher:
         if not self.settings.zookeeper:
             return NoRegistry()
-        from epochstate.daemon.registry.publisher import RegistryPublisher
+        from epochstate.daemon.ingest.registry_publisher import RegistryPublisher
 
         return RegistryPublisher.connect(self.settings, version=__version__)
 

@@ -20,6 +20,8 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 from tests.fixtures.daemon import DaemonProcess  # noqa: E402
 
+pytest_plugins = ["tests.fixtures.zookeeper"]
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
@@ -32,8 +34,11 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        # Snapshot files within a few batches. The maintenance interval is fixed by
+        # the first stateful query of the JVM, so it is set here, once, for all tests.
         .config("spark.sql.streaming.stateStore.minDeltasForSnapshot", "2")
         .config("spark.sql.streaming.stateStore.maintenanceInterval", "200ms")
         .getOrCreate()

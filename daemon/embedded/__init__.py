@@ -1,0 +1,1 @@
+"""Real servers started as subprocesses, for development and tests (not production)."""

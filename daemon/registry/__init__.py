@@ -1,0 +1,33 @@
+"""The ZooKeeper registry (kazoo): nodes, jobs, their epochs and replicas.
+
+``layout`` says where things live, ``records`` what the znodes hold, ``view``
+reads them, ``znodes`` writes one node's part, ``pending``, ``sync`` and
+``registry`` keep that part in ZooKeeper across outages and expired sessions.
+"""
+
+from epochstate.daemon.registry.client import new_client
+from epochstate.daemon.registry.errors import (
+    EpochConflict,
+    InvalidName,
+    InvalidRecord,
+    JobNotRegistered,
+    RegistryError,
+    RegistryUnavailable,
+)
+from epochstate.daemon.registry.layout import DEFAULT_ROOT, Layout
+from epochstate.daemon.registry.registry import Registry
+from epochstate.daemon.registry.view import RegistryView
+
+__all__ = [
+    "DEFAULT_ROOT",
+    "EpochConflict",
+    "InvalidName",
+    "InvalidRecord",
+    "JobNotRegistered",
+    "Layout",
+    "Registry",
+    "RegistryError",
+    "RegistryUnavailable",
+    "RegistryView",
+    "new_client",
+]

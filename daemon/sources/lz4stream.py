@@ -58,8 +58,7 @@ def read_lz4_block_stream(data: bytes | memoryview, source: str = "<bytes>") -> 
     while pos < total:
         if total - pos < HEADER.size:
             raise CorruptStateFile(
-                f"{source}: offset {pos}: truncated block header "
-                f"({total - pos} of {HEADER.size} bytes)"
+                f"{source}: offset {pos}: truncated block header ({total - pos} of {HEADER.size} bytes)"
             )
         magic, token, clen, dlen, checksum = HEADER.unpack_from(view, pos)
         if magic != MAGIC:
@@ -73,9 +72,7 @@ def read_lz4_block_stream(data: bytes | memoryview, source: str = "<bytes>") -> 
                 f"{source}: offset {pos}: impossible lengths {clen}/{dlen} (block max {block_max})"
             )
         if method == METHOD_RAW and clen != dlen:
-            raise CorruptStateFile(
-                f"{source}: offset {pos}: raw block with lengths {clen} != {dlen}"
-            )
+            raise CorruptStateFile(f"{source}: offset {pos}: raw block with lengths {clen} != {dlen}")
         start = pos + HEADER.size
         if dlen == 0:
             # The end marker of a stream; it must carry no data.
@@ -98,13 +95,10 @@ def read_lz4_block_stream(data: bytes | memoryview, source: str = "<bytes>") -> 
             try:
                 block = lz4.block.decompress(view[start:end], uncompressed_size=dlen)
             except lz4.block.LZ4BlockError as err:
-                raise CorruptStateFile(
-                    f"{source}: offset {pos}: block does not decompress: {err}"
-                ) from err
+                raise CorruptStateFile(f"{source}: offset {pos}: block does not decompress: {err}") from err
             if len(block) != dlen:
                 raise CorruptStateFile(
-                    f"{source}: offset {pos}: block decompressed to {len(block)} "
-                    f"bytes, header says {dlen}"
+                    f"{source}: offset {pos}: block decompressed to {len(block)} bytes, header says {dlen}"
                 )
         actual = xxhash.xxh32_intdigest(block, seed=CHECKSUM_SEED) & CHECKSUM_MASK
         if actual != checksum:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias, Union
+from typing import Any, Literal, TypeAlias
 
 AtomicName = Literal[
     "boolean",
@@ -88,7 +88,7 @@ class MapType:
     value_contains_null: bool = True
 
 
-SparkType: TypeAlias = Union[AtomicType, DecimalType, StructType, ArrayType, MapType]
+SparkType: TypeAlias = AtomicType | DecimalType | StructType | ArrayType | MapType
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,7 @@ class MapValue:
 
 
 # Spark's JSON names that differ from the dataclass names.
-_JSON_ALIASES = {"int": "integer", "timestamp_ltz": "timestamp"}
+_JSON_ALIASES = {"int": "integer", "timestamp_ltz": "timestamp", "void": "null"}
 
 
 def parse_type(obj: Any) -> SparkType:

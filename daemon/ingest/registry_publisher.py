@@ -1,0 +1,117 @@
+"""The ingest loop's announcements, written to the registry (an ``EpochPublisher``).
+
+Never blocks ingest: the registry is created with ``wait_timeout=0``, so every
+call only records what must be in ZooKeeper and returns; the registry's sync
+thread writes it as soon as ZooKeeper is reachable. Registry errors are logged,
+not raised, so that ingest goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from epochstate.daemon.config import DaemonSettings
+from epochstate.daemon.ingest.catalog import JobEntry
+from epochstate.daemon.registry.client import new_client
+from epochstate.daemon.registry.errors import RegistryError
+from epochstate.daemon.registry.records import JsonObject
+from epochstate.daemon.registry.registry import Registry
+from epochstate.daemon.store.descriptors import EpochRecord
+
+log = logging.getLogger(__name__)
+
+CLOSE_FLUSH_SECONDS = 2.0
+
+
+class RegistryPublisher:
+    """Announces followed jobs, ingested epochs and retention of this node."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self._jobs: dict[str, tuple[str, str, list[JsonObject]]] = {}
+
+    @classmethod
+    def connect(cls, settings: DaemonSettings, version: str) -> RegistryPublisher:
+        """Connect in the background (ZooKeeper may be down) and announce this node."""
+        if not settings.zookeeper:
+            raise RegistryError("no ZooKeeper connect string configured")
+        client = new_client(settings.zookeeper, session_timeout=settings.zookeeper_session_timeout)
+        client.start_async()
+        registry = Registry(client, settings.zookeeper_root, settings.node, wait_timeout=0.0)
+        registry.register_node(settings.advertised, version)
+        return cls(registry)
+
+    def job_followed(self, entry: JobEntry) -> None:
+        self._register_job(entry)
+
+    def epoch_ingested(self, entry: JobEntry, record: EpochRecord) -> None:
+        # The operators are known only once the first epoch has been read.
+        self._register_job(entry)
+        job = entry.descriptor.name
+        try:
+            self.registry.publish_epoch(
+                job, record.epoch, epoch_record(record), entry.progress.newest, entry.progress.oldest
+            )
+        except RegistryError as error:
+            log.error("epoch %d of job %r is not registered: %s", record.epoch, job, error)
+
+    def retention_moved(self, entry: JobEntry) -> None:
+        job = entry.descriptor.name
+        try:
+            self.registry.publish_retention(job, max(entry.progress.oldest, 0))
+        except RegistryError as error:
+            log.error("retention of job %r is not registered: %s", job, error)
+
+    def close(self) -> None:
+        """Leave ZooKeeper, after flushing for up to CLOSE_FLUSH_SECONDS."""
+        self.registry.close(timeout=CLOSE_FLUSH_SECONDS)
+
+    def _register_job(self, entry: JobEntry) -> None:
+        descriptor = entry.descriptor
+        job = (descriptor.checkpoint, descriptor.query_id, operators(entry))
+        if self._jobs.get(descriptor.name) == job:
+            return
+        try:
+            self.registry.register_job(descriptor.name, *job)
+        except RegistryError as error:
+            log.error("job %r is not registered: %s", descriptor.name, error)
+            return
+        self._jobs[descriptor.name] = job
+
+
+def operators(entry: JobEntry) -> list[JsonObject]:
+    """The job's stateful operators with their stores, as the job znode lists them."""
+    by_id: dict[int, JsonObject] = {}
+    for (operator_id, store_name), handle in sorted(entry.stores.items()):
+        name = entry.operator_names.get(operator_id, handle.descriptor.operator_name)
+        operator = by_id.setdefault(operator_id, {"id": operator_id, "name": name, "stores": []})
+        operator["stores"].append({"name": store_name, "partitions": handle.descriptor.num_partitions})
+    return list(by_id.values())
+
+
+def epoch_record(record: EpochRecord) -> JsonObject:
+    """The epoch znode's content. Only facts every node reads from the same checkpoint
+    go in (not this node's ingest time): epoch znodes are write-once and shared."""
+    return {
+        "committed_at_ms": record.committed_at_ms,
+        "watermark_ms": record.watermark_ms,
+        "sources": [
+            {
+                "source": source.source,
+                "start": _offsets(source.start_offset_json),
+                "end": _offsets(source.end_offset_json),
+            }
+            for source in record.sources
+        ],
+    }
+
+
+def _offsets(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

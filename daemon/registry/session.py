@@ -1,0 +1,45 @@
+"""The ZooKeeper session as the registry sees it: its id, and calls that never hang.
+
+kazoo queues a request made while the connection is down (SUSPENDED) until it
+reconnects, and a plain ``client.get()`` waits for it without a limit. Every
+registry call therefore waits on the asynchronous result with a timeout; a
+timed-out request may still run later, which is why every write is idempotent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import RetryFailedError
+
+# Failures that mean "ZooKeeper is not reachable right now", not "the request was wrong".
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionLoss,
+    ConnectionClosedError,
+    SessionExpiredError,
+    OperationTimeoutError,
+    KazooTimeoutError,
+    RetryFailedError,
+)
+
+
+def session_id(client: KazooClient) -> int | None:
+    """The id of the client's session while connected, else None."""
+    client_id = client.client_id
+    return int(client_id[0]) if client_id else None
+
+
+def wait(result: Any, timeout: float) -> Any:
+    """The value of a kazoo asynchronous result, waiting at most ``timeout`` seconds.
+
+    Raises the call's own exception, or KazooTimeoutError after ``timeout``.
+    """
+    return result.get(timeout=timeout)

@@ -1,0 +1,234 @@
+"""Read-only view of a Spark Structured Streaming checkpoint on the local filesystem.
+
+Layout this module relies on::
+
+    <root>/metadata                    {"id": "<query id>"}
+    <root>/offsets/<epoch>             planned epoch (see epochlog)
+    <root>/commits/<epoch>             exists iff the epoch committed
+    <root>/state/<op>/_metadata/metadata           operators (see operators)
+    <root>/state/<op>/<partition>/[<store>/]       a store's files; "default" has no <store>/
+    <root>/state/<op>/0/[<store>/]_metadata/schema key and value schemas (see schemafile)
+
+Names starting with ``.`` (checksums, temporary files) or containing ``.tmp`` are
+never read as log entries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from epochstate.daemon.sources.epochlog import EpochLog, SourceRange, parse_epoch_log
+from epochstate.daemon.sources.errors import (
+    CorruptCheckpointFile,
+    MissingCheckpointFile,
+    UnsupportedCheckpoint,
+)
+from epochstate.daemon.sources.operators import (
+    DEFAULT_STORE,
+    METADATA_DIR,
+    OperatorInfo,
+    derive_operator,
+    numeric_entries,
+    parse_operator_metadata,
+)
+from epochstate.daemon.sources.schemafile import parse_schema_file
+from epochstate.daemon.sources.sparktypes import StructType
+
+PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
+COMPRESSION_CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
+CHECKPOINT_FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+HDFS_PROVIDER_CLASS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+_LZ4_CODECS = frozenset({"lz4", "org.apache.spark.io.LZ4CompressionCodec"})
+
+
+def local_path(root: Path | str) -> Path:
+    """The local path of a checkpoint location given as a path or a ``file:`` URI.
+
+    Raises:
+        UnsupportedCheckpoint: a URI of another scheme (``hdfs:``, ``s3a:``, ...) or host.
+    """
+    if isinstance(root, Path):
+        return root
+    if "://" not in root and not root.startswith("file:"):
+        return Path(root)
+    uri = urlparse(root)
+    if uri.scheme != "file" or uri.netloc not in ("", "localhost"):
+        raise UnsupportedCheckpoint(f"checkpoint {root!r} is not on the local filesystem")
+    return Path(unquote(uri.path))
+
+
+class Checkpoint:
+    """A checkpoint directory. Every call reads the filesystem afresh, so new
+    epochs show up as Spark writes them; nothing is written."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = local_path(root)
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({str(self.root)!r})"
+
+    def _read_text(self, path: Path) -> str:
+        try:
+            return path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise MissingCheckpointFile(f"{path}: does not exist") from None
+        except UnicodeDecodeError as err:
+            raise CorruptCheckpointFile(f"{path}: not UTF-8: {err}") from err
+
+    # Query and epochs.
+
+    def query_id(self) -> str:
+        """Spark's stable id of the query (survives restarts).
+
+        Raises:
+            MissingCheckpointFile, CorruptCheckpointFile: no or a malformed ``metadata``.
+        """
+        path = self.root / "metadata"
+        try:
+            query_id = json.loads(self._read_text(path))["id"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise CorruptCheckpointFile(f"{path}: no query id: {err!r}") from err
+        return str(query_id)
+
+    def committed_epochs(self) -> list[int]:
+        """The committed epochs, ascending (old ones disappear as Spark purges its log)."""
+        return numeric_entries(self.root / "commits")
+
+    def latest_committed(self) -> int | None:
+        """The newest committed epoch, ``None`` before the first commit."""
+        epochs = self.committed_epochs()
+        return epochs[-1] if epochs else None
+
+    def is_committed(self, epoch: int) -> bool:
+        """Whether ``commits/<epoch>`` exists. Once true, stays true until purged."""
+        return (self.root / "commits" / str(epoch)).is_file()
+
+    def commit_time_ms(self, epoch: int) -> int:
+        """When the epoch committed: the modification time of ``commits/<epoch>``, in ms.
+
+        Raises:
+            MissingCheckpointFile: the epoch is not committed (or was purged).
+        """
+        path = self.root / "commits" / str(epoch)
+        try:
+            return os.stat(path).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            raise MissingCheckpointFile(f"{path}: epoch {epoch} is not committed") from None
+
+    def planned_epochs(self) -> list[int]:
+        """The epochs with an offset log entry (committed or not), ascending."""
+        return numeric_entries(self.root / "offsets")
+
+    def epoch_log(self, epoch: int) -> EpochLog:
+        """The offset log entry of ``epoch``. It may exist before the epoch commits;
+        callers that serve state must check :meth:`is_committed`.
+
+        Raises:
+            MissingCheckpointFile: no entry (not planned yet, or purged).
+            CorruptCheckpointFile, UnsupportedCheckpoint: see :func:`parse_epoch_log`.
+        """
+        path = self.root / "offsets" / str(epoch)
+        return parse_epoch_log(epoch, self._read_text(path), str(path))
+
+    def source_positions(self, epoch: int) -> tuple[SourceRange, ...]:
+        """Per source, the offsets the epoch read: start = the previous epoch's end
+        offsets (``None`` for epoch 0), end = this epoch's.
+
+        Raises:
+            MissingCheckpointFile: this or the previous entry does not exist.
+            CorruptCheckpointFile: the two entries disagree on the number of sources.
+        """
+        end = self.epoch_log(epoch).source_offsets
+        if epoch == 0:
+            return tuple(SourceRange(None, e) for e in end)
+        start = self.epoch_log(epoch - 1).source_offsets
+        if len(start) != len(end):
+            raise CorruptCheckpointFile(
+                f"{self.root}: epochs {epoch - 1} and {epoch} have {len(start)} and {len(end)} sources"
+            )
+        return tuple(SourceRange(s, e) for s, e in zip(start, end, strict=True))
+
+    # Configuration.
+
+    def _conf(self, epoch: int | None) -> dict[str, str]:
+        if epoch is None:
+            planned = self.planned_epochs()
+            if not planned:
+                raise MissingCheckpointFile(f"{self.root}/offsets: no epoch planned yet")
+            epoch = planned[-1]
+        return self.epoch_log(epoch).conf
+
+    def provider_class(self, epoch: int | None = None) -> str:
+        """The state store provider class the query runs with (recorded per epoch;
+        ``None``: the newest planned epoch). Spark's default when not recorded.
+
+        Raises:
+            MissingCheckpointFile: no offset log entry to read it from.
+        """
+        return self._conf(epoch).get(PROVIDER_CLASS_CONF, HDFS_PROVIDER_CLASS)
+
+    def ensure_hdfs_backed(self, epoch: int | None = None) -> None:
+        """Check that the state is in the HDFS-backed provider's format we read.
+
+        Raises:
+            UnsupportedCheckpoint: another provider (e.g. RocksDB), a state compression
+                codec other than lz4, or a state checkpoint format version other than 1.
+            MissingCheckpointFile: no offset log entry to read the configuration from.
+        """
+        conf = self._conf(epoch)
+        provider = conf.get(PROVIDER_CLASS_CONF, HDFS_PROVIDER_CLASS)
+        if provider != HDFS_PROVIDER_CLASS:
+            raise UnsupportedCheckpoint(
+                f"{self.root}: {PROVIDER_CLASS_CONF}={provider}; only {HDFS_PROVIDER_CLASS} is readable"
+            )
+        codec = conf.get(COMPRESSION_CODEC_CONF, "lz4")
+        if codec not in _LZ4_CODECS:
+            raise UnsupportedCheckpoint(
+                f"{self.root}: {COMPRESSION_CODEC_CONF}={codec}; only lz4 is readable"
+            )
+        version = conf.get(CHECKPOINT_FORMAT_CONF, "1")
+        if version != "1":
+            raise UnsupportedCheckpoint(f"{self.root}: {CHECKPOINT_FORMAT_CONF}={version}")
+
+    # Operators and stores.
+
+    def operators(self) -> list[OperatorInfo]:
+        """The stateful operators, by id. From each operator's metadata file, else
+        from the directory layout (then names are ``None``).
+
+        Raises:
+            CorruptCheckpointFile, UnsupportedCheckpoint: a malformed metadata file.
+        """
+        state = self.root / "state"
+        result = []
+        for op_id in numeric_entries(state):
+            op_dir = state / str(op_id)
+            meta = op_dir / METADATA_DIR / "metadata"
+            if meta.is_file():
+                result.append(parse_operator_metadata(op_id, self._read_text(meta), str(meta)))
+            else:
+                result.append(derive_operator(op_id, op_dir))
+        return result
+
+    def store_dir(self, operator_id: int, partition: int, store: str = DEFAULT_STORE) -> Path:
+        """The directory of one partition of a store (it need not exist)."""
+        path = self.root / "state" / str(operator_id) / str(partition)
+        return path if store == DEFAULT_STORE else path / store
+
+    def store_schema(self, operator_id: int, store: str = DEFAULT_STORE) -> tuple[StructType, StructType]:
+        """``(key schema, value schema)`` of a store, from partition 0's schema file.
+
+        Raises:
+            MissingCheckpointFile: no schema file (unknown operator/store, or a format
+                that keeps schemas elsewhere).
+            CorruptCheckpointFile, UnsupportedCheckpoint: see :func:`parse_schema_file`.
+        """
+        path = self.store_dir(operator_id, 0, store) / METADATA_DIR / "schema"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise MissingCheckpointFile(f"{path}: no schema for store {store!r}") from None
+        return parse_schema_file(data, str(path))

@@ -1,0 +1,106 @@
+"""Parsing of a state store's schema file (``<store dir>/_metadata/schema``).
+
+The file is written with ``java.io.DataOutputStream``:
+
+* ``v1``: ``writeUTF("v1")``, ``writeUTF(key schema JSON)``, ``writeUTF(value schema JSON)``;
+* ``v2``: ``writeUTF("v2")``, then for the key and then the value schema an int32
+  number of chunks followed by that many ``writeUTF`` chunks whose concatenation
+  is the JSON (``writeUTF`` cannot hold more than 65535 bytes).
+
+``writeUTF`` is a 2-byte big-endian length and Java's *modified* UTF-8 (NUL as
+``C0 80``, characters outside the BMP as two 3-byte surrogates).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from epochstate.daemon.sources.errors import CorruptCheckpointFile, UnsupportedCheckpoint
+from epochstate.daemon.sources.sparktypes import SchemaError, StructType, parse_struct
+
+_U16 = struct.Struct(">H")
+_I32 = struct.Struct(">i")
+
+
+class _Reader:
+    def __init__(self, data: bytes, source: str) -> None:
+        self.data = data
+        self.pos = 0
+        self.source = source
+
+    def _take(self, n: int) -> bytes:
+        end = self.pos + n
+        if end > len(self.data):
+            raise CorruptCheckpointFile(f"{self.source}: truncated at offset {self.pos}")
+        chunk = self.data[self.pos : end]
+        self.pos = end
+        return chunk
+
+    def read_utf(self) -> str:
+        """One ``writeUTF`` string as UTF-16 code units (surrogates not yet paired)."""
+        (length,) = _U16.unpack(self._take(2))
+        raw = self._take(length)
+        try:
+            return _decode_units(raw)
+        except UnicodeError as err:
+            raise CorruptCheckpointFile(f"{self.source}: invalid modified UTF-8: {err}") from err
+
+    def read_int(self) -> int:
+        (value,) = _I32.unpack(self._take(4))
+        return int(value)
+
+
+def _decode_units(raw: bytes) -> str:
+    return raw.replace(b"\xc0\x80", b"\x00").decode("utf-8", "surrogatepass")
+
+
+def _pair_surrogates(units: str, source: str) -> str:
+    try:
+        return units.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeError as err:
+        raise CorruptCheckpointFile(f"{source}: unpaired surrogate: {err}") from err
+
+
+def decode_modified_utf8(raw: bytes, source: str = "<bytes>") -> str:
+    """Decode Java's modified UTF-8 (as written by ``DataOutput.writeUTF``).
+
+    Raises:
+        CorruptCheckpointFile: the bytes are not modified UTF-8.
+    """
+    try:
+        units = _decode_units(raw)
+    except UnicodeError as err:
+        raise CorruptCheckpointFile(f"{source}: invalid modified UTF-8: {err}") from err
+    return _pair_surrogates(units, source)
+
+
+def parse_schema_file(data: bytes, source: str = "<bytes>") -> tuple[StructType, StructType]:
+    """Return ``(key schema, value schema)`` of a v1 or v2 schema file's bytes.
+
+    Raises:
+        CorruptCheckpointFile: truncated or malformed file, or JSON that is not a schema.
+        UnsupportedCheckpoint: another format version, or a data type we cannot decode.
+    """
+    reader = _Reader(data, source)
+    version = _pair_surrogates(reader.read_utf(), source)
+    if version == "v1":
+        texts = [reader.read_utf(), reader.read_utf()]
+    elif version == "v2":
+        texts = []
+        for _ in range(2):
+            chunks = reader.read_int()
+            if chunks < 0:
+                raise CorruptCheckpointFile(f"{source}: negative chunk count {chunks}")
+            # A chunk may end between the two halves of a surrogate pair.
+            texts.append("".join(reader.read_utf() for _ in range(chunks)))
+    else:
+        raise UnsupportedCheckpoint(f"{source}: state schema format {version!r} (expected v1 or v2)")
+    if reader.pos != len(data):
+        raise CorruptCheckpointFile(f"{source}: {len(data) - reader.pos} trailing bytes")
+    texts = [_pair_surrogates(text, source) for text in texts]
+    try:
+        return parse_struct(texts[0]), parse_struct(texts[1])
+    except SchemaError as err:
+        raise UnsupportedCheckpoint(f"{source}: {err}") from err
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CorruptCheckpointFile(f"{source}: not a schema JSON: {err!r}") from err
