@@ -9,13 +9,14 @@ other errors raise the matching :mod:`epochstate.client.errors` exception.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import grpc
 
-from epochstate.client.errors import InvalidArgument, from_rpc_error
+from epochstate.client.errors import DeadlineExceeded, InvalidArgument, from_rpc_error
 from epochstate.client.values import from_row, to_row
 from epochstate.daemon.sources.sparktypes import StructType, parse_struct
 from epochstate.v1 import epochstate_pb2 as pb
@@ -169,6 +170,22 @@ class EpochStateClient:
     ) -> list[pb.EpochInfo]:
         request = pb.ListEpochsRequest(job=job, from_epoch=from_epoch, limit=limit)
         return list(self._call(self._stub.ListEpochs, request, timeout).epochs)
+
+    def wait_for(self, job: str, epoch: int, *, timeout: float = 60.0, poll: float = 0.1) -> int:
+        """Wait until ``job`` is followed and its newest queryable epoch is >= ``epoch``.
+
+        Returns that newest epoch; raises DeadlineExceeded after ``timeout`` seconds.
+        Unlike ``get(..., at_least=n)`` it needs no key schema, so it also works
+        before the job's first epoch is known.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            newest = {j.job: j.latest_epoch for j in self.jobs()}.get(job, -1)
+            if newest >= epoch:
+                return newest
+            if time.monotonic() >= deadline:
+                raise DeadlineExceeded(f"job {job!r} did not reach epoch {epoch} within {timeout:g} s")
+            time.sleep(poll)
 
     def watch(self, job: str, *, after_epoch: int | None = None) -> Iterator[pb.EpochInfo]:
         """Yield each epoch as it becomes queryable (blocks; cancel by closing)."""

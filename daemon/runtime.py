@@ -39,6 +39,9 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 class NoRegistry:
     """Publisher used when no ZooKeeper is configured (single-node, local use)."""
 
+    def node_serving(self, address: str) -> None:
+        pass
+
     def job_followed(self, entry: JobEntry) -> None:
         pass
 
@@ -80,6 +83,7 @@ class Daemon:
             ],
         )
         self.port = 0
+        self.address = ""
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
 
@@ -126,6 +130,9 @@ class Daemon:
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         host = self.settings.listen.rsplit(":", 1)[0]
+        self.address = f"{host}:{self.port}"
+        advertised = self.settings.advertise or self.address
+        self.publisher.node_serving(advertised)
         log.info("epochstate %s serving on %s:%d (node %s)", __version__, host, self.port, self.settings.node)
 
     def stop(self) -> None:

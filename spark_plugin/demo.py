@@ -44,6 +44,7 @@ def _spark(workdir: Path) -> Any:
         .appName("epochstate-demo")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )
@@ -146,11 +147,16 @@ def run(options: DemoOptions) -> int:
             f"a micro-batch every {options.trigger_seconds:g} s"
         )
         client = EpochStateClient(target, timeout=30)
+        client.follow(JOB, str(checkpoint))
         with console.status("waiting for the first epochs to commit"):
-            first = client.get(JOB, ["alice"], at_least=2, timeout=120)
-        pinned_epoch = first.epoch
+            pinned_epoch = client.wait_for(JOB, 2, timeout=180)
         pinned = client.multi_get(JOB, [[u] for u in USERS], epoch=pinned_epoch)
         console.print(_table(f"pinned to epoch {pinned_epoch}", pinned))
+        console.print(
+            f"(try it yourself meanwhile: epochstate get {JOB} alice --epoch {pinned_epoch} "
+            f"--target {target})",
+            highlight=False,
+        )
         checks_ok = True
         started = time.monotonic()
         latest_seen = [pinned_epoch]
@@ -169,6 +175,7 @@ def run(options: DemoOptions) -> int:
             )
             console.print(_table(f"latest (epoch {latest[0].epoch})", latest))
         moved = latest_seen[-1] > pinned_epoch
+        agrees = _spark_agrees(spark, checkpoint, pinned_epoch, pinned)
         epochs_in_zk = _epochs_in_zookeeper(zookeeper.connect_string)
         console.print()
         console.print(
@@ -183,9 +190,12 @@ def run(options: DemoOptions) -> int:
             f"[green]✓[/green] ZooKeeper holds {epochs_in_zk} registered epoch(s) of {JOB!r}; "
             f"the listener pushed {reporter.sent} report(s)"
         )
-        console.print(f"try it yourself while the demo runs: epochstate get {JOB} alice --target {target}")
+        console.print(
+            f"{'[green]✓[/green]' if agrees else '[red]✗[/red]'} Spark's own state reader "
+            f'(format "statestore", batchId {pinned_epoch}) gives the same answer'
+        )
         client.close()
-        return 0 if checks_ok and moved else 1
+        return 0 if checks_ok and moved and agrees else 1
     finally:
         if query is not None:
             query.stop()
@@ -193,6 +203,12 @@ def run(options: DemoOptions) -> int:
             daemon.terminate()
             daemon.wait(30)
         zookeeper.stop()
+
+
+def _spark_agrees(spark: Any, checkpoint: Path, epoch: int, lookups: list[Lookup]) -> bool:
+    rows = spark.read.format("statestore").option("batchId", epoch).load(str(checkpoint)).collect()
+    state = {r.key.user: r.value.asDict() for r in rows}
+    return all(state.get(lk.key["user"]) == lk.value for lk in lookups)
 
 
 def _epochs_in_zookeeper(connect: str) -> int:

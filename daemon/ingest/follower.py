@@ -35,7 +35,9 @@ log = logging.getLogger(__name__)
 
 
 class EpochPublisher(Protocol):
-    """Where ingested epochs are announced (ZooKeeper, in the daemon)."""
+    """Where this node and its ingested epochs are announced (ZooKeeper, in the daemon)."""
+
+    def node_serving(self, address: str) -> None: ...
 
     def job_followed(self, entry: JobEntry) -> None: ...
 

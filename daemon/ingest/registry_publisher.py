@@ -28,20 +28,27 @@ CLOSE_FLUSH_SECONDS = 2.0
 class RegistryPublisher:
     """Announces followed jobs, ingested epochs and retention of this node."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, version: str) -> None:
         self.registry = registry
+        self.version = version
         self._jobs: dict[str, tuple[str, str, list[JsonObject]]] = {}
 
     @classmethod
     def connect(cls, settings: DaemonSettings, version: str) -> RegistryPublisher:
-        """Connect in the background (ZooKeeper may be down) and announce this node."""
+        """Connect in the background (ZooKeeper may be down)."""
         if not settings.zookeeper:
             raise RegistryError("no ZooKeeper connect string configured")
         client = new_client(settings.zookeeper, session_timeout=settings.zookeeper_session_timeout)
         client.start_async()
         registry = Registry(client, settings.zookeeper_root, settings.node, wait_timeout=0.0)
-        registry.register_node(settings.advertised, version)
-        return cls(registry)
+        return cls(registry, version)
+
+    def node_serving(self, address: str) -> None:
+        """Announce this node once it serves at ``address`` (the bound port, not 0)."""
+        try:
+            self.registry.register_node(address, self.version)
+        except RegistryError as error:
+            log.error("node is not registered: %s", error)
 
     def job_followed(self, entry: JobEntry) -> None:
         self._register_job(entry)

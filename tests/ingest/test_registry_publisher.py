@@ -45,6 +45,7 @@ def test_publisher_announces_node_job_epochs_and_retention(zk_connect: str, zk_c
     entry = JobEntry(JobDescriptor("orders", 1, "/checkpoints/orders", "q-1"))
     registry = publisher.registry
     try:
+        publisher.node_serving(settings.advertised)
         publisher.job_followed(entry)
         store = StoreDescriptor(1, "orders", 0, "stateStoreSave", "default", 2, SCHEMA, SCHEMA)
         entry.stores[(0, "default")] = StoreHandle.of(store)
