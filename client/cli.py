@@ -236,6 +236,8 @@ def describe(
                     "query_id": d.query_id,
                     "latest_epoch": d.latest_epoch,
                     "oldest_epoch": d.oldest_epoch,
+                    "committed_epoch": d.committed_epoch,
+                    "problems": [{"epoch": p.epoch, "reason": p.reason} for p in d.problems],
                     "stores": stores,
                 }
             )
@@ -243,6 +245,8 @@ def describe(
         return
     out.print(f"job [bold]{d.job}[/bold]  query {d.query_id}  epochs {d.oldest_epoch}..{d.latest_epoch}")
     out.print(f"checkpoint {d.checkpoint}", highlight=False)
+    for problem in d.problems:
+        out.print(f"[red]epoch {problem.epoch} cannot be served:[/red] {problem.reason}", highlight=False)
     table = Table("operator", "name", "store", "partitions", "key schema", "value schema")
     for s in stores:
         table.add_row(*(str(v) for v in s.values()))

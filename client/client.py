@@ -2,7 +2,7 @@
 
 Every read names the epoch it wants (an exact epoch, ``"latest"``, or
 ``at_least=n``) and every result says which epoch answered. UNAVAILABLE is
-retried by gRPC's own retry policy (exponential back-off, within the deadline);
+retried with exponential back-off until the call's deadline;
 other errors raise the matching :mod:`epochstate.client.errors` exception.
 """
 
@@ -24,22 +24,10 @@ from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
 
 EpochArg = int | Literal["latest"] | None
 
-_SERVICE_CONFIG = json.dumps(
-    {
-        "methodConfig": [
-            {
-                "name": [{"service": "epochstate.v1.EpochState"}],
-                "retryPolicy": {
-                    "maxAttempts": 5,
-                    "initialBackoff": "0.05s",
-                    "maxBackoff": "2s",
-                    "backoffMultiplier": 2,
-                    "retryableStatusCodes": ["UNAVAILABLE"],
-                },
-            }
-        ]
-    }
-)
+# UNAVAILABLE (daemon restarting, not up yet) is retried with back-off until the
+# call's deadline; reads are idempotent, so a retry can never change an answer.
+_FIRST_BACKOFF = 0.05
+_MAX_BACKOFF = 1.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +59,8 @@ class JobDescription:
     latest_epoch: int
     oldest_epoch: int
     stores: tuple[StoreSchema, ...]
+    committed_epoch: int = -1
+    problems: tuple[pb.EpochProblem, ...] = ()
 
     def store(self, operator_id: int = 0, name: str = "default") -> StoreSchema:
         for s in self.stores:
@@ -104,11 +94,7 @@ class EpochStateClient:
         self.timeout = timeout
         self._channel = grpc.insecure_channel(
             target,
-            options=[
-                ("grpc.service_config", _SERVICE_CONFIG),
-                ("grpc.enable_retries", 1),
-                ("grpc.max_receive_message_length", 16 * 1024 * 1024),
-            ],
+            options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)],
         )
         self._stub = pb_grpc.EpochStateStub(self._channel)
         self._schemas: dict[str, JobDescription] = {}
@@ -128,10 +114,18 @@ class EpochStateClient:
         return self._stub
 
     def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
-        try:
-            return method(request, timeout=self.timeout if timeout is None else timeout)
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        backoff = _FIRST_BACKOFF
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return method(request, timeout=max(remaining, 0.001))
+            except grpc.RpcError as error:
+                retry = error.code() == grpc.StatusCode.UNAVAILABLE and remaining > backoff
+                if not retry:
+                    raise from_rpc_error(error) from None
+            time.sleep(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF)
 
     # -- discovery ------------------------------------------------------------
 
@@ -155,7 +149,16 @@ class EpochStateClient:
             for st in op.stores
         )
         s = response.summary
-        description = JobDescription(s.job, s.checkpoint, s.query_id, s.latest_epoch, s.oldest_epoch, stores)
+        description = JobDescription(
+            s.job,
+            s.checkpoint,
+            s.query_id,
+            s.latest_epoch,
+            s.oldest_epoch,
+            stores,
+            s.committed_epoch,
+            tuple(s.problems),
+        )
         self._schemas[job] = description
         return description
 

@@ -71,6 +71,7 @@ class Daemon:
             retention=settings.retention_epochs,
             poll_interval=settings.poll_interval,
             on_ingested=self._ingested,
+            on_problem=self._problem,
         )
         self.health = health.HealthServicer()
         self.server = grpc.server(
@@ -105,6 +106,9 @@ class Daemon:
         if record is not None:
             m.freshness.labels(job).observe(max(0.0, (record.ingested_at_ms - record.committed_at_ms) / 1000))
         m.epoch_problems.labels(job).set(len(entry.problems))
+
+    def _problem(self, job: str, epoch: int, reason: str) -> None:
+        self.metrics.epoch_problems.labels(job).set(len(self.catalog.get(job).problems))
 
     def start(self) -> None:
         service = EpochStateService(self.store, self.catalog, self.ingest)

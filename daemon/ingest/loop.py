@@ -43,6 +43,7 @@ class IngestLoop:
         poll_interval: float = 0.1,
         retry_interval: float = 2.0,
         on_ingested: Callable[[str, IngestStats], None] | None = None,
+        on_problem: Callable[[str, int, str], None] | None = None,
     ) -> None:
         self._store = store
         self._catalog = catalog
@@ -51,6 +52,7 @@ class IngestLoop:
         self._poll_interval = poll_interval
         self._retry_interval = retry_interval
         self._on_ingested = on_ingested
+        self._on_problem = on_problem
         self._followers: dict[str, JobFollower] = {}
         self._retry_at: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -117,6 +119,8 @@ class IngestLoop:
             if epoch is not None and follower.entry.problems.get(epoch) != reason:
                 log.error("job %s: epoch %s cannot be ingested: %s", follower.name, epoch, reason)
                 follower.entry.problems[epoch] = reason
+                if self._on_problem is not None:
+                    self._on_problem(follower.name, epoch, reason)
             self._retry_at[follower.name] = time.monotonic() + self._retry_interval
             return False
         except Exception:

@@ -5,7 +5,8 @@ the caller reads from. Errors say why no such epoch exists:
 
 * :class:`EpochRetired` — older than retention (OUT_OF_RANGE);
 * :class:`EpochNotReady` — not committed or not ingested yet (FAILED_PRECONDITION);
-* :class:`EpochWaitTimedOut` — waited until the deadline (DEADLINE_EXCEEDED).
+* :class:`EpochWaitTimedOut` — waited until the deadline (DEADLINE_EXCEEDED);
+* :class:`EpochUnavailable` — committed, but its files cannot be read (DATA_LOSS).
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ class EpochWaitTimedOut(EpochError):
 
 class BadSelector(EpochError):
     pass
+
+
+class EpochUnavailable(EpochError):
+    """The epoch committed, but its state files cannot be read."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,9 @@ def resolve(
     view = store.view()
     progress = view.progress(job_id)
     if not ready(progress):
+        problem = entry.problems.get(target) if kind == "exact" else None
+        if problem is not None:
+            raise EpochUnavailable(f"epoch {target} of job {name!r} cannot be served: {problem}")
         if not may_wait:
             if kind == "latest":
                 raise EpochNotReady(f"job {name!r} has no queryable epoch yet")

@@ -216,6 +216,8 @@ class EpochStateService(pb_grpc.EpochStateServicer):
             latest_epoch=p.newest,
             oldest_epoch=p.oldest,
             provider=d.provider,
+            problems=[pb.EpochProblem(epoch=e, reason=r) for e, r in sorted(entry.problems.items())],
+            committed_epoch=entry.committed,
         )
 
     @_domain_errors

@@ -10,16 +10,18 @@ import grpc
 
 from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import JobNotFound, ShuttingDown, StoreNotFound
-from epochstate.daemon.server.epochs import BadSelector, EpochNotReady, EpochRetired, EpochWaitTimedOut
+from epochstate.daemon.server.epochs import (
+    BadSelector,
+    EpochNotReady,
+    EpochRetired,
+    EpochUnavailable,
+    EpochWaitTimedOut,
+)
 from epochstate.daemon.server.values import BadKey
 
 
 class BadRequest(EpochStateError):
     """A request that is malformed apart from its key (limits, tokens, names)."""
-
-
-class EpochUnavailable(EpochStateError):
-    """The epoch exists but could not be ingested (damaged or unsupported files)."""
 
 
 STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (

@@ -569,6 +569,8 @@ class JobSummary(_message.Message):
     LATEST_EPOCH_FIELD_NUMBER: _builtins.int
     OLDEST_EPOCH_FIELD_NUMBER: _builtins.int
     PROVIDER_FIELD_NUMBER: _builtins.int
+    PROBLEMS_FIELD_NUMBER: _builtins.int
+    COMMITTED_EPOCH_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     checkpoint: _builtins.str
     query_id: _builtins.str
@@ -576,6 +578,14 @@ class JobSummary(_message.Message):
     """-1 when nothing is queryable yet."""
     oldest_epoch: _builtins.int
     provider: _builtins.str
+    committed_epoch: _builtins.int
+    """Newest epoch committed in the checkpoint (-1: none), queryable or not."""
+    @_builtins.property
+    def problems(self) -> _containers.RepeatedCompositeFieldContainer[Global___EpochProblem]:
+        """Committed epochs that cannot be ingested (damaged or unsupported files).
+        Reads pinned to them fail with DATA_LOSS; ingest retries them.
+        """
+
     def __init__(
         self,
         *,
@@ -585,14 +595,38 @@ class JobSummary(_message.Message):
         latest_epoch: _builtins.int = ...,
         oldest_epoch: _builtins.int = ...,
         provider: _builtins.str = ...,
+        problems: _abc.Iterable[Global___EpochProblem] | None = ...,
+        committed_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "job", b"job", "latest_epoch", b"latest_epoch", "oldest_epoch", b"oldest_epoch", "provider", b"provider", "query_id", b"query_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "committed_epoch", b"committed_epoch", "job", b"job", "latest_epoch", b"latest_epoch", "oldest_epoch", b"oldest_epoch", "problems", b"problems", "provider", b"provider", "query_id", b"query_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobSummary: _TypeAlias = JobSummary  # noqa: Y015
+
+@_typing.final
+class EpochProblem(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPOCH_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        epoch: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EpochProblem: _TypeAlias = EpochProblem  # noqa: Y015
 
 @_typing.final
 class ListJobsRequest(_message.Message):
