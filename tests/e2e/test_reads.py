@@ -184,3 +184,29 @@ def test_cli_prints_answers_and_exit_codes(retained: Any) -> None:
     assert cli("get", "shop", "u1", "--epoch", "soon").returncode == 2
     described = cli("describe", "shop", "--json")
     assert described.returncode == 0 and "struct<user:string>" in described.stdout
+
+
+def test_watch_streams_new_epochs_and_list_epochs_has_positions(retained: Any) -> None:
+    stream, daemon = retained
+    newest = stream.committed()[-1]
+    seen: list[int] = []
+    with daemon.client(timeout=60) as client:
+
+        def watch() -> None:
+            for info in client.watch("shop"):
+                seen.append(info.epoch)
+                if len(seen) == 2:
+                    return
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        time.sleep(0.5)
+        stream.feed(orders(6))
+        stream.feed(orders(7))
+        watcher.join(60)
+        assert seen == [newest + 1, newest + 2]
+        epochs = client.epochs("shop")
+        assert [e.epoch for e in epochs] == list(range(newest + 2 - 2, newest + 3))  # retention 3
+        last = epochs[-1]
+        assert last.sources and '"logOffset"' in last.sources[0].end_offset_json
+        assert last.committed_at_ms <= last.ingested_at_ms
