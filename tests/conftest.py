@@ -20,7 +20,7 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 from tests.fixtures.daemon import DaemonProcess  # noqa: E402
 
-pytest_plugins = ["tests.fixtures.zookeeper"]
+pytest_plugins = ["tests.fixtures.zookeeper", "tests.fixtures.kafka"]
 
 
 @pytest.fixture(scope="session")

@@ -162,7 +162,9 @@ class HdfsStoreReader:
         """
         if version < 0:
             raise ValueError(f"negative store version {version}")
-        snapshots = [v for v in self._versions(partition, SNAPSHOT) if v <= version]
+        snapshots = [
+            v for v in self._versions(partition, SNAPSHOT) if v <= version and not self._stale(partition, v)
+        ]
         state: dict[bytes, bytes | None] = {}
         first_delta = 1
         if snapshots:
@@ -178,6 +180,23 @@ class HdfsStoreReader:
                     state[key] = value
         where = self.checkpoint.store_dir(self.operator_id, partition, self.store_name)
         return self._decode(partition, state.items(), where)
+
+    def _stale(self, partition: int, version: int) -> bool:
+        """Whether ``<version>.snapshot`` predates ``<version>.delta``.
+
+        Spark's maintenance task snapshots whatever version it holds in memory. When
+        a batch fails after its state stores committed (e.g. in the sink), that is the
+        failed attempt's state; the re-run then overwrites the delta but not the
+        snapshot. The delta is the committed attempt's, so such a snapshot is skipped.
+        (Spark's own state reader prefers the snapshot and so can return the failed
+        attempt's state; the two differ only for non-deterministic queries.)
+        """
+        snapshot = self._path(partition, version, SNAPSHOT)
+        delta = self._path(partition, version, DELTA)
+        try:
+            return snapshot.stat().st_mtime_ns < delta.stat().st_mtime_ns
+        except FileNotFoundError:
+            return False
 
     def full_state(self, version: int) -> Iterator[StateChange]:
         """:meth:`partition_state` of every partition, partition by partition.

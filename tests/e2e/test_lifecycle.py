@@ -1,0 +1,152 @@
+"""Job lifecycle: restart from the checkpoint, a batch re-run after a failure, and a
+checkpoint deleted and recreated (a new query id)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from epochstate.client import EpochNotReady, EpochStateClient
+from tests.e2e.test_oracle import canon, plain, spark_state
+from tests.e2e.test_reads import SCHEMA, counts, orders
+from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.streams import FileStream
+
+
+def served(client: Any, job: str, epoch: int) -> dict[str, tuple[Any, Any, int | None]]:
+    return {
+        canon(lk.key): (plain(lk.key), plain(lk.value), lk.partition) for lk in client.scan(job, epoch=epoch)
+    }
+
+
+def test_restart_from_checkpoint_continues_the_epochs(
+    spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    stream = FileStream(spark, tmp_path / "in", tmp_path / "cp", counts, SCHEMA, name="restarted").start()
+    daemon = daemon_factory({"restarted": str(tmp_path / "cp")})
+    try:
+        for batch in range(2):
+            stream.feed(orders(batch))
+        stream.stop()
+        stream.start(fresh=False)
+        for batch in range(2, 4):
+            stream.feed(orders(batch))
+    finally:
+        stream.stop()
+    committed = stream.committed()
+    assert committed == [0, 1, 2, 3]
+    daemon.wait_for_epoch("restarted", 3)
+    with daemon.client() as client:
+        for epoch in committed:
+            assert served(client, "restarted", epoch) == spark_state(spark, tmp_path / "cp", epoch)
+
+
+def noisy_totals(frame: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    # rand(): a re-run of a batch computes different state than the failed attempt,
+    # so serving the failed attempt's files would show.
+    noisy = frame.withColumn("r", F.rand())
+    return noisy.groupBy("user").agg(F.sum("r").alias("noise"), F.count("*").alias("n"))
+
+
+def test_a_batch_rerun_after_failure_serves_only_the_committed_result(
+    spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    fail_flag = tmp_path / "fail"
+    emitted: list[tuple[int, bool, dict[str, dict[str, Any]]]] = []
+
+    def sink(frame: Any, batch_id: int) -> None:
+        # The state stores of the batch commit their files while this collects.
+        rows = {r.user: {"sum": r.noise, "count": r.n} for r in frame.collect()}
+        failing = fail_flag.exists()
+        emitted.append((batch_id, failing, rows))
+        if failing:
+            raise RuntimeError(f"injected failure in batch {batch_id}")
+
+    stream = FileStream(
+        spark, tmp_path / "in", tmp_path / "cp", noisy_totals, SCHEMA, name="rerun", sink=sink
+    ).start()
+    daemon = daemon_factory({"rerun": str(tmp_path / "cp")}, extra_args=["--poll-interval", "0.05"])
+    try:
+        stream.feed(orders(0))
+        stream.feed(orders(1))
+        daemon.wait_for_epoch("rerun", 1)
+        fail_flag.touch()
+        with pytest.raises(Exception, match="injected failure"):
+            stream.feed(orders(2))
+        stream.stop()
+        # Batch 2 wrote its state files but never committed: nothing of it is served.
+        assert (tmp_path / "cp" / "offsets" / "2").exists()
+        assert not (tmp_path / "cp" / "commits" / "2").exists()
+        assert any((tmp_path / "cp" / "state" / "0").glob("*/3.delta"))
+        with daemon.client() as client, pytest.raises(EpochNotReady, match="has not committed"):
+            client.get("rerun", ["u1"], epoch=2)
+        fail_flag.unlink()
+        stream.start(fresh=False)  # re-runs batch 2, overwriting its uncommitted files
+        stream.query.processAllAvailable()
+    finally:
+        stream.stop()
+    assert (tmp_path / "cp" / "commits" / "2").exists()
+    (failed,) = [rows for batch, failing, rows in emitted if batch == 2 and failing]
+    (committed,) = [rows for batch, failing, rows in emitted if batch == 2 and not failing]
+    assert failed != committed  # rand(): the two attempts computed different state
+
+    # The committed state of epoch 2: epoch 1's state, updated by what the committed
+    # attempt emitted (update mode emits every key the batch changed).
+    before = {key["user"]: value for key, value, _ in spark_state(spark, tmp_path / "cp", 1).values()}
+    truth = {**before, **committed}
+
+    def served_values(target: str, epoch: int) -> dict[str, Any]:
+        with EpochStateClient(target) as client:
+            return {lk.key["user"]: plain(lk.value) for lk in client.scan("rerun", epoch=epoch)}
+
+    daemon.wait_for_epoch("rerun", 2)
+    for epoch in (0, 1):
+        with daemon.client() as client:
+            assert served(client, "rerun", epoch) == spark_state(spark, tmp_path / "cp", epoch)
+    assert served_values(daemon.target, 2) == truth  # ingested incrementally, from deltas
+    # A daemon that starts late loads epoch 2 whole (snapshot + deltas); Spark's
+    # maintenance may have snapshotted the failed attempt: that snapshot must be skipped.
+    late = daemon_factory(
+        {"rerun": str(tmp_path / "cp")}, name="late", extra_args=["--retention-epochs", "1"]
+    )
+    late.wait_for_epoch("rerun", 2)
+    assert served_values(late.target, 2) == truth
+
+
+def test_recreated_checkpoint_starts_a_new_query(
+    spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    checkpoint = tmp_path / "cp"
+    first = FileStream(spark, tmp_path / "in", checkpoint, counts, SCHEMA, name="again").start()
+    daemon = daemon_factory({"again": str(checkpoint)})
+    try:
+        for batch in range(3):
+            first.feed(orders(batch))
+    finally:
+        first.stop()
+    daemon.wait_for_epoch("again", 2)
+    with daemon.client() as client:
+        old_query = client.describe("again", refresh=True).query_id
+    shutil.rmtree(checkpoint)
+    second = FileStream(spark, tmp_path / "in2", checkpoint, counts, SCHEMA, name="again").start()
+    try:
+        second.feed(orders(10))
+    finally:
+        second.stop()
+    with daemon.client() as client:
+        for _ in range(200):
+            description = client.describe("again", refresh=True)
+            if description.query_id != old_query and description.latest_epoch == 0:
+                break
+            time.sleep(0.05)
+        assert description.query_id != old_query and description.latest_epoch == 0
+        assert served(client, "again", 0) == spark_state(spark, checkpoint, 0)
+        with pytest.raises(EpochNotReady):
+            client.get("again", ["u1"], epoch=2)  # the old query's epoch 2 is gone

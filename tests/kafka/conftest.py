@@ -1,0 +1,1 @@
+"""Kafka tests run against the real broker of tests.fixtures.kafka (registered in tests/conftest.py)."""
