@@ -142,6 +142,17 @@ class JobFollower:
             self._readers[d.store_id] = reader
         return reader
 
+    def reopen_if_recreated(self) -> bool:
+        """Start over when the checkpoint now holds another query (it was deleted and
+        recreated): that query's epochs restart at 0, so the old query's epochs are
+        dropped. Returns True when it did; ``entry`` is then a new object."""
+        if self.checkpoint.query_id() == self.entry.descriptor.query_id:
+            return False
+        self._readers.clear()
+        self._encoders.clear()
+        self.entry = self._open()
+        return True
+
     # -- ingest ------------------------------------------------------------------
 
     def next_epoch(self) -> int | None:

@@ -112,6 +112,9 @@ class IngestLoop:
             return False
         epoch = None
         try:
+            if follower.reopen_if_recreated():
+                self._catalog.put(follower.entry)
+                self._publisher.job_followed(follower.entry)
             epoch = follower.next_epoch()
             stats = follower.step()
         except SourceError as error:
