@@ -49,6 +49,10 @@ def data_key(store_id: int, encoded_key: bytes, epoch: int) -> bytes:
     return DATA + _ID.pack(store_id) + encoded_key + _EPOCH.pack(_MAX - epoch)
 
 
+def epoch_suffix(epoch: int) -> bytes:
+    return _EPOCH.pack(_MAX - epoch)
+
+
 def split_data_key(raw: bytes) -> tuple[bytes, int]:
     """``(store_id prefix + encoded key, epoch)`` of a data key."""
     return raw[:-EPOCH_WIDTH], _MAX - _EPOCH.unpack(raw[-EPOCH_WIDTH:])[0]

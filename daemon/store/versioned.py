@@ -94,24 +94,23 @@ class StoreView:
         return JobProgress(newest, oldest)
 
     def get_many(self, store_id: int, encoded_keys: Iterable[bytes], epoch: int) -> list[Version | None]:
-        """The version of each key visible at ``epoch`` (None: absent)."""
+        """The version of each key visible at ``epoch`` (None: absent). The read hot path."""
         it = self._snapshot.iter()
+        seek, valid, key, value = it.seek, it.valid, it.key, it.value
+        prefix = layout.data_prefix(store_id)
+        suffix = layout.epoch_suffix(epoch)
         found: list[Version | None] = []
         for encoded in encoded_keys:
-            wanted = layout.data_key(store_id, encoded, epoch)
-            it.seek(wanted)
-            version: Version | None = None
-            if it.valid():
-                raw_key = it.key()
-                # Same user key <=> identical bytes up to the epoch suffix.
-                if (
-                    len(raw_key) == len(wanted)
-                    and raw_key[: -layout.EPOCH_WIDTH] == wanted[: -layout.EPOCH_WIDTH]
-                ):
-                    payload = layout.parse_version(it.value())
-                    if payload is not None:
-                        version = Version(encoded, payload)
-            found.append(version)
+            head = prefix + encoded
+            seek(head + suffix)
+            # The newest version <= epoch sorts first; it must be of this very key.
+            if valid():
+                raw_key = key()
+                if len(raw_key) == len(head) + layout.EPOCH_WIDTH and raw_key.startswith(head):
+                    payload = layout.parse_version(value())
+                    found.append(None if payload is None else Version(encoded, payload))
+                    continue
+            found.append(None)
         return found
 
     def scan(
