@@ -20,7 +20,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ time.tzset()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from epochstate.client import EpochStateClient  # noqa: E402
+from epochstate.client.local_daemon import LocalDaemon  # noqa: E402
 from epochstate.v1 import epochstate_pb2 as pb  # noqa: E402
 
 
@@ -126,29 +126,11 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    address = workdir / "address"
-    daemon = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "epochstate.client.cli",
-            "daemon",
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(workdir / "daemon"),
-            "--address-file",
-            str(address),
-            "--retention-epochs",
-            str(max(100, args.epochs)),
-            "--log-level",
-            "WARNING",
-        ],
-    )
+    daemon = LocalDaemon(
+        workdir / "daemon", {}, extra_args=["--retention-epochs", str(max(100, args.epochs))]
+    ).start()
     try:
-        while not address.exists():
-            time.sleep(0.05)
-        target = address.read_text().strip()
+        target = daemon.target
         reporter = attach(spark, target, checkpoints={"bench": str(workdir / "cp")})
         print(
             f"building state: {args.keys} keys, {args.epochs} epochs, {args.changed} changed per epoch ...",
@@ -259,8 +241,7 @@ def main() -> None:
         server.stop(0)
         client.close()
     finally:
-        daemon.terminate()
-        daemon.wait(30)
+        daemon.stop()
         spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 

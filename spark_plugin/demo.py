@@ -8,7 +8,6 @@ epochs and "latest" moves on.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from epochstate.client import EpochStateClient, Lookup
+from epochstate.client.local_daemon import LocalDaemon
 
 console = Console()
 
@@ -76,39 +76,6 @@ def _start_query(spark: Any, checkpoint: Path, options: DemoOptions) -> Any:
     )
 
 
-def _start_daemon(workdir: Path, zookeeper: str) -> tuple[subprocess.Popen[bytes], str]:
-    address = workdir / "daemon.address"
-    address.unlink(missing_ok=True)
-    log = (workdir / "daemon.log").open("ab")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "epochstate.client.cli",
-            "daemon",
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(workdir / "daemon"),
-            "--zookeeper",
-            zookeeper,
-            "--node",
-            "demo-node",
-            "--address-file",
-            str(address),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 60
-    while not address.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise SystemExit(f"the daemon did not start; see {workdir / 'daemon.log'}")
-        time.sleep(0.1)
-    return process, address.read_text().strip()
-
-
 def _table(title: str, lookups: list[Lookup]) -> Table:
     table = Table(title=title, title_justify="left")
     for column in ("epoch", "user", "orders", "spent"):
@@ -136,8 +103,11 @@ def run(options: DemoOptions) -> int:
     query = None
     try:
         with console.status("starting the epochstate daemon"):
-            daemon, target = _start_daemon(workdir, zookeeper.connect_string)
-        console.print(f"[green]✓[/green] daemon serving gRPC on {target} (log: {workdir / 'daemon.log'})")
+            daemon = LocalDaemon(
+                workdir / "daemon", {}, zookeeper=zookeeper.connect_string, extra_args=["--node", "demo-node"]
+            ).start(timeout=60)
+            target = daemon.target
+        console.print(f"[green]✓[/green] daemon serving gRPC on {target} (log: {daemon.log_path})")
         with console.status("starting Spark and the streaming job"):
             spark = _spark(workdir)
             reporter = attach(spark, target, checkpoints={JOB: str(checkpoint)})
@@ -200,8 +170,7 @@ def run(options: DemoOptions) -> int:
         if query is not None:
             query.stop()
         if daemon is not None:
-            daemon.terminate()
-            daemon.wait(30)
+            daemon.stop()
         zookeeper.stop()
 
 
