@@ -8,6 +8,7 @@ ZooKeeper.
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import threading
 from concurrent import futures
@@ -63,6 +64,10 @@ class Daemon:
         self.metrics = DaemonMetrics()
         self.catalog = Catalog()
         self.store = VersionedStore(settings.data_dir / "store")
+        # Where RocksDB snapshots of checkpoints are opened; leftovers of a crash go.
+        scratch = settings.data_dir / "scratch"
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
         self.publisher: EpochPublisher = self._publisher()
         self.ingest = IngestLoop(
             self.store,
@@ -72,6 +77,7 @@ class Daemon:
             poll_interval=settings.poll_interval,
             on_ingested=self._ingested,
             on_problem=self._problem,
+            scratch_dir=scratch,
         )
         self.health = health.HealthServicer()
         self.server = grpc.server(

@@ -24,7 +24,7 @@ from epochstate.daemon.records import RecordEncoder
 from epochstate.daemon.sources.checkpoint import Checkpoint
 from epochstate.daemon.sources.epochlog import SourceRange
 from epochstate.daemon.sources.errors import MissingCheckpointFile, MissingStateFile
-from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader
+from epochstate.daemon.sources.readers import StoreReader, open_store_reader
 from epochstate.daemon.sources.sparktypes import type_to_json
 from epochstate.daemon.store import keycodec
 from epochstate.daemon.store.descriptors import EpochRecord, JobProgress
@@ -69,6 +69,7 @@ class JobFollower:
         publisher: EpochPublisher,
         retention: int,
         clock: Callable[[], float] = time.time,
+        scratch_dir: Path | None = None,
     ) -> None:
         self.name = name
         self.checkpoint = Checkpoint(Path(_normalize(checkpoint)))
@@ -77,7 +78,8 @@ class JobFollower:
         self._publisher = publisher
         self._retention = max(1, retention)
         self._clock = clock
-        self._readers: dict[int, HdfsStoreReader] = {}
+        self._scratch_dir = scratch_dir
+        self._readers: dict[int, StoreReader] = {}
         self._encoders: dict[int, RecordEncoder] = {}
         self.entry = self._open()
 
@@ -97,7 +99,9 @@ class JobFollower:
             self._store.drop_job(descriptor)
             descriptor = None
         if descriptor is None:
-            descriptor = self._store.add_job(self.name, self._location, query_id, "hdfs")
+            latest = self.checkpoint.latest_committed()
+            provider = self.checkpoint.provider_kind(latest) if latest is not None else "unknown"
+            descriptor = self._store.add_job(self.name, self._location, query_id, provider)
         entry = JobEntry(descriptor)
         for store_descriptor in self._store.stores(self.name):
             handle = StoreHandle.of(store_descriptor)
@@ -127,17 +131,19 @@ class JobFollower:
                 self.entry.stores[(operator.operator_id, info.name)] = StoreHandle.of(descriptor)
                 self.entry.operator_names[operator.operator_id] = operator.name or "unknown"
 
-    def _reader(self, handle: StoreHandle) -> HdfsStoreReader:
+    def _reader(self, handle: StoreHandle, epoch: int) -> StoreReader:
         d = handle.descriptor
         reader = self._readers.get(d.store_id)
         if reader is None:
-            reader = HdfsStoreReader(
+            reader = open_store_reader(
                 self.checkpoint,
                 d.operator_id,
                 d.store_name,
                 d.num_partitions,
                 handle.key_schema,
                 handle.value_schema,
+                epoch,
+                scratch_dir=self._scratch_dir,
             )
             self._readers[d.store_id] = reader
         return reader
@@ -174,7 +180,6 @@ class JobFollower:
         if epoch is None:
             return None
         started = time.perf_counter()
-        self.checkpoint.ensure_hdfs_backed(epoch)
         self._discover_stores()
         full = self.entry.progress.empty
         changes: list[Change] = []
@@ -200,7 +205,7 @@ class JobFollower:
         return encoder
 
     def _changes(self, handle: StoreHandle, epoch: int, full: bool) -> Iterator[Change]:
-        reader = self._reader(handle)
+        reader = self._reader(handle, epoch)
         encode = self._encoder(handle).present
         store_id = handle.descriptor.store_id
         version = epoch + 1
@@ -221,7 +226,7 @@ class JobFollower:
             assert c.value is not None
             yield Change(store_id, c.key, encode(c.partition, c.key, c.value))
 
-    def _diff_full(self, handle: StoreHandle, reader: HdfsStoreReader, version: int) -> Iterator[Change]:
+    def _diff_full(self, handle: StoreHandle, reader: StoreReader, version: int) -> Iterator[Change]:
         """Changes that turn the newest ingested state into the full state at ``version``."""
         store_id = handle.descriptor.store_id
         encode = self._encoder(handle).present

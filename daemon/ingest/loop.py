@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry
@@ -44,7 +45,9 @@ class IngestLoop:
         retry_interval: float = 2.0,
         on_ingested: Callable[[str, IngestStats], None] | None = None,
         on_problem: Callable[[str, int, str], None] | None = None,
+        scratch_dir: Path | None = None,
     ) -> None:
+        self._scratch_dir = scratch_dir
         self._store = store
         self._catalog = catalog
         self._publisher = publisher
@@ -69,7 +72,14 @@ class IngestLoop:
             if existing is not None:
                 return existing.entry
             try:
-                follower = JobFollower(job, checkpoint, self._store, self._publisher, self._retention)
+                follower = JobFollower(
+                    job,
+                    checkpoint,
+                    self._store,
+                    self._publisher,
+                    self._retention,
+                    scratch_dir=self._scratch_dir,
+                )
             except SourceError as error:
                 raise CheckpointNotFound(f"cannot follow job {job!r} at {checkpoint!r}: {error}") from error
             self._followers[job] = follower

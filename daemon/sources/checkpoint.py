@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Literal
 from urllib.parse import unquote, urlparse
 
 from epochstate.daemon.sources.epochlog import EpochLog, SourceRange, parse_epoch_log
@@ -41,6 +42,8 @@ PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
 COMPRESSION_CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
 CHECKPOINT_FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 HDFS_PROVIDER_CLASS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+ROCKSDB_PROVIDER_CLASS = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+ProviderKind = Literal["hdfs", "rocksdb"]
 _LZ4_CODECS = frozenset({"lz4", "org.apache.spark.io.LZ4CompressionCodec"})
 
 
@@ -169,6 +172,24 @@ class Checkpoint:
             MissingCheckpointFile: no offset log entry to read it from.
         """
         return self._conf(epoch).get(PROVIDER_CLASS_CONF, HDFS_PROVIDER_CLASS)
+
+    def provider_kind(self, epoch: int | None = None) -> ProviderKind:
+        """Which of the two providers we read wrote the state (``None``: the newest
+        planned epoch). Their format options are checked by the readers.
+
+        Raises:
+            UnsupportedCheckpoint: any other provider class.
+            MissingCheckpointFile: no offset log entry to read the configuration from.
+        """
+        provider = self.provider_class(epoch)
+        if provider == HDFS_PROVIDER_CLASS:
+            return "hdfs"
+        if provider == ROCKSDB_PROVIDER_CLASS:
+            return "rocksdb"
+        raise UnsupportedCheckpoint(
+            f"{self.root}: {PROVIDER_CLASS_CONF}={provider}; readable are "
+            f"{HDFS_PROVIDER_CLASS} and {ROCKSDB_PROVIDER_CLASS}"
+        )
 
     def ensure_hdfs_backed(self, epoch: int | None = None) -> None:
         """Check that the state is in the HDFS-backed provider's format we read.

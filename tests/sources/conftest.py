@@ -109,21 +109,32 @@ def checkpoints(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[st
       removals);
     * ``join``: a stream-stream inner join (four named stores per partition).
     """
-    from pyspark.sql import functions as F
-
     base = tmp_path_factory.mktemp("sources")
     source = base / "in"
     source.mkdir()
     for batch in range(BATCHES):
         _write_batch(source, batch)
-    schema = spark.read.parquet(str(source)).schema
     # Snapshots after every two deltas (SQL confs are per session; the maintenance
     # interval only counts if this is the JVM's first stateful query, see ``spark``).
-    session = spark.newSession()
+    frames = _stateful_frames(_input_stream(spark.newSession(), source))
+    names = ("plain", "window", "dedup", "join")
+    paths = {name: base / f"cp_{name}" for name in names}
+    _run_to_end([(paths[name], *frames[name]) for name in names])
+    return paths
+
+
+def _input_stream(session: Any, source: Path) -> Any:
+    """One input file per epoch, read by ``session`` (snapshots every two versions)."""
     session.conf.set("spark.sql.streaming.stateStore.minDeltasForSnapshot", "2")
     session.conf.set("spark.sql.streaming.stateStore.maintenanceInterval", "200ms")
-    # One input file per epoch; the queries run concurrently and stop by themselves.
-    df = session.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(source))
+    schema = session.read.parquet(str(source)).schema
+    return session.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(source))
+
+
+def _stateful_frames(df: Any) -> dict[str, tuple[Any, str]]:
+    """The stateful queries over the input stream ``df``, by name, with output modes."""
+    from pyspark.sql import functions as F
+
     plain = df.groupBy("sh", "s", "dec", "b", "st", "arr").agg(
         F.count("*").alias("n"),
         F.sum("l"),
@@ -165,28 +176,78 @@ def checkpoints(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[st
         right,
         F.expr("a.l = b.l AND a.ts BETWEEN b.ts - INTERVAL 5 SECONDS AND b.ts + INTERVAL 5 SECONDS"),
     )
-    queries = []
-    paths = {}
-    for name, frame, mode in (
-        ("plain", plain, "update"),
-        ("window", window, "update"),
-        ("dedup", dedup, "append"),
-        ("join", join, "append"),
-    ):
-        paths[name] = base / f"cp_{name}"
-        writer = (
-            frame.writeStream.format("noop")
-            .outputMode(mode)
-            .option("checkpointLocation", str(paths[name]))
-            .trigger(availableNow=True)
-        )
-        queries.append(writer.start())
+    # Session windows keep their state under a prefix key (the grouping column).
+    session = (
+        df.withWatermark("ts", "10 seconds")
+        .groupBy(F.session_window("ts", "8 seconds"), "sh")
+        .agg(F.count("*").alias("n"), F.max("s"))
+    )
+    return {
+        "plain": (plain, "update"),
+        "window": (window, "update"),
+        "dedup": (dedup, "append"),
+        "join": (join, "append"),
+        "session": (session, "append"),
+    }
+
+
+def _run_to_end(queries: list[tuple[Path, Any, str]]) -> None:
+    """Run ``(checkpoint, frame, output mode)`` queries concurrently until their input ends."""
+    started = []
     try:
-        for query in queries:
+        for checkpoint, frame, mode in queries:
+            writer = (
+                frame.writeStream.format("noop")
+                .outputMode(mode)
+                .option("checkpointLocation", str(checkpoint))
+                .trigger(availableNow=True)
+            )
+            started.append(writer.start())
+        for query in started:
             query.awaitTermination(120)
     finally:
-        for query in queries:
+        for query in started:
             query.stop()
+
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+FORMAT_VERSION_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+# Checkpoint name -> (query, changelog checkpointing, state checkpoint format version).
+ROCKSDB_RUNS = {
+    "window-changelog": ("window", True, 1),
+    "window-zip": ("window", False, 1),
+    "dedup-changelog": ("dedup", True, 1),
+    "dedup-zip": ("dedup", False, 1),
+    "session-changelog": ("session", True, 1),
+    "window-format2": ("window", True, 2),
+}
+
+
+@pytest.fixture(scope="session")
+def rocksdb_checkpoints(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Checkpoints of queries run with the RocksDB provider on the same input as
+    :func:`checkpoints` (see :data:`ROCKSDB_RUNS`): with changelog checkpointing on
+    (``<v>.changelog``, a ``<v>.zip`` every two versions) or off (a ``<v>.zip`` per
+    version), and one with state checkpoint format version 2."""
+    base = tmp_path_factory.mktemp("rocksdb_runs")
+    source = base / "in"
+    source.mkdir()
+    for batch in range(BATCHES):
+        _write_batch(source, batch)
+    frames: dict[tuple[bool, int], dict[str, tuple[Any, str]]] = {}
+    runs = []
+    paths = {}
+    for name, (query, changelog, version) in ROCKSDB_RUNS.items():
+        if (changelog, version) not in frames:
+            session = spark.newSession()
+            session.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+            session.conf.set(CHANGELOG_CONF, str(changelog).lower())
+            session.conf.set(FORMAT_VERSION_CONF, str(version))
+            frames[changelog, version] = _stateful_frames(_input_stream(session, source))
+        paths[name] = base / f"cp_{name}"
+        runs.append((paths[name], *frames[changelog, version][query]))
+    _run_to_end(runs)
     return paths
 
 

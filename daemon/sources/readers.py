@@ -1,0 +1,82 @@
+"""The one interface of the state store readers, and the choice between them.
+
+Both :class:`HdfsStoreReader` and :class:`RocksDBStoreReader` serve a store's
+versions as :class:`StateChange` rows with the same guarantees, so the ingest
+loop holds a :class:`StoreReader` and need not know which provider wrote the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+from epochstate.daemon.sources.checkpoint import Checkpoint
+from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader, StateChange
+from epochstate.daemon.sources.rocksdb_provider import RocksDBStoreReader
+from epochstate.daemon.sources.sparktypes import StructType
+
+
+class StoreReader(Protocol):
+    """Reads the versions of one store; store version ``v`` is the state after epoch
+    ``v - 1``. A version whose files exist reads the same every time.
+
+    Errors: ``MissingStateFile`` (a file needed was purged or not written yet),
+    ``CorruptStateFile`` (damaged, or not matching the schemas),
+    ``UnsupportedCheckpoint`` (a format option the reader refuses).
+    """
+
+    num_partitions: int
+
+    def has_delta(self, version: int) -> bool:
+        """Whether :meth:`changes` of ``version`` can be read from every partition's files."""
+        ...
+
+    def changes(self, version: int) -> Iterator[StateChange]:
+        """The changes ``version`` made: per partition, each changed key once with its
+        last operation (``value is None``: removed)."""
+        ...
+
+    def partition_changes(self, partition: int, version: int) -> Iterator[StateChange]:
+        """:meth:`changes` of one partition."""
+        ...
+
+    def full_state(self, version: int) -> Iterator[StateChange]:
+        """Every key present at ``version`` with its value, partition by partition."""
+        ...
+
+    def partition_state(self, partition: int, version: int) -> Iterator[StateChange]:
+        """:meth:`full_state` of one partition."""
+        ...
+
+
+def open_store_reader(
+    checkpoint: Checkpoint,
+    operator_id: int,
+    store_name: str,
+    num_partitions: int,
+    key_schema: StructType,
+    value_schema: StructType,
+    epoch: int | None = None,
+    *,
+    scratch_dir: Path | None = None,
+) -> StoreReader:
+    """The reader for the provider that wrote the state as of ``epoch`` (``None``: the
+    newest planned epoch). ``scratch_dir`` is where RocksDB snapshots are opened.
+
+    Raises:
+        UnsupportedCheckpoint: another provider, or a format option the reader refuses.
+        MissingCheckpointFile: no offset log entry to read the configuration from.
+    """
+    if checkpoint.provider_kind(epoch) == "hdfs":
+        checkpoint.ensure_hdfs_backed(epoch)
+        return HdfsStoreReader(checkpoint, operator_id, store_name, num_partitions, key_schema, value_schema)
+    return RocksDBStoreReader(
+        checkpoint,
+        operator_id,
+        store_name,
+        num_partitions,
+        key_schema,
+        value_schema,
+        scratch_dir=scratch_dir,
+    )

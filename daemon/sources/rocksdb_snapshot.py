@@ -1,0 +1,206 @@
+"""Snapshots of Spark's RocksDB state store: ``<version>.zip`` and the table files it names.
+
+A store directory (one partition of one store) holds, per snapshot version::
+
+    <version>.zip             a RocksDB checkpoint without its table files: CURRENT,
+                              MANIFEST-<n>, OPTIONS-<n>, the (empty) WAL <n>.log, and
+                              ``metadata``
+    SSTs/<n>-<uuid>.sst       table files, shared by every zip that names them
+    logs/<n>-<uuid>.log       archived WAL files, for the rare checkpoint that has any
+
+``metadata`` is the line ``v1`` and a JSON object: ``sstFiles`` and ``logFiles``
+(each ``{"localFileName", "dfsSstFileName" | "dfsLogFileName", "sizeBytes"}``,
+``logFiles`` left out when empty), ``numKeys``, and for stores with column families
+``columnFamilyMapping`` (name -> id), empty otherwise.
+
+To read a snapshot: extract the zip into a scratch directory, link every named file
+there under its local name (the MANIFEST refers to them by number), open the
+database read-only and iterate its default column family.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from rocksdict import AccessType, Options, Rdict
+
+from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile, UnsupportedCheckpoint
+
+METADATA = "metadata"
+SST_DIR = "SSTs"
+LOG_DIR = "logs"
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotFile:
+    """A file a snapshot needs beside its zip: ``dfs_name`` in the store directory's
+    ``SSTs/`` or ``logs/``, to be placed as ``local_name``."""
+
+    local_name: str
+    dfs_path: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotMetadata:
+    """What a snapshot's ``metadata`` file records."""
+
+    files: tuple[SnapshotFile, ...]
+    num_keys: int
+    column_families: dict[str, int]
+
+
+def _plain_name(name: object, source: str) -> str:
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", ".."):
+        raise CorruptStateFile(f"{source}: bad file name {name!r}")
+    return name
+
+
+def parse_snapshot_metadata(text: str, source: str = "<text>") -> SnapshotMetadata:
+    """Parse a snapshot's ``metadata`` file.
+
+    Raises:
+        UnsupportedCheckpoint: a format version other than ``v1``.
+        CorruptStateFile: malformed JSON, fields or file names.
+    """
+    version, _, body = text.partition("\n")
+    if version != "v1":
+        raise UnsupportedCheckpoint(f"{source}: snapshot metadata version {version[:20]!r}")
+    try:
+        obj = json.loads(body)
+        files = [
+            SnapshotFile(
+                _plain_name(f["localFileName"], source),
+                f"{directory}/{_plain_name(f[dfs_key], source)}",
+                int(f["sizeBytes"]),
+            )
+            for key, dfs_key, directory in (
+                ("sstFiles", "dfsSstFileName", SST_DIR),
+                ("logFiles", "dfsLogFileName", LOG_DIR),
+            )
+            for f in obj.get(key, ())
+        ]
+        families = {str(k): int(v) for k, v in (obj.get("columnFamilyMapping") or {}).items()}
+        num_keys = int(obj.get("numKeys", -1))
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CorruptStateFile(f"{source}: bad snapshot metadata: {err!r}") from err
+    return SnapshotMetadata(tuple(files), num_keys, families)
+
+
+class SnapshotReader:
+    """One snapshot opened read-only, as a context manager::
+
+        with SnapshotReader(store_dir / "7.zip") as snapshot:
+            for key, value in snapshot.items(): ...
+
+    Nothing in the store directory is written or moved; the extracted files live
+    in a scratch directory that ``__exit__`` removes.
+    """
+
+    def __init__(self, zip_path: Path, scratch_root: Path | None = None) -> None:
+        self.zip_path = zip_path
+        self._scratch_root = scratch_root
+        self._scratch: str | None = None
+        self._db: Rdict | None = None
+        self.metadata = SnapshotMetadata((), 0, {})
+
+    def __enter__(self) -> SnapshotReader:
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _extract(self, directory: str) -> str:
+        try:
+            with zipfile.ZipFile(self.zip_path) as archive:
+                names = archive.namelist()
+                for name in names:
+                    _plain_name(name, str(self.zip_path))
+                if METADATA not in names:
+                    raise CorruptStateFile(f"{self.zip_path}: no {METADATA} entry")
+                # Reading every entry checks its CRC-32.
+                archive.extractall(directory)
+        except FileNotFoundError:
+            raise MissingStateFile(f"{self.zip_path}: does not exist") from None
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError) as err:
+            raise CorruptStateFile(f"{self.zip_path}: not a readable zip: {err}") from err
+        metadata = Path(directory, METADATA)
+        try:
+            text = metadata.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise CorruptStateFile(f"{self.zip_path}: metadata is not UTF-8") from err
+        metadata.unlink()
+        return text
+
+    def _open(self) -> None:
+        self._scratch = tempfile.mkdtemp(prefix="rocksdb-snapshot-", dir=self._scratch_root)
+        text = self._extract(self._scratch)
+        self.metadata = parse_snapshot_metadata(text, f"{self.zip_path}:{METADATA}")
+        store_dir = self.zip_path.parent
+        for f in self.metadata.files:
+            target = store_dir / f.dfs_path
+            try:
+                size = target.stat().st_size
+            except FileNotFoundError:
+                raise MissingStateFile(f"{target}: named by {self.zip_path.name}, does not exist") from None
+            if size != f.size:
+                raise CorruptStateFile(f"{target}: {size} bytes, {self.zip_path.name} says {f.size}")
+            # Table files are immutable and only read: a link spares copying them.
+            os.symlink(target.resolve(), os.path.join(self._scratch, f.local_name))
+        options = Options(raw_mode=True)
+        options.set_paranoid_checks(True)
+        try:
+            self._db = Rdict(self._scratch, options, access_type=AccessType.read_only())
+        except Exception as err:  # rocksdict raises plain Exception with RocksDB's status
+            for f in self.metadata.files:
+                if not (store_dir / f.dfs_path).is_file():
+                    # Purged by Spark's maintenance while we were opening it.
+                    raise MissingStateFile(f"{store_dir / f.dfs_path}: removed while reading") from err
+            raise CorruptStateFile(f"{self.zip_path}: RocksDB cannot open the snapshot: {err}") from err
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every key and value of the default column family, in key order (raw bytes).
+
+        Raises:
+            CorruptStateFile: RocksDB reports an error (e.g. a block checksum
+                mismatch) while iterating.
+        """
+        if self._db is None:
+            raise RuntimeError("snapshot is not open")
+        # rocksdict's items() ends silently on a read error; a bare iterator's
+        # status() reports it.
+        it = self._db.iter()
+        it.seek_to_first()
+        valid, key, value, step = it.valid, it.key, it.value, it.next
+        while valid():
+            yield key(), value()
+            step()
+        try:
+            it.status()
+        except Exception as err:
+            raise CorruptStateFile(f"{self.zip_path}: RocksDB read error: {err}") from err
+
+    def close(self) -> None:
+        """Close the database and remove the scratch directory (idempotent)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None

@@ -1,0 +1,252 @@
+"""The RocksDB provider's reader against Spark's own state reader, on checkpoints
+written with changelog checkpointing on and off."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from epochstate.daemon.sources.checkpoint import Checkpoint
+from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile, UnsupportedCheckpoint
+from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader
+from epochstate.daemon.sources.readers import open_store_reader
+from epochstate.daemon.sources.rocksdb_provider import RocksDBStoreReader
+from tests.sources.spark_state import Entry, frozen, spark_state
+from tests.sources.sparkvalues import freeze
+
+pytestmark = pytest.mark.spark
+
+CASES = ["window-changelog", "window-zip", "dedup-changelog", "dedup-zip", "session-changelog"]
+Oracle = dict[str, dict[int, set[Entry]]]
+
+
+@pytest.fixture(scope="module")
+def oracle(spark: Any, rocksdb_checkpoints: dict[str, Path]) -> Oracle:
+    return {
+        name: spark_state(
+            spark, rocksdb_checkpoints[name], Checkpoint(rocksdb_checkpoints[name]).committed_epochs()
+        )
+        for name in CASES
+    }
+
+
+def _store_files(root: Path, suffix: str) -> list[Path]:
+    return sorted((root / "state" / "0").glob(f"*/*.{suffix}"))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_full_state_and_changes_equal_spark_reader(
+    name: str, rocksdb_checkpoints: dict[str, Path], oracle: Oracle, tmp_path: Path
+) -> None:
+    root = rocksdb_checkpoints[name]
+    checkpoint = Checkpoint(root)
+    reader = RocksDBStoreReader.open(checkpoint, 0, scratch_dir=tmp_path)
+    epochs = checkpoint.committed_epochs()
+    assert epochs == list(range(len(epochs))) and len(epochs) >= 4
+    if name.endswith("-zip"):
+        assert not _store_files(root, "changelog")
+    else:
+        assert len(_store_files(root, "changelog")) == 2 * len(epochs)
+    accumulated: dict[tuple[int, Any], Any] = {}
+    removals = 0
+    for epoch in epochs:
+        version = epoch + 1
+        assert reader.has_delta(version)
+        for change in reader.changes(version):
+            slot = (change.partition, freeze(change.key))
+            if change.value is None:
+                removals += 1
+                accumulated.pop(slot, None)
+            else:
+                accumulated[slot] = freeze(change.value)
+        expected = oracle[name][epoch]
+        assert frozen(reader.full_state(version)) == expected, f"epoch {epoch}"
+        assert {(p, k, v) for (p, k), v in accumulated.items()} == expected, f"epoch {epoch}"
+    assert any(oracle[name].values()), "the state is always empty"
+    assert removals > 0, "the watermark never removed a key"
+    assert list(tmp_path.iterdir()) == [], "a snapshot's scratch directory was left behind"
+
+
+def _wait_for_zips(root: Path) -> dict[str, int]:
+    """The oldest snapshot version of each partition, once both have one."""
+    deadline = time.monotonic() + 20
+    while True:
+        oldest = {p.parent.name: int(p.stem) for p in reversed(_store_files(root, "zip"))}
+        if set(oldest) == {"0", "1"} or time.monotonic() > deadline:
+            return oldest
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("name", ["window-changelog", "dedup-changelog"])
+def test_snapshots_and_changelogs_each_rebuild_the_same_state(
+    name: str, rocksdb_checkpoints: dict[str, Path], oracle: Oracle, tmp_path: Path
+) -> None:
+    oldest = _wait_for_zips(rocksdb_checkpoints[name])
+    assert set(oldest) == {"0", "1"}, "maintenance wrote no snapshot"
+    for snapshot in _store_files(rocksdb_checkpoints[name], "zip"):
+        # Uploaded after their version committed, so the readers use them.
+        assert snapshot.stat().st_mtime_ns >= snapshot.with_suffix(".changelog").stat().st_mtime_ns
+    latest = Checkpoint(rocksdb_checkpoints[name]).latest_committed()
+    assert latest is not None
+    # Without the changelogs a snapshot covers, versions from the snapshot on can
+    # only be rebuilt through it.
+    through_zips = tmp_path / "zips"
+    shutil.copytree(rocksdb_checkpoints[name], through_zips)
+    for partition, snapshot_version in oldest.items():
+        for changelog in (through_zips / "state" / "0" / partition).glob("*.changelog"):
+            if int(changelog.stem) <= snapshot_version:
+                changelog.unlink()
+    reader = RocksDBStoreReader.open(Checkpoint(through_zips), 0)
+    for version in range(max(oldest.values()), latest + 2):
+        assert frozen(reader.full_state(version)) == oracle[name][version - 1]
+    with pytest.raises(MissingStateFile):
+        list(reader.full_state(min(oldest.values()) - 1))
+    # Without any snapshot, every version replays the changelogs from version 1.
+    through_changelogs = tmp_path / "changelogs"
+    shutil.copytree(rocksdb_checkpoints[name], through_changelogs)
+    for snapshot in _store_files(through_changelogs, "zip"):
+        snapshot.unlink()
+    reader = RocksDBStoreReader.open(Checkpoint(through_changelogs), 0)
+    for version in range(1, latest + 2):
+        assert frozen(reader.full_state(version)) == oracle[name][version - 1]
+
+
+def test_without_changelogs_changes_are_the_snapshot_difference(
+    rocksdb_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    copy = tmp_path / "cp"
+    shutil.copytree(rocksdb_checkpoints["window-zip"], copy)
+    reader = RocksDBStoreReader.open(Checkpoint(copy), 0)
+    assert list(reader.full_state(0)) == []
+    before = frozen(reader.full_state(2))
+    after = frozen(reader.full_state(3))
+    changes = list(reader.changes(3))
+    removed = {(c.partition, freeze(c.key)) for c in changes if c.value is None}
+    put = {(c.partition, freeze(c.key), freeze(c.value)) for c in changes if c.value is not None}
+    assert removed == {(p, k) for p, k, _ in before} - {(p, k) for p, k, _ in after}
+    assert put == after - before
+    for partition in ("0", "1"):
+        (copy / "state" / "0" / partition / "2.zip").unlink()
+    assert not reader.has_delta(3) and not reader.has_delta(2)
+    with pytest.raises(
+        MissingStateFile, match=r"2\.changelog: does not exist; rebuilding version 2 from 1\.zip"
+    ):
+        list(reader.changes(3))
+    with pytest.raises(MissingStateFile, match=r"2\.changelog: does not exist$"):
+        list(reader.changes(2))
+    with pytest.raises(
+        MissingStateFile, match=r"2\.changelog: does not exist; rebuilding version 2 from 1\.zip"
+    ):
+        list(reader.full_state(2))
+    assert frozen(reader.full_state(3)) == after
+
+
+def test_state_checkpoint_format_2_is_refused(rocksdb_checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    root = rocksdb_checkpoints["window-format2"]
+    checkpoint = Checkpoint(root)
+    with pytest.raises(UnsupportedCheckpoint, match=r"checkpointFormatVersion=2"):
+        RocksDBStoreReader.open(checkpoint, 0)
+    key, value = checkpoint.store_schema(0)
+    with pytest.raises(UnsupportedCheckpoint, match=r"checkpointFormatVersion=2"):
+        open_store_reader(checkpoint, 0, "default", 2, key, value, 0)
+    # Even with the unique ids gone from the commit log, the files give it away.
+    copy = tmp_path / "cp"
+    shutil.copytree(root, copy)
+    for commit in (copy / "commits").iterdir():
+        if not commit.name.startswith("."):
+            commit.write_text('v1\n{"nextBatchWatermarkMs":0}', encoding="utf-8")
+    reader = RocksDBStoreReader.open(Checkpoint(copy), 0)
+    for read in (reader.changes, reader.full_state):
+        with pytest.raises(UnsupportedCheckpoint, match=r"checkpointFormatVersion=2"):
+            list(read(3))
+
+
+def _with_conf(root: Path, copy: Path, **conf: str) -> Checkpoint:
+    """A copy of the checkpoint whose offset log entries carry other conf values."""
+    shutil.copytree(root, copy)
+    for entry in (copy / "offsets").iterdir():
+        if entry.name.isdigit():
+            version, meta, *rest = entry.read_text(encoding="utf-8").split("\n")
+            obj = json.loads(meta)
+            obj["conf"].update(conf)
+            entry.write_text("\n".join([version, json.dumps(obj), *rest]), encoding="utf-8")
+    return Checkpoint(copy)
+
+
+def test_factory_picks_the_reader_of_the_provider(
+    rocksdb_checkpoints: dict[str, Path], checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    rocks = Checkpoint(rocksdb_checkpoints["dedup-changelog"])
+    hdfs = Checkpoint(checkpoints["dedup"])
+    assert rocks.provider_kind() == "rocksdb" and rocks.provider_kind(0) == "rocksdb"
+    assert hdfs.provider_kind() == "hdfs"
+    for checkpoint, kind in ((rocks, RocksDBStoreReader), (hdfs, HdfsStoreReader)):
+        key, value = checkpoint.store_schema(0)
+        reader = open_store_reader(checkpoint, 0, "default", 2, key, value, 1)
+        assert isinstance(reader, kind)
+        assert reader.has_delta(2)
+        assert {c.partition for c in reader.full_state(2)} == {0, 1}
+    with pytest.raises(UnsupportedCheckpoint, match=r"stateStore\.providerClass"):
+        RocksDBStoreReader.open(hdfs, 0)
+    other = _with_conf(
+        rocksdb_checkpoints["dedup-changelog"],
+        tmp_path / "other",
+        **{"spark.sql.streaming.stateStore.providerClass": "com.example.Provider"},
+    )
+    with pytest.raises(UnsupportedCheckpoint, match=r"com\.example\.Provider"):
+        other.provider_kind()
+    avro = _with_conf(
+        rocksdb_checkpoints["dedup-changelog"],
+        tmp_path / "avro",
+        **{"spark.sql.streaming.stateStore.encodingFormat": "avro"},
+    )
+    with pytest.raises(UnsupportedCheckpoint, match=r"encodingFormat=avro"):
+        RocksDBStoreReader.open(avro, 0)
+    zstd = _with_conf(
+        rocksdb_checkpoints["dedup-changelog"],
+        tmp_path / "zstd",
+        **{"spark.sql.streaming.stateStore.compression.codec": "zstd"},
+    )
+    reader = RocksDBStoreReader.open(zstd, 0)
+    with pytest.raises(UnsupportedCheckpoint, match=r"codec=zstd"):
+        list(reader.changes(1))
+
+
+def test_session_window_keys_have_a_prefix(rocksdb_checkpoints: dict[str, Path]) -> None:
+    checkpoint = Checkpoint(rocksdb_checkpoints["session-changelog"])
+    ((store,),) = (op.stores for op in checkpoint.operators())
+    assert store.num_cols_prefix_key == 1
+    key, value = checkpoint.store_schema(0)
+    assert key.names[0] == "sh"
+    expected = frozen(RocksDBStoreReader.open(checkpoint, 0).full_state(3))
+    looked_up = RocksDBStoreReader(checkpoint, 0, "default", 2, key, value)
+    assert expected and frozen(looked_up.full_state(3)) == expected
+    wrong = RocksDBStoreReader(checkpoint, 0, "default", 2, key, value, num_cols_prefix_key=0)
+    with pytest.raises(CorruptStateFile, match="not version 0"):
+        list(wrong.full_state(3))
+
+
+def test_a_snapshot_older_than_its_changelog_is_skipped(
+    rocksdb_checkpoints: dict[str, Path], oracle: Oracle, tmp_path: Path
+) -> None:
+    name = "window-changelog"
+    oldest = _wait_for_zips(rocksdb_checkpoints[name])
+    copy = tmp_path / "cp"
+    shutil.copytree(rocksdb_checkpoints[name], copy)
+    # As if a failed attempt's snapshot stayed behind when the re-run rewrote the changelog.
+    version = oldest["0"]
+    stale = copy / "state" / "0" / "0" / f"{version}.zip"
+    stale.write_bytes(b"not a zip")
+    changelog = stale.with_suffix(".changelog").stat()
+    os.utime(stale, ns=(changelog.st_atime_ns, changelog.st_mtime_ns - 1))
+    reader = RocksDBStoreReader.open(Checkpoint(copy), 0)
+    assert frozen(reader.full_state(version)) == oracle[name][version - 1]
+    os.utime(stale, ns=(changelog.st_atime_ns, changelog.st_mtime_ns))
+    with pytest.raises(CorruptStateFile, match=rf"{version}\.zip"):
+        list(reader.full_state(version))
