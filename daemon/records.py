@@ -5,10 +5,16 @@ store keeps those bytes as the version's payload; reads frame the stored bytes
 into responses without decoding them. Conversion is deterministic: the same
 decoded row always yields the same bytes, which is what makes a pinned read
 byte-identical however often it is asked.
+
+The encoders write protobuf wire format directly (field numbers from
+``epochstate.proto``), compiled once per schema: building message objects per
+row cost several times more on the ingest path. ``tests/test_records.py`` checks
+that what they write parses to the messages the schema implies.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -16,94 +22,22 @@ from epochstate.daemon.sources.sparktypes import (
     ArrayType,
     AtomicType,
     DecimalType,
+    MapType,
     SparkType,
     StructType,
 )
-from epochstate.v1 import epochstate_pb2 as pb
 
-_INTEGRAL = frozenset({"byte", "short", "integer", "long"})
+Encoder = Callable[[Any], bytes]
 
-ToProto = Callable[[Any], pb.Value]
-
-
-def _null() -> pb.Value:
-    return pb.Value(null=True)
-
-
-def converter(t: SparkType) -> ToProto:
-    """A function turning a decoded value of type ``t`` into a Value message."""
-    if isinstance(t, AtomicType):
-        name = t.name
-        if name in _INTEGRAL:
-            return lambda v: _null() if v is None else pb.Value(int=v)
-        if name in ("float", "double"):
-            return lambda v: _null() if v is None else pb.Value(float=v)
-        if name == "boolean":
-            return lambda v: _null() if v is None else pb.Value(bool=v)
-        if name == "string":
-            return lambda v: _null() if v is None else pb.Value(string=v)
-        if name == "binary":
-            return lambda v: _null() if v is None else pb.Value(binary=bytes(v))
-        if name == "date":
-            return lambda v: _null() if v is None else pb.Value(date=v)
-        if name in ("timestamp", "timestamp_ntz"):
-            return lambda v: _null() if v is None else pb.Value(timestamp_micros=v)
-        return lambda v: _null()
-    if isinstance(t, DecimalType):
-        return lambda v: _null() if v is None else pb.Value(decimal=str(v))
-    if isinstance(t, StructType):
-        fields = [converter(f.type) for f in t.fields]
-
-        def struct_value(v: Any) -> pb.Value:
-            if v is None:
-                return _null()
-            return pb.Value(struct=pb.Row(fields=[c(x) for c, x in zip(fields, v, strict=True)]))
-
-        return struct_value
-    if isinstance(t, ArrayType):
-        element = converter(t.element)
-        return lambda v: _null() if v is None else pb.Value(array=pb.Array(elements=[element(x) for x in v]))
-    key_c, value_c = converter(t.key), converter(t.value)
-
-    def map_value(v: Any) -> pb.Value:
-        if v is None:
-            return _null()
-        return pb.Value(
-            map=pb.Map(keys=[key_c(k) for k, _ in v.entries], values=[value_c(x) for _, x in v.entries])
-        )
-
-    return map_value
-
-
-class RowConverter:
-    """Converts decoded rows of one struct schema to ``Row`` messages (compiled once)."""
-
-    def __init__(self, schema: StructType) -> None:
-        self._fields = [converter(f.type) for f in schema.fields]
-
-    def __call__(self, row: tuple[Any, ...]) -> pb.Row:
-        return pb.Row(fields=[c(x) for c, x in zip(self._fields, row, strict=True)])
-
-
-class RecordEncoder:
-    """Serialized ``Record`` messages for the rows of one store."""
-
-    def __init__(self, key_schema: StructType, value_schema: StructType) -> None:
-        self._key = RowConverter(key_schema)
-        self._value = RowConverter(value_schema)
-
-    def present(self, partition: int, key: tuple[Any, ...], value: tuple[Any, ...]) -> bytes:
-        record = pb.Record(key=self._key(key), value=self._value(value), found=True, partition=partition)
-        return record.SerializeToString(deterministic=True)
-
-    def absent(self, key: tuple[Any, ...]) -> bytes:
-        return pb.Record(key=self._key(key), found=False).SerializeToString(deterministic=True)
-
-
-# -- framing stored records into responses (protobuf wire format) -------------------
+_MASK64 = (1 << 64) - 1
+_SMALL = [bytes((n,)) for n in range(128)]
+_DOUBLE = struct.Struct("<d")
 
 
 def varint(n: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative integer."""
+    if n < 128:
+        return _SMALL[n]
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -113,11 +47,106 @@ def varint(n: int) -> bytes:
 
 
 def _int64(n: int) -> bytes:
-    return varint(n & 0xFFFFFFFFFFFFFFFF)
+    return varint(n & _MASK64)
+
+
+def _zigzag(n: int) -> bytes:
+    return varint(((n << 1) ^ (n >> 63)) & _MASK64)
+
+
+def _length_delimited(tag: bytes, payload: bytes) -> bytes:
+    return tag + varint(len(payload)) + payload
+
+
+# Value's fields: null=1 bool=2 int=3 (sint64) float=4 (double) decimal=5 string=6
+# binary=7 date=8 (int32) timestamp_micros=9 (int64) struct=10 array=11 map=12.
+_NULL = b"\x08\x01"
+_TRUE = b"\x10\x01"
+_FALSE = b"\x10\x00"
+
+
+def _atomic(name: str) -> Encoder:
+    if name in ("byte", "short", "integer", "long"):
+        return lambda v: b"\x18" + _zigzag(v)
+    if name in ("float", "double"):
+        return lambda v: b"\x21" + _DOUBLE.pack(v)
+    if name == "boolean":
+        return lambda v: _TRUE if v else _FALSE
+    if name == "string":
+        return lambda v: _length_delimited(b"\x32", v.encode("utf-8"))
+    if name == "binary":
+        return lambda v: _length_delimited(b"\x3a", bytes(v))
+    if name == "date":
+        return lambda v: b"\x40" + _int64(v)
+    if name in ("timestamp", "timestamp_ntz"):
+        return lambda v: b"\x48" + _int64(v)
+    return lambda v: _NULL
+
+
+def _nullable(encode: Encoder) -> Encoder:
+    return lambda v: _NULL if v is None else encode(v)
+
+
+def value_encoder(t: SparkType) -> Encoder:
+    """Bytes of the ``Value`` message for a decoded value of type ``t``."""
+    if isinstance(t, AtomicType):
+        return _nullable(_atomic(t.name))
+    if isinstance(t, DecimalType):
+        return _nullable(lambda v: _length_delimited(b"\x2a", str(v).encode()))
+    if isinstance(t, StructType):
+        row = row_encoder(t)
+        return _nullable(lambda v: _length_delimited(b"\x52", row(v)))
+    if isinstance(t, ArrayType):
+        element = value_encoder(t.element)
+        return _nullable(
+            lambda v: _length_delimited(b"\x5a", b"".join(_length_delimited(b"\x0a", element(x)) for x in v))
+        )
+    assert isinstance(t, MapType)
+    key, value = value_encoder(t.key), value_encoder(t.value)
+
+    def map_value(v: Any) -> bytes:
+        keys = b"".join(_length_delimited(b"\x0a", key(k)) for k, _ in v.entries)
+        values = b"".join(_length_delimited(b"\x12", value(x)) for _, x in v.entries)
+        return _length_delimited(b"\x62", keys + values)
+
+    return _nullable(map_value)
+
+
+def row_encoder(schema: StructType) -> Callable[[tuple[Any, ...]], bytes]:
+    """Bytes of the ``Row`` message for a decoded struct of ``schema``."""
+    fields = [value_encoder(f.type) for f in schema.fields]
+
+    def row(values: tuple[Any, ...]) -> bytes:
+        return b"".join(
+            [_length_delimited(b"\x0a", encode(v)) for encode, v in zip(fields, values, strict=True)]
+        )
+
+    return row
+
+
+class RecordEncoder:
+    """Serialized ``Record`` messages (key=1, value=2, found=3, partition=4) of one store."""
+
+    def __init__(self, key_schema: StructType, value_schema: StructType) -> None:
+        self._key = row_encoder(key_schema)
+        self._value = row_encoder(value_schema)
+
+    def present(self, partition: int, key: tuple[Any, ...], value: tuple[Any, ...]) -> bytes:
+        return b"".join(
+            (
+                _length_delimited(b"\x0a", self._key(key)),
+                _length_delimited(b"\x12", self._value(value)),
+                b"\x18\x01",
+                b"\x20" + _int64(partition) if partition else b"",
+            )
+        )
+
+    def absent(self, key: tuple[Any, ...]) -> bytes:
+        return _length_delimited(b"\x0a", self._key(key))
 
 
 def response_bytes(epoch: int, records: Iterable[bytes], record_field: int = 2, token: bytes = b"") -> bytes:
-    """Wire bytes of a response ``{int64 epoch = 1; repeated Record <record_field>; bytes token = 3}``."""
+    """Wire bytes of ``{int64 epoch = 1; repeated Record <record_field>; bytes token = 3}``."""
     tag = bytes([(record_field << 3) | 2])
     parts = [b"\x08", _int64(epoch)]
     for record in records:

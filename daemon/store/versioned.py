@@ -290,7 +290,8 @@ class VersionedStore:
         latest: dict[tuple[int, bytes], Change] = {}
         for change in changes:
             latest[(change.store_id, keycodec.encode_fields(change.key))] = change
-        for (store_id, encoded_key), change in latest.items():
+        # Sorted: the seeks below then move forward through the keyspace.
+        for (store_id, encoded_key), change in sorted(latest.items()):
             key = layout.data_key(store_id, encoded_key, epoch)
             previous: bytes | None = None
             previous_live = False
