@@ -326,7 +326,7 @@ def daemon(
 ) -> None:
     """Run the daemon (settings: defaults < --config file < EPOCHSTATE_* env < options)."""
     from epochstate.daemon.config import ConfigError, JobConfig, load_settings
-    from epochstate.daemon.runtime import Daemon
+    from epochstate.daemon.runtime import DaemonStartFailed, run
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     jobs_given = None
@@ -350,27 +350,17 @@ def daemon(
         )
     except ConfigError as error:
         raise _fail(str(error), 2) from None
-    import signal
-    import threading
 
-    node_daemon = Daemon(settings)
+    def announce(address: str) -> None:
+        if address_file is not None:
+            tmp = address_file.with_suffix(".tmp")
+            tmp.write_text(address + "\n")
+            os.replace(tmp, address_file)
 
-    def on_signal(signum: int, frame: object) -> None:
-        threading.Thread(target=node_daemon.stop, name="shutdown").start()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     try:
-        node_daemon.start()
-    except Exception as error:
-        node_daemon.stop()
-        raise _fail(f"daemon failed to start: {error}", 1) from None
-    host = settings.listen.rsplit(":", 1)[0]
-    if address_file is not None:
-        tmp = address_file.with_suffix(".tmp")
-        tmp.write_text(f"{host}:{node_daemon.port}\n")
-        os.replace(tmp, address_file)
-    node_daemon.wait()
+        run(settings, on_serving=announce)
+    except DaemonStartFailed as error:
+        raise _fail(str(error), 1) from None
 
 
 @app.command()

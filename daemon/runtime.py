@@ -11,6 +11,7 @@ import logging
 import shutil
 import signal
 import threading
+from collections.abc import Callable
 from concurrent import futures
 from types import FrameType
 
@@ -21,6 +22,7 @@ from prometheus_client import start_http_server
 
 from epochstate import __version__
 from epochstate.daemon.config import DaemonSettings
+from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
 from epochstate.daemon.ingest.loop import IngestLoop
@@ -164,8 +166,12 @@ class Daemon:
         self._stopped.wait()
 
 
-def run(settings: DaemonSettings) -> None:
-    """Run a daemon until SIGTERM or SIGINT."""
+class DaemonStartFailed(EpochStateError):
+    """The daemon could not start (port taken, checkpoint unreadable, ...)."""
+
+
+def run(settings: DaemonSettings, on_serving: Callable[[str], None] | None = None) -> None:
+    """Run a daemon until SIGTERM or SIGINT; ``on_serving`` gets its address once it serves."""
     daemon = Daemon(settings)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -173,5 +179,11 @@ def run(settings: DaemonSettings) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    daemon.start()
+    try:
+        daemon.start()
+    except Exception as error:
+        daemon.stop()
+        raise DaemonStartFailed(f"daemon failed to start: {error}") from error
+    if on_serving is not None:
+        on_serving(daemon.address)
     daemon.wait()
