@@ -1,0 +1,81 @@
+"""Epoch alignment between Spark jobs through Kafka subjects (DESIGN.md, van Kaam ch. 5).
+
+A *subject* is a Kafka topic whose epochs are registered in ZooKeeper: subject
+epoch ``k`` is, per partition, the offset range written by batch ``k`` of the
+writing query. Register the data source once per SparkSession::
+
+    spark.dataSource.register(EpochStateKafka)
+
+Sink (``df.writeStream.format("epochstate-kafka")``): columns ``value`` and
+optionally ``key`` (binary or string). Options: ``topic``; ``bootstrap`` (or
+``kafka.bootstrap.servers``; other ``kafka.*`` options go to the producer);
+``zookeeper`` (``host:port[/chroot]``); ``zookeeperRoot`` (default
+``/epochstate``); ``job`` (default: the query name); ``idempotent`` (default
+true). Write task ``i`` writes only Kafka partition ``i``: the topic needs at
+least as many partitions as the batch has tasks. Batch ``n`` registers subject
+epoch ``n`` once, empty batches included; rows of failed or re-executed attempts
+are never read.
+
+Source (``spark.readStream.format("epochstate-kafka")``): rows ``key binary,
+value binary, topic string, partition int, offset long, timestamp timestamp,
+subject_epoch long``. Options: ``topic``, ``bootstrap`` / ``kafka.*``, ``mode``:
+
+- ``aligned`` (default): each batch reads exactly one subject epoch, the next one
+  once it is registered, and the mapping batch -> subject epoch is recorded.
+  Needs ``zookeeper``, ``job`` and ``checkpointLocation`` (the same path as the
+  query's: PySpark 4.0 does not tell a Python stream reader where a batch
+  starts, so the source reads the query's offsets log). ``startingEpoch``:
+  ``earliest`` (default, the oldest registered), ``latest`` (the next one to be
+  registered) or an epoch number. ``mappingRetention``: source epochs kept in the
+  mapping (default 100).
+- ``unaligned``: a Kafka source up to the high watermarks. ``startingOffsets``
+  ``earliest`` (default), ``latest`` or ``{"<topic>": {"<partition>": offset}}``
+  (-2 earliest, -1 latest); ``maxOffsetsPerTrigger`` (needs
+  ``checkpointLocation``). With ``zookeeper`` and ``job`` the source registers
+  itself in mode ``unaligned``.
+
+``readTimeoutMs`` bounds how long a read waits for the broker (default 30000).
+
+ZooKeeper (``<root>`` = ``zookeeperRoot``)::
+
+    <root>/subjects/<topic>/epochs/<k>     {"partitions": {"<p>": [start, end]}, "writer": job,
+                                            "query_id": id, "committed_at_ms": ms}; written once
+    <root>/subjects/<topic>/sources/<job>  {"mode": "aligned"|"unaligned",
+                                            "mapping": {"<batch>": k}, "updated_at_ms": ms}
+"""
+
+from epochstate.spark_plugin.alignment.datasource import FORMAT, EpochStateKafka
+from epochstate.spark_plugin.alignment.errors import (
+    AlignmentError,
+    AlignmentNotStarted,
+    CheckpointMismatch,
+    CorruptSubjectRecord,
+    EpochWrittenByAnotherQuery,
+    InvalidOption,
+    InvalidSubjectName,
+    RegistryUnavailable,
+    TooFewPartitions,
+)
+from epochstate.spark_plugin.alignment.layout import SubjectLayout
+from epochstate.spark_plugin.alignment.offsets import SubjectOffset
+from epochstate.spark_plugin.alignment.records import SourceRecord, SubjectEpoch
+from epochstate.spark_plugin.alignment.subjects import SubjectRegistry
+
+__all__ = [
+    "FORMAT",
+    "AlignmentError",
+    "AlignmentNotStarted",
+    "CheckpointMismatch",
+    "CorruptSubjectRecord",
+    "EpochStateKafka",
+    "EpochWrittenByAnotherQuery",
+    "InvalidOption",
+    "InvalidSubjectName",
+    "RegistryUnavailable",
+    "SourceRecord",
+    "SubjectEpoch",
+    "SubjectLayout",
+    "SubjectOffset",
+    "SubjectRegistry",
+    "TooFewPartitions",
+]

@@ -1,0 +1,60 @@
+"""Errors of the aligned Kafka sink and source and of the subject registry."""
+
+from __future__ import annotations
+
+from epochstate.daemon.errors import EpochStateError
+
+
+class AlignmentError(EpochStateError):
+    """Root of the errors ``epochstate.spark_plugin.alignment`` raises on purpose."""
+
+
+class InvalidOption(AlignmentError):
+    """An option of the ``epochstate-kafka`` data source is missing or malformed."""
+
+
+class InvalidSubjectName(InvalidOption):
+    pass
+
+
+class TooFewPartitions(AlignmentError):
+    """A write task has no Kafka partition of its own.
+
+    Each task of the aligned sink writes only to the partition with its own
+    number, so the topic needs at least as many partitions as the batch has
+    tasks: repartition the stream to at most that many partitions, or add
+    partitions to the topic.
+    """
+
+
+class EpochWrittenByAnotherQuery(AlignmentError):
+    """The subject epoch a batch would register was written by another query.
+
+    Subject epochs are the writing query's batch ids, so one subject takes the
+    epochs of one upstream query. A new query (a fresh checkpoint) must write to
+    a topic of its own.
+    """
+
+
+class RegistryUnavailable(AlignmentError):
+    """ZooKeeper could not be reached in time; the call may be repeated."""
+
+
+class CorruptSubjectRecord(AlignmentError):
+    """A znode of the subject registry does not hold the record its path promises."""
+
+
+class CheckpointMismatch(AlignmentError):
+    """The ``checkpointLocation`` given to the source is not the query's own.
+
+    The aligned source learns where the query stands from the query's offsets
+    log, so the option must name the same path as the query's checkpoint.
+    """
+
+
+class AlignmentNotStarted(AlignmentError):
+    """The query read the subject unaligned so far; aligning it needs the coordinator.
+
+    Until the CatchUp/Ready/Align protocol exists, a query that planned batches
+    unaligned cannot be restarted in aligned mode.
+    """

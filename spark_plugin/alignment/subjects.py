@@ -1,0 +1,214 @@
+"""The subject registry in ZooKeeper: subject epochs written once, sources and their mapping.
+
+Every call waits at most ``timeout`` seconds per ZooKeeper request, repeats
+requests that failed on a lost connection, and raises :class:`RegistryUnavailable`
+when ZooKeeper still does not answer. Writes are idempotent: repeating one after
+a timeout (whose request may have run anyway) ends in the same state.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import WatchedEvent
+from kazoo.retry import ForceRetryError, KazooRetry
+
+from epochstate.daemon.registry.session import CONNECTION_ERRORS, wait
+from epochstate.spark_plugin.alignment.errors import EpochWrittenByAnotherQuery, RegistryUnavailable
+from epochstate.spark_plugin.alignment.layout import DEFAULT_ROOT, SubjectLayout, parse_epoch_name
+from epochstate.spark_plugin.alignment.records import Mode, SourceRecord, SubjectEpoch
+
+T = TypeVar("T")
+Watch = Callable[[WatchedEvent], None]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class SubjectRegistry:
+    """Subjects under ``root`` as one client sees them; safe to share between threads."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        root: str = DEFAULT_ROOT,
+        *,
+        timeout: float = 5.0,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.client = client
+        self.layout = SubjectLayout(root)
+        self.timeout = timeout
+        self._clock = clock
+        self._retry = KazooRetry(max_tries=4, delay=0.1, backoff=2, max_delay=1.0)
+        self._ensured: set[str] = set()
+        self._lock = threading.Lock()
+
+    # Epochs.
+
+    def register_epoch(self, epoch: SubjectEpoch) -> bool:
+        """Create the znode of ``epoch``; False if it existed already with other ranges.
+
+        A subject epoch is written once: when the znode exists (the writing query
+        re-executed the batch after a failure, and its new rows lie outside the
+        registered ranges), it is left as it is and False is returned. True means
+        the registered ranges are ``epoch.ranges``.
+
+        Raises:
+            EpochWrittenByAnotherQuery: the existing epoch names another query (or,
+                without query ids, another writer).
+        """
+        path = self.layout.epoch(epoch.topic, epoch.epoch)
+        data = epoch.encode()
+        self._ensure(self.layout.epochs(epoch.topic))
+        self._ensure(self.layout.sources(epoch.topic))
+
+        def create() -> bool:
+            try:
+                wait(self.client.create_async(path, data), self.timeout)
+                return True
+            except NodeExistsError:
+                existing_data, _ = wait(self.client.get_async(path), self.timeout)
+            existing = SubjectEpoch.decode(epoch.topic, epoch.epoch, existing_data)
+            if not _same_writer(existing, epoch):
+                raise EpochWrittenByAnotherQuery(
+                    f"epoch {epoch.epoch} of subject {epoch.topic!r} was written by query "
+                    f"{existing.query_id} (job {existing.writer!r}), not by query {epoch.query_id} "
+                    f"(job {epoch.writer!r}); a new query must write to a topic of its own"
+                )
+            return existing.ranges == epoch.ranges
+
+        return self._call(create)
+
+    def get_epoch(self, topic: str, epoch: int, watch: Watch | None = None) -> SubjectEpoch | None:
+        """Subject epoch ``epoch`` of ``topic``, None if it is not registered.
+
+        With ``watch``, ZooKeeper calls it once when the znode is created (or
+        changes or goes away); it runs on kazoo's event thread and must not block.
+        """
+        path = self.layout.epoch(topic, epoch)
+
+        def read() -> SubjectEpoch | None:
+            if wait(self.client.exists_async(path, watch=watch), self.timeout) is None:
+                return None
+            try:
+                data, _ = wait(self.client.get_async(path), self.timeout)
+            except NoNodeError:
+                return None
+            return SubjectEpoch.decode(topic, epoch, data)
+
+        return self._call(read)
+
+    def epochs(self, topic: str) -> list[int]:
+        """The registered epochs of ``topic``, ascending (none for an unknown subject)."""
+        path = self.layout.epochs(topic)
+
+        def children() -> list[int]:
+            try:
+                names: list[str] = wait(self.client.get_children_async(path), self.timeout)
+            except NoNodeError:
+                return []
+            return sorted(epoch for name in names if (epoch := parse_epoch_name(name)) is not None)
+
+        return self._call(children)
+
+    # Sources.
+
+    def get_source(self, topic: str, job: str) -> SourceRecord | None:
+        """The record of source ``job`` of ``topic``, None if it never registered."""
+        path = self.layout.source(topic, job)
+
+        def read() -> SourceRecord | None:
+            try:
+                data, _ = wait(self.client.get_async(path), self.timeout)
+            except NoNodeError:
+                return None
+            return SourceRecord.decode(topic, job, data)
+
+        return self._call(read)
+
+    def register_source(self, topic: str, job: str, mode: Mode) -> SourceRecord:
+        """Create the znode of source ``job`` or set its mode; its mapping and other fields stay."""
+        return self._update_source(
+            topic, job, mode, lambda record: record.with_mode(mode, self._clock()), allow_unchanged=True
+        )
+
+    def record_mapping(
+        self, topic: str, job: str, mode: Mode, entries: Iterable[tuple[int, int]], keep: int
+    ) -> SourceRecord:
+        """Add ``(source epoch, subject epoch)`` entries to the mapping of source ``job``.
+
+        Only the ``keep`` newest source epochs are kept. Compare-and-set on the
+        znode's version, so fields written meanwhile by others (a coordinator) stay.
+        """
+        added = list(entries)
+        return self._update_source(
+            topic,
+            job,
+            mode,
+            lambda record: record.with_entries(added, keep, self._clock()),
+            allow_unchanged=False,
+        )
+
+    def _update_source(
+        self,
+        topic: str,
+        job: str,
+        mode: Mode,
+        change: Callable[[SourceRecord], SourceRecord],
+        *,
+        allow_unchanged: bool,
+    ) -> SourceRecord:
+        path = self.layout.source(topic, job)
+        self._ensure(self.layout.sources(topic))
+
+        def update() -> SourceRecord:
+            try:
+                data, stat = wait(self.client.get_async(path), self.timeout)
+            except NoNodeError:
+                record = change(SourceRecord(mode))
+                try:
+                    wait(self.client.create_async(path, record.encode()), self.timeout)
+                except NodeExistsError:
+                    raise ForceRetryError() from None
+                return record
+            current = SourceRecord.decode(topic, job, data)
+            record = change(current)
+            if allow_unchanged and record.mode == current.mode and record.mapping == current.mapping:
+                return current
+            try:
+                wait(self.client.set_async(path, record.encode(), stat.version), self.timeout)
+            except (BadVersionError, NoNodeError):
+                raise ForceRetryError() from None
+            return record
+
+        return self._call(update)
+
+    # Plumbing.
+
+    def _ensure(self, path: str) -> None:
+        with self._lock:
+            if path in self._ensured:
+                return
+        self._call(lambda: wait(self.client.ensure_path_async(path), self.timeout))
+        with self._lock:
+            self._ensured.add(path)
+
+    def _call(self, operation: Callable[[], T]) -> T:
+        try:
+            result: T = self._retry.copy()(operation)
+        except CONNECTION_ERRORS as error:
+            raise RegistryUnavailable(f"ZooKeeper did not answer: {error!r}") from error
+        return result
+
+
+def _same_writer(existing: SubjectEpoch, new: SubjectEpoch) -> bool:
+    if existing.query_id is not None and new.query_id is not None:
+        return existing.query_id == new.query_id
+    return existing.writer == new.writer
