@@ -20,11 +20,11 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -55,20 +55,16 @@ def timed(call: Callable[[], Any], count: int, warmup: int = 200) -> list[float]
     return out
 
 
-def echo_server() -> tuple[grpc.Server, str]:
-    """A bare unary echo over gRPC: no protobuf work, no storage."""
-
-    def echo(request: bytes, context: grpc.ServicerContext) -> bytes:
-        return request
-
-    handler = grpc.method_handlers_generic_handler(
-        "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+def echo_server() -> tuple[subprocess.Popen[str], str]:
+    """Start bench/echo_server.py as its own process, as the daemon is."""
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("echo_server.py"))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    server.add_generic_rpc_handlers((handler,))
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    return server, f"127.0.0.1:{port}"
+    assert process.stdout is not None
+    return process, f"127.0.0.1:{process.stdout.readline().strip()}"
 
 
 def build_state(spark: Any, workdir: Path, keys: int, epochs: int, changed: int) -> Path:
@@ -158,6 +154,33 @@ def main() -> None:
             )
             return p50, p99, rate
 
+        from pyspark.sql import functions as F
+
+        def spark_lookup() -> None:
+            frame = spark.read.format("statestore").option("batchId", pinned).load(str(checkpoint))
+            frame.filter(F.col("key.user") == 42).collect()
+
+        spark_samples = timed(spark_lookup, args.spark_calls, warmup=1)
+        spark_p50, _, _ = add("(d) Spark statestore reader", spark_samples)
+
+        epochs = client.epochs("bench")
+        lags = [(e.ingested_at_ms - e.committed_at_ms) / 1000 for e in epochs if e.epoch > 0]
+        fresh_p50, fresh_p99 = percentiles(lags)
+        rows.append(
+            (
+                "(e) freshness, commit -> queryable",
+                f"{fresh_p50 * 1e6:,.0f}",
+                f"{fresh_p99 * 1e6:,.0f}",
+                f"{len(lags)}",
+                "epochs",
+            )
+        )
+
+        # Spark's JVM keeps a core busy even when idle: stop it before timing our reads.
+        spark.streams.removeListener(reporter)
+        reporter.close()
+        spark.stop()
+
         server, echo_target = echo_server()
         channel = grpc.insecure_channel(echo_target)
         echo = channel.unary_unary("/bench.Echo/Echo", request_serializer=None, response_deserializer=None)
@@ -189,28 +212,6 @@ def main() -> None:
             unit_per_call=100,
         )
 
-        from pyspark.sql import functions as F
-
-        def spark_lookup() -> None:
-            frame = spark.read.format("statestore").option("batchId", pinned).load(str(checkpoint))
-            frame.filter(F.col("key.user") == 42).collect()
-
-        spark_samples = timed(spark_lookup, args.spark_calls, warmup=1)
-        spark_p50, _, _ = add("(d) Spark statestore reader", spark_samples)
-
-        epochs = client.epochs("bench")
-        lags = [(e.ingested_at_ms - e.committed_at_ms) / 1000 for e in epochs if e.epoch > 0]
-        fresh_p50, fresh_p99 = percentiles(lags)
-        rows.append(
-            (
-                "(e) freshness, commit -> queryable",
-                f"{fresh_p50 * 1e6:,.0f}",
-                f"{fresh_p99 * 1e6:,.0f}",
-                f"{len(lags)}",
-                "epochs",
-            )
-        )
-
         print()
         print(
             f"state: {args.keys:,} keys, {args.epochs} epochs, {args.changed:,} keys changed per epoch; "
@@ -238,7 +239,8 @@ def main() -> None:
             f"  (listener reports sent: {reporter.sent}, dropped: {reporter.dropped}; "
             f"statistics.mean freshness {statistics.mean(lags):.3f} s)"
         )
-        server.stop(0)
+        server.stdin.close()  # type: ignore[union-attr]
+        server.wait(10)
         client.close()
     finally:
         daemon.stop()

@@ -54,27 +54,38 @@ class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
     def __init__(self, metrics: DaemonMetrics) -> None:
         self._metrics = metrics
+        # One wrapped handler per method, built on first use (not per call).
+        self._wrapped: dict[str, Any] = {}
 
     def intercept_service(self, continuation: Callable[[Any], Any], handler_call_details: Any) -> Any:
-        handler = continuation(handler_call_details)
+        path = handler_call_details.method
+        wrapped = self._wrapped.get(path)
+        if wrapped is None:
+            wrapped = self._wrap(path, continuation(handler_call_details))
+            self._wrapped[path] = wrapped
+        return wrapped
+
+    def _wrap(self, path: str, handler: Any) -> Any:
         if handler is None or handler.unary_unary is None:
             return handler
-        method = handler_call_details.method.rsplit("/", 1)[-1]
+        method = path.rsplit("/", 1)[-1]
         inner = handler.unary_unary
-        metrics = self._metrics
+        latency = self._metrics.latency.labels(method)
+        ok = self._metrics.requests.labels(method, "OK")
+        requests = self._metrics.requests
 
         def timed(request: Any, context: grpc.ServicerContext) -> Any:
             started = time.perf_counter()
-            code = "OK"
             try:
-                return inner(request, context)
+                response = inner(request, context)
             except Exception:
                 status = getattr(context, "code", lambda: None)()
-                code = status.name if status is not None else "UNKNOWN"
+                requests.labels(method, status.name if status is not None else "UNKNOWN").inc()
                 raise
             finally:
-                metrics.latency.labels(method).observe(time.perf_counter() - started)
-                metrics.requests.labels(method, code).inc()
+                latency.observe(time.perf_counter() - started)
+            ok.inc()
+            return response
 
         return grpc.unary_unary_rpc_method_handler(
             timed,
