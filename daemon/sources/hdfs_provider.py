@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
 
+from epochstate.daemon.sources.changes import StateChange, decode_changes
 from epochstate.daemon.sources.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import (
-    CorruptRow,
-    CorruptStateFile,
     MissingCheckpointFile,
     MissingStateFile,
 )
@@ -28,15 +26,6 @@ from epochstate.daemon.sources.unsaferow import RowDecoder
 
 DELTA = "delta"
 SNAPSHOT = "snapshot"
-
-
-class StateChange(NamedTuple):
-    """The last operation on a key in a partition: a put of ``value``, or a removal
-    when ``value`` is ``None``. Keys and values are decoded rows (tuples)."""
-
-    partition: int
-    key: tuple[Any, ...]
-    value: tuple[Any, ...] | None
 
 
 class HdfsStoreReader:
@@ -106,12 +95,7 @@ class HdfsStoreReader:
     def _decode(
         self, partition: int, rows: Iterable[tuple[bytes, bytes | None]], path: Path
     ) -> Iterator[StateChange]:
-        keys, values = self._keys.decode, self._values.decode
-        try:
-            for key, value in rows:
-                yield StateChange(partition, keys(key), None if value is None else values(value))
-        except CorruptRow as err:
-            raise CorruptStateFile(f"{path}: {err}") from err
+        return decode_changes(partition, rows, self._keys, self._values, path)
 
     def has_delta(self, version: int) -> bool:
         """Whether every partition has its ``<version>.delta`` (so :meth:`changes` can run)."""

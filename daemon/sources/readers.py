@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
+from epochstate.daemon.sources.changes import StateChange
 from epochstate.daemon.sources.checkpoint import Checkpoint
-from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader, StateChange
+from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader
 from epochstate.daemon.sources.rocksdb_provider import RocksDBStoreReader
 from epochstate.daemon.sources.sparktypes import StructType
 

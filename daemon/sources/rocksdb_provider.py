@@ -27,15 +27,13 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from epochstate.daemon.sources.changes import StateChange, decode_changes
 from epochstate.daemon.sources.checkpoint import CHECKPOINT_FORMAT_CONF, COMPRESSION_CODEC_CONF, Checkpoint
 from epochstate.daemon.sources.errors import (
-    CorruptRow,
-    CorruptStateFile,
     MissingCheckpointFile,
     MissingStateFile,
     UnsupportedCheckpoint,
 )
-from epochstate.daemon.sources.hdfs_provider import StateChange
 from epochstate.daemon.sources.lz4stream import read_lz4_block_stream
 from epochstate.daemon.sources.operators import DEFAULT_STORE, StoreInfo
 from epochstate.daemon.sources.rocksdb_changelog import iter_changelog
@@ -226,12 +224,7 @@ class RocksDBStoreReader:
     def _decode(
         self, partition: int, rows: Iterable[tuple[bytes, bytes | None]], where: Path
     ) -> Iterator[StateChange]:
-        keys, values = self._keys.decode, self._values.decode
-        try:
-            for key, value in rows:
-                yield StateChange(partition, keys(key), None if value is None else values(value))
-        except CorruptRow as err:
-            raise CorruptStateFile(f"{where}: {err}") from err
+        return decode_changes(partition, rows, self._keys, self._values, where)
 
     # Reading.
 

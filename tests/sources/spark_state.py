@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from epochstate.daemon.sources.changes import StateChange
 from epochstate.daemon.sources.checkpoint import Checkpoint
-from epochstate.daemon.sources.hdfs_provider import StateChange
 from tests.sources.sparkvalues import freeze, from_spark
 
 Entry = tuple[int, Any, Any]  # (partition, frozen key, frozen value)

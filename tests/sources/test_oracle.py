@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from epochstate.daemon.sources.changes import StateChange
 from epochstate.daemon.sources.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import MissingStateFile
-from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader, StateChange
+from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader
 from epochstate.daemon.sources.sparktypes import (
     ArrayType,
     AtomicType,
