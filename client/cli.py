@@ -95,6 +95,18 @@ def _parse_json(text: str, what: str) -> Any:
         raise _fail(f"{what} must be JSON (e.g. '[42, \"x\"]' or '{{\"k\": 42}}'), got {text!r}", 2) from None
 
 
+def _parse_position(text: str) -> dict[tuple[str, int], int]:
+    parsed = _parse_json(text, "position")
+    try:
+        return {
+            (str(topic), int(partition)): int(offset)
+            for topic, partitions in parsed.items()
+            for partition, offset in partitions.items()
+        }
+    except (AttributeError, TypeError, ValueError):
+        raise _fail(f'--covers takes {{"<topic>": {{"<partition>": offset}}}}, got {text!r}', 2) from None
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
@@ -141,6 +153,10 @@ def get(
     target: TargetOpt = "127.0.0.1:7070",
     epoch: EpochOpt = "latest",
     at_least: AtLeastOpt = None,
+    covers: Annotated[
+        str | None,
+        typer.Option(help='earliest epoch that has read this far: \'{"topic": {"0": 42}}\''),
+    ] = None,
     wait: WaitOpt = False,
     operator: OperatorOpt = 0,
     store: StoreOpt = "default",
@@ -150,10 +166,18 @@ def get(
     """Look up key(s) in a job's state, pinned to one epoch."""
     keys = [_parse_json(k, "key") for k in key]
     chosen = _parse_epoch(epoch)
+    position = _parse_position(covers) if covers is not None else None
     with EpochStateClient(target, timeout=timeout) as client:
         lookups = _run(
             lambda: client.multi_get(
-                job, keys, epoch=chosen, at_least=at_least, wait=wait, operator_id=operator, store=store
+                job,
+                keys,
+                epoch=chosen,
+                at_least=at_least,
+                covers=position,
+                wait=wait,
+                operator_id=operator,
+                store=store,
             )
         )
     _print_lookups(lookups, as_json)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -74,9 +74,17 @@ T = TypeVar("T")
 
 
 def selector(
-    epoch: EpochArg = "latest", *, at_least: int | None = None, wait: bool = False
+    epoch: EpochArg = "latest",
+    *,
+    at_least: int | None = None,
+    wait: bool = False,
+    covers: Mapping[tuple[str, int], int] | None = None,
 ) -> pb.EpochSelector:
-    """The EpochSelector for an ``epoch`` argument (int, "latest") or ``at_least``."""
+    """The EpochSelector for an ``epoch`` argument (int, "latest"), ``at_least``, or
+    ``covers`` ({(topic, partition): position}: the earliest epoch that has read that far)."""
+    if covers is not None:
+        offsets = [pb.PartitionOffset(topic=t, partition=p, offset=o) for (t, p), o in covers.items()]
+        return pb.EpochSelector(covers=pb.Position(offsets=offsets))
     if at_least is not None:
         return pb.EpochSelector(at_least=at_least)
     if epoch is None or epoch == "latest":
@@ -210,6 +218,7 @@ class EpochStateClient:
         epoch: EpochArg = "latest",
         at_least: int | None = None,
         wait: bool = False,
+        covers: Mapping[tuple[str, int], int] | None = None,
         operator_id: int = 0,
         store: str = "default",
         timeout: float | None = None,
@@ -218,7 +227,7 @@ class EpochStateClient:
         request = pb.GetRequest(
             store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
             key=to_row(key, schema.key),
-            epoch=selector(epoch, at_least=at_least, wait=wait),
+            epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers),
         )
         response = self._call(self._stub.Get, request, timeout)
         return _lookup(response.epoch, response.record, schema)
@@ -231,6 +240,7 @@ class EpochStateClient:
         epoch: EpochArg = "latest",
         at_least: int | None = None,
         wait: bool = False,
+        covers: Mapping[tuple[str, int], int] | None = None,
         operator_id: int = 0,
         store: str = "default",
         timeout: float | None = None,
@@ -240,7 +250,7 @@ class EpochStateClient:
         request = pb.MultiGetRequest(
             store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
             keys=[to_row(k, schema.key) for k in keys],
-            epoch=selector(epoch, at_least=at_least, wait=wait),
+            epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers),
         )
         response = self._call(self._stub.MultiGet, request, timeout)
         return [_lookup(response.epoch, r, schema) for r in response.records]

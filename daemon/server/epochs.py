@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry
+from epochstate.daemon.server.positions import Position, covers, describe, end_position, start_position
 from epochstate.daemon.store.descriptors import JobProgress
 from epochstate.daemon.store.versioned import StoreView, VersionedStore
 from epochstate.v1 import epochstate_pb2 as pb
@@ -44,6 +45,73 @@ class EpochUnavailable(EpochError):
     """The epoch committed, but its state files cannot be read."""
 
 
+class NoSuchEpoch(EpochError):
+    """No epoch of the job can ever satisfy the selector (e.g. it reads other topics)."""
+
+
+def _wanted(position: pb.Position) -> Position:
+    if not position.offsets:
+        raise BadSelector("covers needs at least one topic-partition offset")
+    wanted: Position = {}
+    for o in position.offsets:
+        if not o.topic or o.partition < 0 or o.offset < 0:
+            raise BadSelector(f"covers: bad topic-partition offset {o.topic!r}[{o.partition}]@{o.offset}")
+        wanted[(o.topic, o.partition)] = o.offset
+    return wanted
+
+
+def _covering(
+    store: VersionedStore, name: str, job_id: int, progress: JobProgress, wanted: Position
+) -> int | None:
+    """The earliest queryable epoch (within ``progress``) whose end covers ``wanted``."""
+    if progress.empty:
+        return None
+    records = [r for r in store.epochs(job_id, progress.oldest) if r.epoch <= progress.newest]
+    if not records:
+        return None
+    reads = end_position(records[-1])
+    unknown = [tp for tp in wanted if tp not in reads]
+    if unknown:
+        raise NoSuchEpoch(
+            f"job {name!r} reads none of {describe((tp, wanted[tp]) for tp in unknown)}; "
+            f"it reads {', '.join(sorted(f'{t}[{p}]' for t, p in reads)) or 'no Kafka partitions'}"
+        )
+    if covers(start_position(records[0]), wanted):
+        raise EpochRetired(
+            f"the earliest epoch of job {name!r} covering {describe(wanted.items())} is older than "
+            f"retention; {_range_text(progress)}"
+        )
+    return next((r.epoch for r in records if covers(end_position(r), wanted)), None)
+
+
+def _resolve_covers(
+    store: VersionedStore,
+    catalog: Catalog,
+    entry: JobEntry,
+    position: pb.Position,
+    timeout: float | None,
+) -> Pinned:
+    name = entry.descriptor.name
+    job_id = entry.descriptor.job_id
+    wanted = _wanted(position)
+    view = store.view()
+    epoch = _covering(store, name, job_id, view.progress(job_id), wanted)
+    if epoch is None:
+        if (
+            catalog.wait_until(name, lambda p: _covering(store, name, job_id, p, wanted) is not None, timeout)
+            is None
+        ):
+            raise EpochWaitTimedOut(
+                f"no epoch of job {name!r} covering {describe(wanted.items())} became queryable "
+                f"before the deadline; {_range_text(catalog.get(name).progress)}"
+            )
+        view = store.view()
+        epoch = _covering(store, name, job_id, view.progress(job_id), wanted)
+        if epoch is None:  # retention moved past it between the wait and the view
+            raise EpochRetired(f"the epoch of job {name!r} covering {describe(wanted.items())} was retired")
+    return Pinned(view, epoch)
+
+
 @dataclass(frozen=True)
 class Pinned:
     """A view of the store and the epoch a read is pinned to within it."""
@@ -69,9 +137,11 @@ def resolve(
 
     ``timeout`` is the time left until the call's deadline (None: no deadline).
     """
+    kind = selector.WhichOneof("kind") or "latest"
+    if kind == "covers":
+        return _resolve_covers(store, catalog, entry, selector.covers, timeout)
     name = entry.descriptor.name
     job_id = entry.descriptor.job_id
-    kind = selector.WhichOneof("kind") or "latest"
     if kind in ("exact", "at_least") and getattr(selector, kind) < 0:
         raise BadSelector(f"epoch must be >= 0, got {getattr(selector, kind)}")
     target = selector.exact if kind == "exact" else selector.at_least if kind == "at_least" else 0

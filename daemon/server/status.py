@@ -16,6 +16,7 @@ from epochstate.daemon.server.epochs import (
     EpochRetired,
     EpochUnavailable,
     EpochWaitTimedOut,
+    NoSuchEpoch,
 )
 from epochstate.daemon.server.values import BadKey
 
@@ -31,6 +32,7 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (BadSelector, grpc.StatusCode.INVALID_ARGUMENT),
     (BadRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (EpochNotReady, grpc.StatusCode.FAILED_PRECONDITION),
+    (NoSuchEpoch, grpc.StatusCode.FAILED_PRECONDITION),
     (EpochWaitTimedOut, grpc.StatusCode.DEADLINE_EXCEEDED),
     (EpochRetired, grpc.StatusCode.OUT_OF_RANGE),
     (EpochUnavailable, grpc.StatusCode.DATA_LOSS),

@@ -170,6 +170,7 @@ class EpochSelector(_message.Message):
     EXACT_FIELD_NUMBER: _builtins.int
     LATEST_FIELD_NUMBER: _builtins.int
     AT_LEAST_FIELD_NUMBER: _builtins.int
+    COVERS_FIELD_NUMBER: _builtins.int
     WAIT_FIELD_NUMBER: _builtins.int
     exact: _builtins.int
     """Exactly this epoch. FAILED_PRECONDITION if it has not committed and been
@@ -186,23 +187,81 @@ class EpochSelector(_message.Message):
     """For `exact`: wait up to the call's deadline for the epoch to become
     queryable instead of failing at once (DEADLINE_EXCEEDED when it does not).
     """
+    @_builtins.property
+    def covers(self) -> Global___Position:
+        """The earliest epoch whose end position covers this position: state that has
+        seen at least these offsets. Waits (up to the call's deadline) for it.
+        FAILED_PRECONDITION when the job reads none of the named topic-partitions;
+        OUT_OF_RANGE when that epoch is older than retention.
+        """
+
     def __init__(
         self,
         *,
         exact: _builtins.int = ...,
         latest: _builtins.bool = ...,
         at_least: _builtins.int = ...,
+        covers: Global___Position | None = ...,
         wait: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["at_least", b"at_least", "exact", b"exact", "kind", b"kind", "latest", b"latest"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at_least", b"at_least", "covers", b"covers", "exact", b"exact", "kind", b"kind", "latest", b"latest"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_least", b"at_least", "exact", b"exact", "kind", b"kind", "latest", b"latest", "wait", b"wait"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_least", b"at_least", "covers", b"covers", "exact", b"exact", "kind", b"kind", "latest", b"latest", "wait", b"wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["exact", "latest", "at_least"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["exact", "latest", "at_least", "covers"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___EpochSelector: _TypeAlias = EpochSelector  # noqa: Y015
+
+@_typing.final
+class Position(_message.Message):
+    """A position in Kafka: per topic-partition, the offset of the next record to read
+    (Spark's end offsets have the same meaning).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionOffset]: ...
+    def __init__(
+        self,
+        *,
+        offsets: _abc.Iterable[Global___PartitionOffset] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Position: _TypeAlias = Position  # noqa: Y015
+
+@_typing.final
+class PartitionOffset(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionOffset: _TypeAlias = PartitionOffset  # noqa: Y015
 
 @_typing.final
 class StoreRef(_message.Message):

@@ -1,0 +1,103 @@
+"""The `covers` epoch selector: the earliest epoch whose end position covers a Kafka
+position, on a job reading a real Kafka-protocol broker."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from epochstate.client import DeadlineExceeded, EpochNotReady, InvalidArgument
+from epochstate.daemon.server.positions import _parse
+from epochstate.spark_plugin.alignment import EpochStateKafka
+from epochstate.spark_plugin.kafka.producer import PartitionWriter
+from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.kafka import KafkaBroker
+
+
+def test_positions_of_both_kafka_sources() -> None:
+    assert _parse('{"t": {"0": 5, "1": 7}}') == {("t", 0): 5, ("t", 1): 7}
+    assert _parse('{"subject": "s", "epoch": null, "positions": {"2": 9}}') == {("s", 2): 9}
+    assert _parse('{"logOffset": 3}') == {}
+    assert _parse(None) == {} and _parse("-") == {}
+
+
+def test_covers_pins_the_earliest_epoch_that_has_read_that_far(
+    spark: Any, tmp_path: Path, kafka_broker: KafkaBroker, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    from pyspark.sql import functions as F
+
+    topic = kafka_broker.create_topic(f"covers-{uuid.uuid4().hex[:8]}", partitions=2)
+    session = spark.newSession()
+    session.dataSource.register(EpochStateKafka)
+
+    def produce(partition: int, values: list[str]) -> None:
+        with PartitionWriter(kafka_broker.config(), topic, partition) as writer:
+            for v in values:
+                writer.write(None, v.encode())
+            writer.finish()
+
+    frame = (
+        session.readStream.format("epochstate-kafka")
+        .option("topic", topic)
+        .option("bootstrap", kafka_broker.bootstrap)
+        .option("mode", "unaligned")
+        .load()
+    )
+    counts = frame.groupBy(F.col("value").cast("string").alias("word")).count()
+    checkpoint = tmp_path / "cp"
+    query = (
+        counts.writeStream.format("noop")
+        .outputMode("update")
+        .queryName("words")
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    daemon = daemon_factory({"words": str(checkpoint)})
+    try:
+        # epoch 0: p0 0..3, p1 0..1 ; epoch 1: p0 3..5 ; epoch 2: p1 1..4
+        produce(0, ["a", "b", "a"])
+        produce(1, ["c"])
+        query.processAllAvailable()
+        produce(0, ["a", "d"])
+        query.processAllAvailable()
+        produce(1, ["c", "c", "e"])
+        query.processAllAvailable()
+        daemon.wait_for_epoch("words", 2)
+        with daemon.client(timeout=20) as client:
+            ends = {e.epoch: e.sources[0].end_offset_json for e in client.epochs("words")}
+            assert len(ends) == 3, ends
+
+            def pinned(position: dict[tuple[str, int], int]) -> int:
+                return client.get("words", ["a"], covers=position).epoch
+
+            assert pinned({(topic, 0): 1}) == 0
+            assert pinned({(topic, 0): 3, (topic, 1): 1}) == 0
+            assert pinned({(topic, 0): 4}) == 1
+            assert pinned({(topic, 0): 5, (topic, 1): 2}) == 2
+            assert client.get("words", ["a"], covers={(topic, 0): 4}).value == {"count": 3}
+
+            with pytest.raises(EpochNotReady, match="reads none of"):
+                pinned({("other-topic", 0): 1})
+            with pytest.raises(InvalidArgument):
+                pinned({(topic, 0): -1})
+            with pytest.raises(DeadlineExceeded, match="covering"):
+                client.get("words", ["a"], covers={(topic, 0): 6}, timeout=1.0)
+
+            # A read that waits: the covering epoch commits while it is pending.
+            def feed_more() -> None:
+                produce(0, ["z"])
+                query.processAllAvailable()
+
+            feeder = threading.Timer(0.5, feed_more)
+            feeder.start()
+            try:
+                assert client.get("words", ["z"], covers={(topic, 0): 6}, timeout=60).epoch == 3
+            finally:
+                feeder.join()
+    finally:
+        query.stop()
