@@ -4,7 +4,7 @@ A *subject* is a Kafka topic whose epochs are registered in ZooKeeper: subject
 epoch ``k`` is, per partition, the offset range written by batch ``k`` of the
 writing query. Register the data source once per SparkSession::
 
-    spark.dataSource.register(EpochStateKafka)
+    spark.dataSource.register(EpochStateKafka)   # or register(spark): idempotent
 
 Sink (``df.writeStream.format("epochstate-kafka")``): columns ``value`` and
 optionally ``key`` (binary or string). Options: ``topic``; ``bootstrap`` (or
@@ -44,7 +44,7 @@ ZooKeeper (``<root>`` = ``zookeeperRoot``)::
                                             "mapping": {"<batch>": k}, "updated_at_ms": ms}
 """
 
-from epochstate.spark_plugin.alignment.datasource import FORMAT, EpochStateKafka
+from epochstate.spark_plugin.alignment.datasource import FORMAT, EpochStateKafka, register
 from epochstate.spark_plugin.alignment.errors import (
     AlignmentError,
     AlignmentNotStarted,
@@ -78,4 +78,5 @@ __all__ = [
     "SubjectOffset",
     "SubjectRegistry",
     "TooFewPartitions",
+    "register",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
@@ -37,3 +39,18 @@ class EpochStateKafka(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> SubjectStreamWriter:
         return SubjectStreamWriter(SinkOptions.parse(self.options), RowLayout.of(schema))
+
+
+def register(spark: Any) -> None:
+    """Register the ``epochstate-kafka`` data source with ``spark`` (idempotent).
+
+    Spark keeps data source registrations in state its sessions share, so a second
+    registration (another session, a notebook re-run) is not an error here.
+    """
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.dataSource.register(EpochStateKafka)
+    except AnalysisException as error:
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(getattr(error, "getErrorClass", lambda: "")() or error):
+            raise

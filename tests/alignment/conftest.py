@@ -23,7 +23,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from epochstate.daemon.embedded.zookeeper import EmbeddedZooKeeper
-from epochstate.spark_plugin.alignment import EpochStateKafka, SourceRecord, SubjectEpoch, SubjectRegistry
+from epochstate.spark_plugin.alignment import (
+    EpochStateKafka,
+    SourceRecord,
+    SubjectEpoch,
+    SubjectRegistry,
+    register,
+)
 from epochstate.spark_plugin.alignment.connections import close_shared_clients
 from epochstate.spark_plugin.kafka.reader import read_range
 from tests.fixtures.kafka import KafkaBroker
@@ -265,7 +271,7 @@ def subject_run(
     4. Once A and B have read epoch 3 and wait, upstream writes batch 4.
     5. C reads the topic unaligned, ten offsets per batch at most.
     """
-    spark.dataSource.register(EpochStateKafka)
+    register(spark)
     connect, client = subjects_zookeeper
     topic = fresh_topic(kafka_broker, 2)
     directory = tmp_path_factory.mktemp("alignment")

@@ -13,7 +13,7 @@ import pytest
 
 from epochstate.client import DeadlineExceeded, EpochNotReady, InvalidArgument
 from epochstate.daemon.server.positions import _parse
-from epochstate.spark_plugin.alignment import EpochStateKafka
+from epochstate.spark_plugin.alignment import register
 from epochstate.spark_plugin.kafka.producer import PartitionWriter
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.kafka import KafkaBroker
@@ -32,8 +32,8 @@ def test_covers_pins_the_earliest_epoch_that_has_read_that_far(
     from pyspark.sql import functions as F
 
     topic = kafka_broker.create_topic(f"covers-{uuid.uuid4().hex[:8]}", partitions=2)
-    session = spark.newSession()
-    session.dataSource.register(EpochStateKafka)
+    session = spark
+    register(session)
 
     def produce(partition: int, values: list[str]) -> None:
         with PartitionWriter(kafka_broker.config(), topic, partition) as writer:
