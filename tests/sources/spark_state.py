@@ -9,6 +9,7 @@ from typing import Any
 
 from epochstate.daemon.sources.changes import StateChange
 from epochstate.daemon.sources.checkpoint import Checkpoint
+from epochstate.daemon.sources.readers import StoreReader
 from tests.sources.sparkvalues import freeze, from_spark
 
 Entry = tuple[int, Any, Any]  # (partition, frozen key, frozen value)
@@ -51,3 +52,23 @@ def frozen(changes: Iterable[StateChange]) -> set[Entry]:
     assert len(entries) == len(rows), "a key appears twice"
     assert len({(p, k) for p, k, _ in entries}) == len(rows), "a key appears twice"
     return entries
+
+
+def assert_matches_oracle(reader: StoreReader, epochs: list[int], expected: dict[int, set[Entry]]) -> int:
+    """For each epoch (store version epoch + 1): the full state, and the changes
+    replayed from the first epoch, both equal the oracle. Returns the removals seen."""
+    accumulated: dict[tuple[int, Any], Any] = {}
+    removals = 0
+    for epoch in epochs:
+        version = epoch + 1
+        assert reader.has_delta(version)
+        for change in reader.changes(version):
+            slot = (change.partition, freeze(change.key))
+            if change.value is None:
+                removals += 1
+                accumulated.pop(slot, None)
+            else:
+                accumulated[slot] = freeze(change.value)
+        assert frozen(reader.full_state(version)) == expected[epoch], f"epoch {epoch}"
+        assert {(p, k, v) for (p, k), v in accumulated.items()} == expected[epoch], f"epoch {epoch}"
+    return removals

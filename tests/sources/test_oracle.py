@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import shutil
 import time
 from pathlib import Path
@@ -10,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from epochstate.daemon.sources.changes import StateChange
 from epochstate.daemon.sources.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import MissingStateFile
 from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader
@@ -21,11 +19,9 @@ from epochstate.daemon.sources.sparktypes import (
     MapType,
     StructType,
 )
-from tests.sources.sparkvalues import freeze, from_spark
+from tests.sources.spark_state import Entry, assert_matches_oracle, frozen, spark_state
 
 pytestmark = pytest.mark.spark
-
-Entry = tuple[int, Any, Any]  # (partition, frozen key, frozen value)
 
 
 JOIN_STORES = (
@@ -42,49 +38,14 @@ CASES = [
 ]
 
 
-def _oracle(spark: Any, root: Path, store: str, epochs: list[int]) -> dict[int, set[Entry]]:
-    """Spark's state reader at each epoch, all epochs in one Spark job."""
-    from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
-
-    checkpoint = Checkpoint(root)
-    key_schema, value_schema = checkpoint.store_schema(0, store)
-    frames = [
-        spark.read.format("statestore")
-        .option("batchId", epoch)
-        .option("operatorId", 0)
-        .option("storeName", store)
-        .load(str(root))
-        .withColumn("_epoch", F.lit(epoch))
-        for epoch in epochs
-    ]
-    result: dict[int, set[Entry]] = {epoch: set() for epoch in epochs}
-    rows = functools.reduce(DataFrame.unionByName, frames).collect()
-    for row in rows:
-        entry = (
-            row["partition_id"],
-            freeze(from_spark(row["key"], key_schema)),
-            freeze(from_spark(row["value"], value_schema)),
-        )
-        assert entry not in result[row["_epoch"]]
-        result[row["_epoch"]].add(entry)
-    return result
-
-
-def _frozen(changes: list[StateChange]) -> set[Entry]:
-    entries = {(c.partition, freeze(c.key), freeze(c.value)) for c in changes}
-    assert len(entries) == len(changes), "a key appears twice"
-    return entries
-
-
 Oracle = dict[tuple[str, str], dict[int, set[Entry]]]
 
 
 @pytest.fixture(scope="module")
 def oracle(spark: Any, checkpoints: dict[str, Path]) -> Oracle:
     return {
-        (name, store): _oracle(
-            spark, checkpoints[name], store, Checkpoint(checkpoints[name]).committed_epochs()
+        (name, store): spark_state(
+            spark, checkpoints[name], Checkpoint(checkpoints[name]).committed_epochs(), store
         )
         for name, store in CASES
     }
@@ -98,21 +59,7 @@ def test_full_state_and_changes_equal_spark_reader(
     reader = HdfsStoreReader.open(checkpoint, 0, store)
     epochs = checkpoint.committed_epochs()
     assert epochs == list(range(len(epochs))) and len(epochs) >= 4
-    accumulated: dict[tuple[int, Any], Any] = {}
-    removals = 0
-    for epoch in epochs:
-        version = epoch + 1
-        assert reader.has_delta(version)
-        for change in reader.changes(version):
-            slot = (change.partition, freeze(change.key))
-            if change.value is None:
-                removals += 1
-                accumulated.pop(slot, None)
-            else:
-                accumulated[slot] = freeze(change.value)
-        expected = oracle[name, store][epoch]
-        assert _frozen(list(reader.full_state(version))) == expected, f"epoch {epoch}"
-        assert {(p, k, v) for (p, k), v in accumulated.items()} == expected, f"epoch {epoch}"
+    removals = assert_matches_oracle(reader, epochs, oracle[name, store])
     assert any(oracle[name, store].values()), "the state is always empty"
     if name != "plain":
         assert removals > 0, "the watermark never removed a key"
@@ -151,7 +98,7 @@ def test_snapshots_rebuild_the_same_state(
     latest = Checkpoint(copy).latest_committed()
     assert latest is not None and first <= latest + 1
     for version in range(first, latest + 2):
-        assert _frozen(list(reader.full_state(version))) == oracle[name, "default"][version - 1]
+        assert frozen(list(reader.full_state(version))) == oracle[name, "default"][version - 1]
     with pytest.raises(MissingStateFile):
         list(reader.full_state(min(oldest.values()) - 1))
     with pytest.raises(MissingStateFile):

@@ -17,7 +17,7 @@ from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile,
 from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader
 from epochstate.daemon.sources.readers import open_store_reader
 from epochstate.daemon.sources.rocksdb_provider import RocksDBStoreReader
-from tests.sources.spark_state import Entry, frozen, spark_state
+from tests.sources.spark_state import Entry, assert_matches_oracle, frozen, spark_state
 from tests.sources.sparkvalues import freeze
 
 pytestmark = pytest.mark.spark
@@ -53,21 +53,7 @@ def test_full_state_and_changes_equal_spark_reader(
         assert not _store_files(root, "changelog")
     else:
         assert len(_store_files(root, "changelog")) == 2 * len(epochs)
-    accumulated: dict[tuple[int, Any], Any] = {}
-    removals = 0
-    for epoch in epochs:
-        version = epoch + 1
-        assert reader.has_delta(version)
-        for change in reader.changes(version):
-            slot = (change.partition, freeze(change.key))
-            if change.value is None:
-                removals += 1
-                accumulated.pop(slot, None)
-            else:
-                accumulated[slot] = freeze(change.value)
-        expected = oracle[name][epoch]
-        assert frozen(reader.full_state(version)) == expected, f"epoch {epoch}"
-        assert {(p, k, v) for (p, k), v in accumulated.items()} == expected, f"epoch {epoch}"
+    removals = assert_matches_oracle(reader, epochs, oracle[name])
     assert any(oracle[name].values()), "the state is always empty"
     assert removals > 0, "the watermark never removed a key"
     assert list(tmp_path.iterdir()) == [], "a snapshot's scratch directory was left behind"
