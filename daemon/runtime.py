@@ -26,12 +26,12 @@ from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
 from epochstate.daemon.ingest.loop import IngestLoop
-from epochstate.daemon.server.metrics import DaemonMetrics, MetricsInterceptor
+from epochstate.daemon.server.handlers import add_to_server
+from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.service import EpochStateService
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.versioned import VersionedStore
 from epochstate.v1 import epochstate_pb2 as pb
-from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,6 @@ class Daemon:
         self.health = health.HealthServicer()
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=settings.grpc_workers, thread_name_prefix="grpc"),
-            interceptors=[MetricsInterceptor(self.metrics)],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -120,7 +119,7 @@ class Daemon:
 
     def start(self) -> None:
         service = EpochStateService(self.store, self.catalog, self.ingest)
-        pb_grpc.add_EpochStateServicer_to_server(service, self.server)
+        add_to_server(service, self.server, self.metrics)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (

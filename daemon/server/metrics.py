@@ -48,47 +48,26 @@ class DaemonMetrics:
             "epochstate_epoch_problems", "epochs that cannot be ingested", ["job"], registry=self.registry
         )
 
-
-class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    """Counts and times unary calls by method and status code."""
-
-    def __init__(self, metrics: DaemonMetrics) -> None:
-        self._metrics = metrics
-        # One wrapped handler per method, built on first use (not per call).
-        self._wrapped: dict[str, Any] = {}
-
-    def intercept_service(self, continuation: Callable[[Any], Any], handler_call_details: Any) -> Any:
-        path = handler_call_details.method
-        wrapped = self._wrapped.get(path)
-        if wrapped is None:
-            wrapped = self._wrap(path, continuation(handler_call_details))
-            self._wrapped[path] = wrapped
-        return wrapped
-
-    def _wrap(self, path: str, handler: Any) -> Any:
-        if handler is None or handler.unary_unary is None:
-            return handler
-        method = path.rsplit("/", 1)[-1]
-        inner = handler.unary_unary
-        latency = self._metrics.latency.labels(method)
-        ok = self._metrics.requests.labels(method, "OK")
-        requests = self._metrics.requests
+    def observed(
+        self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Any]
+    ) -> Callable[[Any, grpc.ServicerContext], Any]:
+        """``behavior`` (a unary handler), timed and counted by status code as ``method``."""
+        latency = self.latency.labels(method)
+        ok = self.requests.labels(method, "OK")
+        requests = self.requests
+        clock = time.perf_counter
 
         def timed(request: Any, context: grpc.ServicerContext) -> Any:
-            started = time.perf_counter()
+            started = clock()
             try:
-                response = inner(request, context)
+                response = behavior(request, context)
             except Exception:
                 status = getattr(context, "code", lambda: None)()
                 requests.labels(method, status.name if status is not None else "UNKNOWN").inc()
                 raise
             finally:
-                latency.observe(time.perf_counter() - started)
+                latency.observe(clock() - started)
             ok.inc()
             return response
 
-        return grpc.unary_unary_rpc_method_handler(
-            timed,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return timed

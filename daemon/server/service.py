@@ -2,7 +2,10 @@
 
 Dependencies come through the constructor. Every handler runs inside
 :func:`_domain_errors`, which turns domain errors into status codes (one table,
-``status.py``); nothing else aborts a call.
+``status.py``); nothing else aborts a call. The reads (Get, MultiGet, Scan) return
+their response as wire bytes: the store keeps each row as a serialized ``Record``,
+so a response is framed around stored bytes and never built as message objects
+(:mod:`epochstate.daemon.server.handlers` registers them without a serializer).
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ import functools
 import json
 import logging
 import struct
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar, cast
 
 import grpc
 
@@ -21,13 +24,12 @@ from epochstate.daemon.ingest.catalog import Catalog, JobEntry, StoreHandle
 from epochstate.daemon.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs
 from epochstate.daemon.server.status import BadRequest, status_for
-from epochstate.daemon.server.values import KeyCoercer, key_from_proto
+from epochstate.daemon.server.values import KeyEncoder, key_from_proto
 from epochstate.daemon.sources.sparktypes import StructType, type_to_json
 from epochstate.daemon.store import keycodec, layout
 from epochstate.daemon.store.descriptors import EpochRecord
-from epochstate.daemon.store.versioned import Version, VersionedStore
+from epochstate.daemon.store.versioned import VersionedStore
 from epochstate.v1 import epochstate_pb2 as pb
-from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
@@ -92,20 +94,20 @@ def epoch_info(record: EpochRecord) -> pb.EpochInfo:
 
 
 class _Codecs:
-    """Per store: the request-key coercer and the record encoder, compiled once."""
+    """Per store: the request-key encoder and the record encoder, compiled once."""
 
     def __init__(self) -> None:
-        self._cache: dict[int, tuple[KeyCoercer, RecordEncoder]] = {}
+        self._cache: dict[int, tuple[KeyEncoder, RecordEncoder]] = {}
 
-    def of(self, handle: StoreHandle) -> tuple[KeyCoercer, RecordEncoder]:
+    def of(self, handle: StoreHandle) -> tuple[KeyEncoder, RecordEncoder]:
         found = self._cache.get(handle.descriptor.store_id)
         if found is None:
-            found = (KeyCoercer(handle.key_schema), RecordEncoder(handle.key_schema, handle.value_schema))
+            found = (KeyEncoder(handle.key_schema), RecordEncoder(handle.key_schema, handle.value_schema))
             self._cache[handle.descriptor.store_id] = found
         return found
 
 
-class EpochStateService(pb_grpc.EpochStateServicer):
+class EpochStateService:
     """Epoch-pinned reads over the daemon's store."""
 
     def __init__(self, store: VersionedStore, catalog: Catalog, ingest: IngestControl) -> None:
@@ -131,50 +133,51 @@ class EpochStateService(pb_grpc.EpochStateServicer):
         entry = self._catalog.get(ref.job)
         return entry, entry.store(ref.operator_id, ref.store)
 
-    def _keys(self, handle: StoreHandle, keys: Iterable[pb.Row]) -> tuple[list[bytes], list[tuple[Any, ...]]]:
-        """The store encoding and the canonical decoded form of each request key."""
-        coerce, _ = self._codecs.of(handle)
-        encoded, canonical = [], []
-        for key in keys:
-            value = coerce(key)
-            raw = keycodec.encode_fields(value)
-            if len(raw) > MAX_KEY_BYTES:
-                raise BadRequest(f"key is {len(raw)} bytes; the limit is {MAX_KEY_BYTES}")
-            encoded.append(raw)
-            canonical.append(value)
-        return encoded, canonical
+    def _keys(self, handle: StoreHandle, keys: Sequence[pb.Row]) -> list[bytes]:
+        """The store encoding of each request key, checked against the key schema."""
+        encoded = self._codecs.of(handle)[0].encode_all(keys)
+        longest = max(map(len, encoded), default=0)
+        if longest > MAX_KEY_BYTES:
+            raise BadRequest(f"key is {longest} bytes; the limit is {MAX_KEY_BYTES}")
+        return encoded
 
-    def _found(
-        self, handle: StoreHandle, found: list[Version | None], keys: list[tuple[Any, ...]]
-    ) -> Iterator[bytes]:
-        absent = self._codecs.of(handle)[1].absent
-        for version, key in zip(found, keys, strict=True):
-            yield absent(key) if version is None else version.payload
+    def _records(self, handle: StoreHandle, keys: Sequence[pb.Row], found: list[bytes | None]) -> list[bytes]:
+        """One serialized ``Record`` per request key: the stored one, or "absent" with the key."""
+        if None not in found:
+            return cast(list[bytes], found)
+        keys_of, records = self._codecs.of(handle)
+        return [
+            records.absent(keys_of.canonical(key)) if payload is None else payload
+            for key, payload in zip(keys, found, strict=True)
+        ]
 
     # -- reads ---------------------------------------------------------------
 
     @_domain_errors
-    def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.GetResponse:
+    def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> bytes:
+        """A serialized ``GetResponse``."""
         entry, handle = self._handle(request.store)
-        encoded, keys = self._keys(handle, [request.key])
+        keys = [request.key]
+        encoded = self._keys(handle, keys)
         pinned = self._pin(entry, request.epoch, context)
-        found = pinned.view.get_many(handle.descriptor.store_id, encoded, pinned.epoch)
-        body = response_bytes(pinned.epoch, self._found(handle, found, keys))
-        return pb.GetResponse.FromString(body)
+        found = pinned.view.payloads(handle.descriptor.store_id, encoded, pinned.epoch)
+        return response_bytes(pinned.epoch, self._records(handle, keys, found))
 
     @_domain_errors
-    def MultiGet(self, request: pb.MultiGetRequest, context: grpc.ServicerContext) -> pb.MultiGetResponse:
+    def MultiGet(self, request: pb.MultiGetRequest, context: grpc.ServicerContext) -> bytes:
+        """A serialized ``MultiGetResponse``."""
         entry, handle = self._handle(request.store)
-        if len(request.keys) > MAX_KEYS_PER_CALL:
-            raise BadRequest(f"{len(request.keys)} keys in one call; the limit is {MAX_KEYS_PER_CALL}")
-        encoded, keys = self._keys(handle, request.keys)
+        keys = request.keys
+        if len(keys) > MAX_KEYS_PER_CALL:
+            raise BadRequest(f"{len(keys)} keys in one call; the limit is {MAX_KEYS_PER_CALL}")
+        encoded = self._keys(handle, keys)
         pinned = self._pin(entry, request.epoch, context)
-        found = pinned.view.get_many(handle.descriptor.store_id, encoded, pinned.epoch)
-        body = response_bytes(pinned.epoch, self._found(handle, found, keys))
-        return pb.MultiGetResponse.FromString(body)
+        found = pinned.view.payloads(handle.descriptor.store_id, encoded, pinned.epoch)
+        return response_bytes(pinned.epoch, self._records(handle, keys, found))
 
     @_domain_errors
-    def Scan(self, request: pb.ScanRequest, context: grpc.ServicerContext) -> pb.ScanResponse:
+    def Scan(self, request: pb.ScanRequest, context: grpc.ServicerContext) -> bytes:
+        """A serialized ``ScanResponse``."""
         entry, handle = self._handle(request.store)
         if request.limit < 0 or request.limit > MAX_PAGE:
             raise BadRequest(f"limit must be within 0..{MAX_PAGE}, got {request.limit}")
@@ -201,8 +204,7 @@ class EpochStateService(pb_grpc.EpochStateServicer):
         token = b""
         if len(versions) == limit:
             token = _TOKEN.pack(pinned.epoch) + versions[-1].encoded_key
-        body = response_bytes(pinned.epoch, (v.payload for v in versions), token=token)
-        return pb.ScanResponse.FromString(body)
+        return response_bytes(pinned.epoch, [v.payload for v in versions], token=token)
 
     # -- discovery -------------------------------------------------------------
 

@@ -2,14 +2,17 @@
 
 :func:`key_from_proto` validates a request key against the key schema and coerces
 it to the canonical decoded form the store indexes by; anything that does not fit
-raises :class:`BadKey` naming the offending field. (Outbound conversion, decoded
-values to messages, lives in :mod:`epochstate.daemon.records`.)
+raises :class:`BadKey` naming the offending field. :class:`KeyEncoder` is the read
+hot path: a whole batch of request keys straight to the store's key encoding.
+(Outbound conversion, decoded values to messages, lives in
+:mod:`epochstate.daemon.records`.)
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import struct
+from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -24,6 +27,7 @@ from epochstate.daemon.sources.sparktypes import (
     StructType,
     type_to_simple_string,
 )
+from epochstate.daemon.store import keycodec
 from epochstate.v1 import epochstate_pb2 as pb
 
 
@@ -167,49 +171,83 @@ def key_from_proto(row: pb.Row, schema: StructType, *, partial: bool = False) ->
     return _coerce_row("", schema, row, partial=partial)
 
 
-_FAST_KIND = {
-    "string": "string",
-    "boolean": "bool",
-    "binary": "binary",
-    "date": "date",
-    "timestamp": "timestamp_micros",
-    "timestamp_ntz": "timestamp_micros",
+def _fast_field(t: SparkType) -> Callable[[pb.Value], bytes | None] | None:
+    """The store encoding of a field given in its natural kind, or None (take the full path)."""
+    if not isinstance(t, AtomicType):
+        return None
+    name = t.name
+    if name in _INT_RANGES:
+        low, high = _INT_RANGES[name]
+        encode_int = keycodec.encode_int
+
+        def integral(v: pb.Value) -> bytes | None:
+            if v.HasField("int"):
+                number = v.int
+                if low <= number <= high:
+                    return encode_int(number)
+            return None
+
+        return integral
+    if name not in _FAST_KIND:
+        return None
+    kind, encode = _FAST_KIND[name]
+
+    def natural(v: pb.Value) -> bytes | None:
+        return encode(getattr(v, kind)) if v.WhichOneof("kind") == kind else None
+
+    return natural
+
+
+_FAST_KIND: dict[str, tuple[str, Callable[[Any], bytes]]] = {
+    "string": ("string", keycodec.encode_str),
+    "boolean": ("bool", keycodec.encode_bool),
+    "binary": ("binary", keycodec.encode_bytes),
+    "date": ("date", keycodec.encode_int),  # int32 on the wire: always in range
+    "timestamp": ("timestamp_micros", keycodec.encode_int),
+    "timestamp_ntz": ("timestamp_micros", keycodec.encode_int),
 }
 
 
-class KeyCoercer:
-    """:func:`key_from_proto` for one key schema, with a fast path for the common case.
+class KeyEncoder:
+    """Request keys of one key schema to the store's key encoding, compiled once.
 
-    Fields given in their natural kind (a string for a string column, an in-range
-    int for an integral one, ...) are taken as they are; anything else goes through
-    the full validation, which also produces the error message.
+    ``encode_all(rows)[i] == keycodec.encode_fields(key_from_proto(rows[i], schema))``
+    for every row; :class:`BadKey` (naming the field) for the first row that does not
+    fit. Keys whose fields come in their natural kind (an in-range int for an
+    integral column, a string for a string column, ...) are encoded in one pass
+    without building the canonical tuple; any other key takes the full path.
     """
 
     def __init__(self, schema: StructType) -> None:
         self.schema = schema
-        self._plan: list[tuple[str | None, tuple[int, int] | None]] = []
-        for f in schema.fields:
-            if isinstance(f.type, AtomicType) and f.type.name in _INT_RANGES:
-                self._plan.append(("int", _INT_RANGES[f.type.name]))
-            elif isinstance(f.type, AtomicType) and f.type.name in _FAST_KIND:
-                self._plan.append((_FAST_KIND[f.type.name], None))
-            else:
-                self._plan.append((None, None))
+        fields = [_fast_field(f.type) for f in schema.fields]
+        self._fields = [f for f in fields if f is not None] if None not in fields else []
 
-    def __call__(self, row: pb.Row) -> tuple[Any, ...]:
-        fields = row.fields
-        if len(fields) != len(self._plan):
-            return _coerce_row("", self.schema, row)
-        out = []
-        for (kind, bounds), v in zip(self._plan, fields, strict=True):
-            given: str | None = v.WhichOneof("kind")
-            if kind is None or given != kind:
-                return _coerce_row("", self.schema, row)
-            value = getattr(v, kind)
-            if bounds is not None and not bounds[0] <= value <= bounds[1]:
-                return _coerce_row("", self.schema, row)
-            out.append(value)
-        return tuple(out)
+    def canonical(self, row: pb.Row) -> tuple[Any, ...]:
+        """The canonical decoded key of ``row`` (what an absent record echoes back)."""
+        return key_from_proto(row, self.schema)
+
+    def encode(self, row: pb.Row) -> bytes:
+        return keycodec.encode_fields(key_from_proto(row, self.schema))
+
+    def encode_all(self, rows: Sequence[pb.Row]) -> list[bytes]:
+        fields, encode = self._fields, self.encode
+        if not fields:
+            return [encode(row) for row in rows]
+        out: list[bytes] = []
+        if len(fields) == 1:  # most state keys have one column: no per-key join
+            (take,) = fields
+            for row in rows:
+                values = row.fields
+                raw = take(values[0]) if len(values) == 1 else None
+                out.append(encode(row) if raw is None else raw)
+            return out
+        width = len(fields)
+        for row in rows:
+            values = row.fields
+            parts = [take(v) for take, v in zip(fields, values, strict=True)] if len(values) == width else []
+            out.append(b"".join(parts) if parts and None not in parts else encode(row))  # type: ignore[arg-type]
+        return out
 
 
 # -- decoded values to Python objects for people (CLI, client) ---------------------

@@ -131,6 +131,33 @@ def encode_fields(fields: Sequence[Any]) -> bytes:
     return bytes(out)
 
 
+_INT_HEAD = bytes((_INT,))
+_STRING_HEAD = bytes((_STRING,))
+_BYTES_HEAD = bytes((_BYTES,))
+_BOOLS = (bytes((_FALSE,)), bytes((_TRUE,)))
+INT_RANGE = (-_SIGN, _SIGN - 1)
+
+
+def encode_int(value: int) -> bytes:
+    """``encode(value)`` for an int the caller has checked is within :data:`INT_RANGE`."""
+    return _INT_HEAD + _U64.pack(value + _SIGN)
+
+
+def encode_str(value: str) -> bytes:
+    """``encode(value)`` for a ``str``."""
+    return _STRING_HEAD + _escape(value.encode("utf-8"))
+
+
+def encode_bytes(value: bytes) -> bytes:
+    """``encode(value)`` for ``bytes``."""
+    return _BYTES_HEAD + _escape(value)
+
+
+def encode_bool(value: bool) -> bytes:
+    """``encode(value)`` for a ``bool``."""
+    return _BOOLS[value]
+
+
 def _unescape(buf: bytes, pos: int) -> tuple[bytes, int]:
     out = bytearray()
     while True:

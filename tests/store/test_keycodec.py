@@ -1,5 +1,6 @@
 import random
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -69,3 +70,17 @@ def test_rejects_garbage(bad: bytes) -> None:
 def test_rejects_out_of_range_int() -> None:
     with pytest.raises(keycodec.KeyCodecError):
         keycodec.encode(2**64)
+
+
+@pytest.mark.parametrize(
+    ("encode_one", "values"),
+    [
+        (keycodec.encode_int, [0, -1, 1, 2**63 - 1, -(2**63), 19_000]),
+        (keycodec.encode_str, ["", "a\x00b", "ünïcode"]),
+        (keycodec.encode_bytes, [b"", b"\x00\xff\x00", b"abc"]),
+        (keycodec.encode_bool, [True, False]),
+    ],
+)
+def test_typed_encoders_match_encode(encode_one: Any, values: list[Any]) -> None:
+    for value in values:
+        assert encode_one(value) == keycodec.encode(value)
