@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from epochstate.daemon.store.versioned import VersionedStore
-from tests.e2e.test_oracle import canon, plain, spark_state
 from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.oracle import canon, plain, spark_state
 from tests.fixtures.streams import FileStream
 
 

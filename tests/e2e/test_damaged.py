@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from epochstate.client import EpochDamaged, EpochNotReady
-from tests.e2e.test_oracle import canon, plain, spark_state
 from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.oracle import canon, plain, spark_state
 from tests.fixtures.streams import FileStream
 
 CHECKSUM_OFFSET = 17  # "LZ4Block", token, two lengths: the first block's checksum

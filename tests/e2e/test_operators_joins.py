@@ -1,6 +1,7 @@
-"""Stream-stream joins (inner and left outer, with watermarks and a time range),
-followed by the real daemon: all four stores of each join equal Spark's state
-reader at every committed epoch (HDFS provider).
+"""Stream-stream joins (inner and full outer, with watermarks and time ranges), run
+on every state store provider through a restart and a re-run epoch (see
+:mod:`tests.fixtures.scenario`): all four stores of each join equal Spark's state
+reader at every committed epoch.
 
 A join keeps, per side, two stores, partitioned alike by the join key, whose
 fields Spark names ``field0``, ``field1``, ...:
@@ -27,18 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from epochstate.client import EpochStateClient
-from tests.e2e.test_oracle import canon
 from tests.fixtures.daemon import DaemonProcess
-from tests.fixtures.oracle import (
-    StoreOracle,
-    assert_described,
-    assert_store_equals_oracle,
-    spark_join_side,
-    spark_store,
-    without_no_data_batches,
-)
-from tests.fixtures.streams import FileStream
+from tests.fixtures.oracle import StoreOracle, canon, spark_join_side
+from tests.fixtures.scenario import Scenario, run_scenario
+from tests.fixtures.streams import PROVIDERS, Provider
 
 STORES = (
     "left-keyToNumValues",
@@ -46,7 +42,6 @@ STORES = (
     "right-keyToNumValues",
     "right-keyWithIndexToValue",
 )
-BATCHES = 4
 
 
 def at(second: int) -> str:
@@ -55,8 +50,9 @@ def at(second: int) -> str:
 
 def joins(frame: Any) -> Any:
     """Both sides come from one file source (column ``side``); the query runs an
-    inner join (operator 0) and a left outer join with a narrower time range
-    (operator 1) of them, side by side."""
+    inner join (operator 0) and a full outer join with a narrower time range
+    (operator 1) of them, side by side. (A left outer join keeps the same state as
+    a full outer one, whose rows of both sides may stay unmatched.)"""
     from pyspark.sql import functions as F
 
     def side(name: str, prefix: str) -> Any:
@@ -69,7 +65,7 @@ def joins(frame: Any) -> Any:
     same = "lname = rname AND lk = rk"
     wide = F.expr(f"{same} AND rts BETWEEN lts - INTERVAL 5 SECONDS AND lts + INTERVAL 5 SECONDS")
     narrow = F.expr(f"{same} AND rts BETWEEN lts - INTERVAL 1 SECONDS AND lts + INTERVAL 1 SECONDS")
-    return left.join(right, wide, "inner").union(left.join(right, narrow, "left_outer"))
+    return left.join(right, wide, "inner").union(left.join(right, narrow, "full_outer"))
 
 
 def join_row(side: str, k: int, v: int, second: int) -> dict[str, Any]:
@@ -81,8 +77,8 @@ def join_row(side: str, k: int, v: int, second: int) -> dict[str, Any]:
 def join_rows(batch: int) -> list[dict[str, Any]]:
     # 15 s of event time per batch. Join keys move on (batch, batch + 1), so a key's
     # rows are evicted and the key disappears; two rows per key and side (index 1);
-    # every other left row matches only in the wide range, so the left outer join
-    # buffers rows with matched = false.
+    # every other row matches only in the wide range, so the full outer join buffers
+    # rows of both sides with matched = false.
     base = batch * 15
     left = [join_row("L", batch + i // 2, batch * 10 + i, base + 3 * i) for i in range(4)]
     right = [
@@ -126,60 +122,40 @@ def derived_join_side(with_index: StoreOracle, epoch: int) -> dict[str, Any]:
     return {k: (p, sorted(rows)) for k, (p, rows) in grouped.items()}
 
 
-def test_join_stores_equal_spark_reader(
-    spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
-) -> None:
-    checkpoint = tmp_path / "cp"
-    schema = "side string, name string, k long, v long, ts timestamp"
-    stream = FileStream(spark, tmp_path / "in", checkpoint, joins, schema, "append")
-    with without_no_data_batches(spark):
-        stream.start()
-    daemon = daemon_factory({"joins": str(checkpoint)})
-    try:
-        for batch in range(BATCHES):
-            stream.feed(join_rows(batch))
-    finally:
-        stream.stop()
-    committed = stream.committed()
-    assert len(committed) == BATCHES
-    daemon.wait_for_epoch("joins", committed[-1])
+SCHEMA = "side string, name string, k long, v long, ts timestamp"
+JOINS = Scenario("joins", SCHEMA, joins, join_rows, "append")
 
-    oracles = {
-        (op, store): spark_store(spark, checkpoint, committed, operator_id=op, store=store)
-        for op in (0, 1)
-        for store in STORES
-    }
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+def test_join_stores_equal_spark_reader(
+    spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess], provider: Provider
+) -> None:
+    run = run_scenario(spark, tmp_path, daemon_factory, JOINS, provider)
+    assert run.operators == {0: "symmetricHashJoin", 1: "symmetricHashJoin"}
+    oracles = run.oracles
+    assert {store for _, store in oracles} == set(STORES)
     for oracle in oracles.values():
         assert oracle.removes(), f"{oracle.operator_id}/{oracle.store}: rows should be evicted"
-        partitions = {p for state in oracle.states.values() for _, _, p in state.values()}
-        assert partitions == {0, 1}, f"{oracle.operator_id}/{oracle.store}"
+        assert oracle.partitions() == {0, 1}, f"{oracle.operator_id}/{oracle.store}"
     assert oracles[0, "left-keyToNumValues"].key_type == "struct<field0:string,field1:bigint>"
     assert (
         oracles[0, "left-keyWithIndexToValue"].key_type == "struct<field0:string,field1:bigint,index:bigint>"
     )
-    left_rows = oracles[1, "left-keyWithIndexToValue"].states.values()
-    assert {v["matched"] for s in left_rows for _, v, _ in s.values()} == {True, False}
+    for side in ("left", "right"):
+        buffered = oracles[1, f"{side}-keyWithIndexToValue"].states.values()
+        assert {v["matched"] for s in buffered for _, v, _ in s.values()} == {True, False}, side
 
-    with daemon.client() as client:
-        assert_described(client, "joins", spark, checkpoint, oracles.values())
-        for oracle in oracles.values():
-            assert_store_equals_oracle(client, "joins", oracle)
+    with run.daemon.client() as client:
         for op in (0, 1):
             for side in ("left", "right"):
                 with_index = oracles[op, f"{side}-keyWithIndexToValue"]
-                for epoch in committed:
+                for epoch in run.committed:
                     got = daemon_join_side(client, "joins", epoch, op, side)
                     assert got == derived_join_side(with_index, epoch), f"operator {op} {side}, epoch {epoch}"
-                # Spark's joinSide view is that derivation (read once, at the epoch
-                # buffering the most rows, to keep the test short).
-                fullest = max(committed, key=lambda e: len(with_index.states[e]))
-                expected = spark_join_side(spark, checkpoint, fullest, op, side)
-                assert expected == derived_join_side(with_index, fullest), f"operator {op} {side}"
-
-    # A daemon started now loads its oldest retained epoch whole (snapshot and deltas
-    # of every store) before it follows deltas.
-    late = daemon_factory({"joins": str(checkpoint)}, name="late", extra_args=["--retention-epochs", "2"])
-    late.wait_for_epoch("joins", committed[-1])
-    with late.client() as client:
-        for oracle in oracles.values():
-            assert_store_equals_oracle(client, "joins", oracle, committed[-2:])
+        # Spark's joinSide view is that derivation (read once, for the full outer
+        # join's sides at the epoch buffering the most rows, to keep the test short).
+        for side in ("left", "right"):
+            with_index = oracles[1, f"{side}-keyWithIndexToValue"]
+            fullest = max(run.committed, key=lambda e: len(with_index.states[e]))
+            expected = spark_join_side(spark, run.checkpoint, fullest, 1, side)
+            assert expected == derived_join_side(with_index, fullest), side

@@ -6,7 +6,6 @@ absent, value, partition) equals ``spark.read.format("statestore")`` at that bat
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,24 +13,8 @@ from typing import Any
 import pytest
 
 from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.oracle import canon, plain, spark_state
 from tests.fixtures.streams import FileStream
-
-
-def plain(value: Any) -> Any:
-    """Spark rows and client results in one comparable form."""
-    if hasattr(value, "asDict"):
-        return plain(value.asDict(recursive=False))
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, bytearray):
-        return bytes(value)
-    return value
-
-
-def canon(value: Any) -> str:
-    return json.dumps(plain(value), sort_keys=True, default=repr)
 
 
 def windowed(frame: Any) -> Any:
@@ -103,11 +86,6 @@ QUERIES: dict[str, tuple[str, Callable[[Any], Any], Callable[[int], list[dict[st
     ),
     "dedup": ("s string, k int, day date", dedup, dedup_rows, "append"),
 }
-
-
-def spark_state(spark: Any, checkpoint: Path, epoch: int) -> dict[str, tuple[Any, Any, int]]:
-    rows = spark.read.format("statestore").option("batchId", epoch).load(str(checkpoint)).collect()
-    return {canon(r.key): (plain(r.key), plain(r.value), r.partition_id) for r in rows}
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
