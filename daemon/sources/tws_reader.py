@@ -137,6 +137,8 @@ class StateVariableReader:
                 :meth:`ColumnFamilyStore.delta` and :meth:`ColumnFamilyStore.family_prefix`.
         """
         keys, state = self._store.delta(partition, version)
+        if not keys:
+            return iter(())
         prefix = self._store.family_prefix(partition, self.variable.family.name)
         return self._decoded(partition, prefix, ((k, state.get(k)) for k in keys))
 
