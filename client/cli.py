@@ -245,6 +245,7 @@ def describe(
             "operator": s.operator_id,
             "operator_name": s.operator_name,
             "store": s.store,
+            "kind": s.kind,
             "partitions": s.num_partitions,
             "key": type_to_simple_string(s.key),
             "value": type_to_simple_string(s.value),
@@ -271,7 +272,7 @@ def describe(
     out.print(f"checkpoint {d.checkpoint}", highlight=False)
     for problem in d.problems:
         out.print(f"[red]epoch {problem.epoch} cannot be served:[/red] {problem.reason}", highlight=False)
-    table = Table("operator", "name", "store", "partitions", "key schema", "value schema")
+    table = Table("operator", "name", "store", "kind", "partitions", "key schema", "value schema")
     for s in stores:
         table.add_row(*(str(v) for v in s.values()))
     out.print(table)

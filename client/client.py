@@ -49,6 +49,8 @@ class StoreSchema:
     num_partitions: int
     key: StructType
     value: StructType
+    # A transformWithState store's kind: "value", "list", "map" or "timers"; "" otherwise.
+    kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,7 @@ class EpochStateClient:
                 st.num_partitions,
                 _struct_of(st.key_schema),
                 _struct_of(st.value_schema),
+                st.kind,
             )
             for op in response.operators
             for st in op.stores

@@ -127,6 +127,7 @@ class JobFollower:
                     info.num_partitions,
                     json.dumps(type_to_json(key_schema)),
                     json.dumps(type_to_json(value_schema)),
+                    info.kind,
                 )
                 self.entry.stores[(operator.operator_id, info.name)] = StoreHandle.of(descriptor)
                 self.entry.operator_names[operator.operator_id] = operator.name or "unknown"

@@ -242,6 +242,7 @@ class EpochStateService:
                     num_partitions=handle.descriptor.num_partitions,
                     key_schema=_schema(handle.key_schema),
                     value_schema=_schema(handle.value_schema),
+                    kind=handle.descriptor.kind,
                 )
             )
         return pb.DescribeJobResponse(summary=self._summary(entry), operators=list(operators.values()))

@@ -6,6 +6,7 @@ Layout this module relies on::
     <root>/offsets/<epoch>             planned epoch (see epochlog)
     <root>/commits/<epoch>             exists iff the epoch committed
     <root>/state/<op>/_metadata/metadata           operators (see operators)
+    <root>/state/<op>/_metadata/v2/<batch>         transformWithState operators (see statevars)
     <root>/state/<op>/<partition>/[<store>/]       a store's files; "default" has no <store>/
     <root>/state/<op>/0/[<store>/]_metadata/schema key and value schemas (see schemafile)
 
@@ -37,6 +38,7 @@ from epochstate.daemon.sources.operators import (
 )
 from epochstate.daemon.sources.schemafile import parse_schema_file
 from epochstate.daemon.sources.sparktypes import StructType
+from epochstate.daemon.sources.statevars import has_v2_metadata, read_v2_operator
 
 PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
 COMPRESSION_CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
@@ -217,11 +219,13 @@ class Checkpoint:
     # Operators and stores.
 
     def operators(self) -> list[OperatorInfo]:
-        """The stateful operators, by id. From each operator's metadata file, else
-        from the directory layout (then names are ``None``).
+        """The stateful operators, by id. From each operator's metadata file (v1, or
+        v2 for transformWithState, whose stores are its state variables), else from the
+        directory layout (then names are ``None``).
 
         Raises:
             CorruptCheckpointFile, UnsupportedCheckpoint: a malformed metadata file.
+            MissingCheckpointFile: a schema file the v2 metadata names is gone.
         """
         state = self.root / "state"
         result = []
@@ -230,6 +234,8 @@ class Checkpoint:
             meta = op_dir / METADATA_DIR / "metadata"
             if meta.is_file():
                 result.append(parse_operator_metadata(op_id, self._read_text(meta), str(meta)))
+            elif has_v2_metadata(op_dir):
+                result.append(read_v2_operator(op_id, op_dir))
             else:
                 result.append(derive_operator(op_id, op_dir))
         return result
@@ -240,13 +246,19 @@ class Checkpoint:
         return path if store == DEFAULT_STORE else path / store
 
     def store_schema(self, operator_id: int, store: str = DEFAULT_STORE) -> tuple[StructType, StructType]:
-        """``(key schema, value schema)`` of a store, from partition 0's schema file.
+        """``(key schema, value schema)`` of a store, from partition 0's schema file;
+        for a transformWithState state variable, as :mod:`statevars` serves it.
 
         Raises:
             MissingCheckpointFile: no schema file (unknown operator/store, or a format
                 that keeps schemas elsewhere).
             CorruptCheckpointFile, UnsupportedCheckpoint: see :func:`parse_schema_file`.
         """
+        op_dir = self.root / "state" / str(operator_id)
+        if has_v2_metadata(op_dir):
+            for info in read_v2_operator(operator_id, op_dir).stores:
+                if info.name == store and info.variable is not None:
+                    return info.variable.key_schema, info.variable.value_schema
         path = self.store_dir(operator_id, 0, store) / METADATA_DIR / "schema"
         try:
             data = path.read_bytes()

@@ -4,6 +4,8 @@ Spark (3.5+) records them in ``state/<operatorId>/_metadata/metadata``: the line
 ``v1``, then a JSON object ``{"operatorInfo": {"operatorId", "operatorName"},
 "stateStoreInfo": [{"storeName", "numColsPrefixKey", "numPartitions"}, ...]}``.
 Older checkpoints lack the file; the layout of the state directory tells the rest.
+transformWithState operators record themselves in ``_metadata/v2/<batch>`` instead
+and serve one store per state variable (see :mod:`statevars`).
 """
 
 from __future__ import annotations
@@ -13,18 +15,48 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epochstate.daemon.sources.errors import CorruptCheckpointFile, UnsupportedCheckpoint
+from epochstate.daemon.sources.schemafile import ColumnFamilySchema
+from epochstate.daemon.sources.sparktypes import StructType
 
 DEFAULT_STORE = "default"
 METADATA_DIR = "_metadata"
 
 
+VALUE, LIST, MAP, TIMERS = "value", "list", "map", "timers"
+
+
+@dataclass(frozen=True, slots=True)
+class StateVariable:
+    """A state variable of a transformWithState operator, served as a store of its own.
+
+    ``kind`` is :data:`VALUE`, :data:`LIST`, :data:`MAP` or :data:`TIMERS`;
+    ``family`` is the column family that holds it in the operator's one physical
+    store (``physical_store``); ``key_schema`` and ``value_schema`` are what a lookup
+    sees (see :mod:`statevars`).
+    """
+
+    kind: str
+    family: ColumnFamilySchema
+    physical_store: str
+    key_schema: StructType
+    value_schema: StructType
+    ttl: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class StoreInfo:
-    """One named state store of an operator, split into ``num_partitions`` partitions."""
+    """One named state store of an operator, split into ``num_partitions`` partitions.
+    For a transformWithState operator, a store is one state variable (``variable``)."""
 
     name: str
     num_partitions: int
     num_cols_prefix_key: int = 0
+    variable: StateVariable | None = None
+
+    @property
+    def kind(self) -> str:
+        """The state variable's kind, ``""`` for a plain store."""
+        return self.variable.kind if self.variable else ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,13 @@ from typing import Protocol
 
 from epochstate.daemon.sources.changes import StateChange
 from epochstate.daemon.sources.checkpoint import Checkpoint
+from epochstate.daemon.sources.errors import UnsupportedCheckpoint
 from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader
+from epochstate.daemon.sources.operators import StateVariable
+from epochstate.daemon.sources.rocksdb_conf import check_rocksdb_conf, state_encoding
 from epochstate.daemon.sources.rocksdb_provider import RocksDBStoreReader
 from epochstate.daemon.sources.sparktypes import StructType
+from epochstate.daemon.sources.tws_reader import StateVariableReader
 
 
 class StoreReader(Protocol):
@@ -63,12 +67,36 @@ def open_store_reader(
     scratch_dir: Path | None = None,
 ) -> StoreReader:
     """The reader for the provider that wrote the state as of ``epoch`` (``None``: the
-    newest planned epoch). ``scratch_dir`` is where RocksDB snapshots are opened.
+    newest planned epoch). ``scratch_dir`` is where RocksDB snapshots are opened. A
+    transformWithState state variable gets a :class:`StateVariableReader` (the
+    schemas given must be the ones :mod:`statevars` serves).
 
     Raises:
         UnsupportedCheckpoint: another provider, or a format option the reader refuses.
         MissingCheckpointFile: no offset log entry to read the configuration from.
     """
+    variable = _state_variable(checkpoint, operator_id, store_name)
+    if variable is not None:
+        if variable.ttl:
+            raise UnsupportedCheckpoint(
+                f"{checkpoint.root}: operator {operator_id}'s state variable {store_name!r} has a TTL"
+            )
+        if checkpoint.provider_kind(epoch) != "rocksdb":
+            raise UnsupportedCheckpoint(f"{checkpoint.root}: state variables outside the RocksDB provider")
+        if (key_schema, value_schema) != (variable.key_schema, variable.value_schema):
+            raise UnsupportedCheckpoint(
+                f"{checkpoint.root}: operator {operator_id}'s state variable {store_name!r} changed schema"
+            )
+        codec = check_rocksdb_conf(checkpoint, avro=True)
+        return StateVariableReader(
+            checkpoint,
+            operator_id,
+            num_partitions,
+            variable,
+            codec,
+            state_encoding(checkpoint),
+            scratch_dir=scratch_dir,
+        )
     if checkpoint.provider_kind(epoch) == "hdfs":
         checkpoint.ensure_hdfs_backed(epoch)
         return HdfsStoreReader(checkpoint, operator_id, store_name, num_partitions, key_schema, value_schema)
@@ -81,3 +109,10 @@ def open_store_reader(
         value_schema,
         scratch_dir=scratch_dir,
     )
+
+
+def _state_variable(checkpoint: Checkpoint, operator_id: int, store_name: str) -> StateVariable | None:
+    for operator in checkpoint.operators():
+        if operator.operator_id == operator_id:
+            return next((s.variable for s in operator.stores if s.name == store_name), None)
+    return None

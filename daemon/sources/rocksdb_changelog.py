@@ -36,6 +36,7 @@ import json
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from epochstate.daemon.sources.errors import CorruptStateFile, UnsupportedCheckpoint
 from epochstate.daemon.sources.statefile import StateRecord, iter_records
@@ -45,6 +46,20 @@ _INT = struct.Struct(">i")
 _EOF, _PUT, _DELETE, _MERGE = 0x00, 0x01, 0x10, 0x11
 _TYPED = frozenset({2, 4})
 _WITH_LINEAGE = frozenset({3, 4})
+
+
+PUT, DELETE, MERGE = "put", "delete", "merge"
+
+
+class ChangelogRecord(NamedTuple):
+    """One record: ``op`` is :data:`PUT` (``value`` replaces the key's), :data:`DELETE`
+    (``value`` is ``None``) or :data:`MERGE` (``value`` is appended to the key's
+    value, after a ``,`` if it has one: RocksDB's string-append merge, which list
+    state uses)."""
+
+    op: str
+    key: bytes
+    value: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +137,7 @@ def read_header(content: bytes, source: str = "<bytes>") -> ChangelogHeader:
     return ChangelogHeader(version, lineage, pos)
 
 
-def _iter_typed(content: bytes, pos: int, source: str) -> Iterator[StateRecord]:
+def _iter_typed(content: bytes, pos: int, source: str) -> Iterator[ChangelogRecord]:
     unpack = _INT.unpack_from
     total = len(content)
     while True:
@@ -137,8 +152,6 @@ def _iter_typed(content: bytes, pos: int, source: str) -> Iterator[StateRecord]:
             return
         if kind not in (_PUT, _DELETE, _MERGE):
             raise CorruptStateFile(f"{source}: offset {pos}: unknown record type {kind:#04x}")
-        if kind == _MERGE:
-            raise UnsupportedCheckpoint(f"{source}: offset {pos}: merge record (list state)")
         if pos + 5 > total:
             raise CorruptStateFile(f"{source}: offset {pos}: truncated record")
         (key_size,) = unpack(content, pos + 1)
@@ -150,14 +163,43 @@ def _iter_typed(content: bytes, pos: int, source: str) -> Iterator[StateRecord]:
         if kind == _DELETE:
             if value_size != -1:
                 raise CorruptStateFile(f"{source}: offset {pos}: delete record with value size {value_size}")
-            yield key, None
+            yield ChangelogRecord(DELETE, key, None)
             pos = key_end + 4
             continue
         value_end = key_end + 4 + value_size
         if value_size < 0 or value_end > total:
             raise CorruptStateFile(f"{source}: offset {pos}: bad value size {value_size}")
-        yield key, content[key_end + 4 : value_end]
+        yield ChangelogRecord(MERGE if kind == _MERGE else PUT, key, content[key_end + 4 : value_end])
         pos = value_end
+
+
+def _without_merges(records: Iterator[ChangelogRecord], source: str) -> Iterator[StateRecord]:
+    for record in records:
+        if record.op == MERGE:
+            raise UnsupportedCheckpoint(f"{source}: merge record (list state)")
+        yield record.key, record.value
+
+
+def iter_changelog_ops(
+    content: bytes, source: str = "<bytes>"
+) -> tuple[ChangelogHeader, Iterator[ChangelogRecord]]:
+    """The header and the records of a decompressed changelog of any version, merges
+    included, in file order. Untyped versions yield only puts and deletes.
+
+    Raises (the header at once, records while iterating):
+        UnsupportedCheckpoint: an unknown version.
+        CorruptStateFile: anything malformed, with ``source`` and a byte offset.
+    """
+    header = read_header(content, source)
+    if header.typed:
+        return header, _iter_typed(content, header.records_offset, source)
+    if header.records_offset == 0:
+        untyped = iter_records(content, source)
+    else:
+        untyped = iter_records(
+            content[header.records_offset :], f"{source} (records from byte {header.records_offset})"
+        )
+    return header, (ChangelogRecord(PUT if v is not None else DELETE, k, v) for k, v in untyped)
 
 
 def iter_changelog(content: bytes, source: str = "<bytes>") -> tuple[ChangelogHeader, Iterator[StateRecord]]:
@@ -170,7 +212,7 @@ def iter_changelog(content: bytes, source: str = "<bytes>") -> tuple[ChangelogHe
     """
     header = read_header(content, source)
     if header.typed:
-        return header, _iter_typed(content, header.records_offset, source)
+        return header, _without_merges(_iter_typed(content, header.records_offset, source), source)
     if header.records_offset == 0:
         return header, iter_records(content, source)
     where = f"{source} (records from byte {header.records_offset})"

@@ -22,14 +22,18 @@ ENCODING_FORMAT_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 LZ4_CODECS = frozenset({"lz4", "org.apache.spark.io.LZ4CompressionCodec"})
 
 
-def check_rocksdb_conf(checkpoint: Checkpoint) -> str:
+def check_rocksdb_conf(checkpoint: Checkpoint, *, avro: bool = False) -> str:
     """Check the newest planned epoch's settings; return the state compression codec
     (changelogs use it; refusing another codec is left to the changelog reader, since
     snapshots do not depend on it).
 
+    ``avro``: whether the caller reads the Avro state encoding (Spark 4.0 writes it
+    for transformWithState only).
+
     Raises:
         UnsupportedCheckpoint: another provider (names ``providerClass``), a row
-            encoding other than ``unsaferow``, or checkpoint format version 2.
+            encoding other than ``unsaferow`` (or ``avro`` when allowed), or
+            checkpoint format version 2.
         MissingCheckpointFile: no epoch planned yet.
     """
     planned = checkpoint.planned_epochs()
@@ -42,12 +46,27 @@ def check_rocksdb_conf(checkpoint: Checkpoint) -> str:
             f"{checkpoint.root}: {PROVIDER_CLASS_CONF}={provider or '<default>'}; "
             f"this reader reads {ROCKSDB_PROVIDER_CLASS}"
         )
-    encoding = conf.get(ENCODING_FORMAT_CONF, "unsaferow")
-    if encoding != "unsaferow":
-        raise UnsupportedCheckpoint(f"{checkpoint.root}: {ENCODING_FORMAT_CONF}={encoding}")
+    encoding = state_encoding(checkpoint)
+    if encoding != "unsaferow" and not (avro and encoding == "avro"):
+        readable = "unsaferow or avro" if avro else "unsaferow (avro: transformWithState only)"
+        raise UnsupportedCheckpoint(
+            f"{checkpoint.root}: {ENCODING_FORMAT_CONF}={encoding}; readable: {readable}"
+        )
     if conf.get(CHECKPOINT_FORMAT_CONF, "1") != "1" or commits_carry_unique_ids(checkpoint):
         raise UnsupportedCheckpoint(f"{checkpoint.root}: {CHECKPOINT_FORMAT_CONF}=2 (state unique ids)")
     return conf.get(COMPRESSION_CODEC_CONF, "lz4")
+
+
+def state_encoding(checkpoint: Checkpoint) -> str:
+    """The state row encoding of the newest planned epoch (``unsaferow`` or ``avro``).
+
+    Raises:
+        MissingCheckpointFile: no epoch planned yet.
+    """
+    planned = checkpoint.planned_epochs()
+    if not planned:
+        raise MissingCheckpointFile(f"{checkpoint.root}/offsets: no epoch planned yet")
+    return checkpoint.epoch_log(planned[-1]).conf.get(ENCODING_FORMAT_CONF, "unsaferow")
 
 
 def commits_carry_unique_ids(checkpoint: Checkpoint) -> bool:

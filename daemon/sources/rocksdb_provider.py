@@ -1,51 +1,30 @@
 """Reading one store of one operator written by Spark's RocksDB state store provider.
 
-Store version ``v`` is the state after epoch ``v - 1``. Each partition directory
-(see :meth:`Checkpoint.store_dir`) holds, for the versions not yet purged:
-
-* ``<v>.changelog`` -- the puts and removals of version ``v`` (see
-  :mod:`rocksdb_changelog`), for every version while
-  ``spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled`` is on;
-* ``<v>.zip`` -- the whole state at ``v`` (see :mod:`rocksdb_snapshot`): for every
-  version while changelog checkpointing is off, and otherwise now and then, written
-  by background maintenance once ``minDeltasForSnapshot`` changelogs piled up.
-
-So version ``v`` is the newest zip at or below ``v`` plus the changelogs after it.
-The changes of a version come from its changelog; without one (changelog
-checkpointing off) they are the difference between the states at ``v - 1`` and
-``v``, which costs two snapshot reads. Keys and values are encoded as in
-:mod:`rocksdb_rows`.
+The files and how a version is rebuilt from them are described in
+:mod:`rocksdb_store_dir`. The changes of a version come from its changelog;
+without one (changelog checkpointing off) they are the difference between the
+states at ``v - 1`` and ``v``, which costs two snapshot reads. Keys and values are
+encoded as in :mod:`rocksdb_rows`.
 
 State checkpoint format version 2 (``spark.sql.streaming.stateStore.checkpointFormatVersion``),
 which names files ``<v>_<uniqueId>.changelog|zip`` and records the ids in the commit
-log, and stores with column families (transformWithState) are refused.
+log, is refused. Stores with column families (transformWithState) are read by
+:mod:`tws_reader`; this reader refuses them.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from epochstate.daemon.sources.changes import StateChange, decode_changes
-from epochstate.daemon.sources.checkpoint import CHECKPOINT_FORMAT_CONF, COMPRESSION_CODEC_CONF, Checkpoint
-from epochstate.daemon.sources.errors import (
-    MissingCheckpointFile,
-    MissingStateFile,
-    UnsupportedCheckpoint,
-)
-from epochstate.daemon.sources.lz4stream import read_lz4_block_stream
+from epochstate.daemon.sources.checkpoint import Checkpoint
+from epochstate.daemon.sources.errors import MissingCheckpointFile
 from epochstate.daemon.sources.operators import DEFAULT_STORE, StoreInfo
-from epochstate.daemon.sources.rocksdb_changelog import iter_changelog
-from epochstate.daemon.sources.rocksdb_conf import LZ4_CODECS, check_rocksdb_conf
+from epochstate.daemon.sources.rocksdb_conf import check_rocksdb_conf
 from epochstate.daemon.sources.rocksdb_rows import StateRowDecoder
-from epochstate.daemon.sources.rocksdb_snapshot import SnapshotReader
+from epochstate.daemon.sources.rocksdb_store_dir import CHANGELOG, ZIP, StoreDirectory
 from epochstate.daemon.sources.sparktypes import StructType
-from epochstate.daemon.sources.statefile import StateRecord
-
-CHANGELOG = "changelog"
-ZIP = "zip"
-_STATE_FILE = re.compile(r"(\d+)(_[^.]+)?\.(changelog|zip)")
 
 
 class RocksDBStoreReader:
@@ -79,7 +58,9 @@ class RocksDBStoreReader:
                 than ``unsaferow``, or state checkpoint format version 2.
             MissingCheckpointFile: the checkpoint has no epoch yet to read its conf from.
         """
-        self._codec = check_rocksdb_conf(checkpoint)
+        self._files = StoreDirectory(
+            checkpoint, operator_id, store_name, check_rocksdb_conf(checkpoint), scratch_dir=scratch_dir
+        )
         self.checkpoint = checkpoint
         self.operator_id = operator_id
         self.store_name = store_name
@@ -125,106 +106,13 @@ class RocksDBStoreReader:
             )
         raise MissingCheckpointFile(f"{checkpoint.root}: no store {store_name!r} of operator {operator_id}")
 
-    # Files.
-
-    def _dir(self, partition: int) -> Path:
-        return self.checkpoint.store_dir(self.operator_id, partition, self.store_name)
-
-    def _path(self, partition: int, version: int, kind: str) -> Path:
-        return self._dir(partition) / f"{version}.{kind}"
-
-    def _versions(self, partition: int, kind: str) -> list[int]:
-        directory = self._dir(partition)
-        try:
-            names = [p.name for p in directory.iterdir()]
-        except FileNotFoundError:
-            return []
-        versions = []
-        for name in names:
-            match = _STATE_FILE.fullmatch(name)
-            if match is None:
-                continue
-            if match.group(2):
-                raise UnsupportedCheckpoint(
-                    f"{directory / name}: state files with unique ids ({CHECKPOINT_FORMAT_CONF}=2)"
-                )
-            if match.group(3) == kind:
-                versions.append(int(match.group(1)))
-        return sorted(versions)
-
-    def _missing(self, partition: int, path: Path) -> MissingStateFile:
-        # Listing the directory tells a purged file from format 2's renamed ones.
-        self._versions(partition, ZIP)
-        return MissingStateFile(f"{path}: does not exist")
-
-    def _changelog(self, partition: int, version: int) -> Iterator[StateRecord]:
-        path = self._path(partition, version, CHANGELOG)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise self._missing(partition, path) from None
-        if self._codec not in LZ4_CODECS:
-            raise UnsupportedCheckpoint(
-                f"{path}: {COMPRESSION_CODEC_CONF}={self._codec}; only lz4 is readable"
-            )
-        header, records = iter_changelog(read_lz4_block_stream(data, str(path)), str(path))
-        if header.typed:
-            raise UnsupportedCheckpoint(f"{path}: changelog v{header.version}: a store with column families")
-        if header.lineage:
-            raise UnsupportedCheckpoint(f"{path}: changelog with lineage ({CHECKPOINT_FORMAT_CONF}=2)")
-        return records
-
-    def _snapshot(self, partition: int, version: int) -> dict[bytes, bytes]:
-        path = self._path(partition, version, ZIP)
-        if not path.is_file():
-            raise self._missing(partition, path)
-        with SnapshotReader(path, self.scratch_dir) as snapshot:
-            if snapshot.metadata.column_families:
-                families = sorted(snapshot.metadata.column_families)
-                raise UnsupportedCheckpoint(f"{path}: a store with column families {families}")
-            return dict(snapshot.items())
-
-    def _stale(self, partition: int, version: int) -> bool:
-        """Whether ``<version>.zip`` predates ``<version>.changelog``.
-
-        Maintenance uploads the snapshot a store instance took at commit. When a batch
-        fails after its stores committed and then re-runs, the re-run overwrites the
-        changelog, but the failed attempt's snapshot may stay. The changelog is the
-        committed attempt's, so such a snapshot is skipped (it differs only for
-        non-deterministic queries; Spark's own reader would use it).
-        """
-        try:
-            snapshot = self._path(partition, version, ZIP).stat().st_mtime_ns
-            return snapshot < self._path(partition, version, CHANGELOG).stat().st_mtime_ns
-        except FileNotFoundError:
-            return False
-
-    def _raw_state(self, partition: int, version: int) -> dict[bytes, bytes]:
-        if version < 0:
-            raise ValueError(f"negative store version {version}")
-        zips = [v for v in self._versions(partition, ZIP) if v <= version and not self._stale(partition, v)]
-        state: dict[bytes, bytes] = {}
-        base = 0
-        if zips:
-            base = zips[-1]
-            state = self._snapshot(partition, base)
-        for changelog in range(base + 1, version + 1):
-            try:
-                records = self._changelog(partition, changelog)
-            except MissingStateFile as err:
-                start = f"{base}.zip" if base else "the empty version 0"
-                raise MissingStateFile(f"{err}; rebuilding version {version} from {start} needs it") from None
-            for key, value in records:
-                if value is None:
-                    state.pop(key, None)
-                else:
-                    state[key] = value
-        return state
-
     def _decode(
         self, partition: int, rows: Iterable[tuple[bytes, bytes | None]], where: Path
     ) -> Iterator[StateChange]:
         return decode_changes(partition, rows, self._keys, self._values, where)
+
+    def _dir(self, partition: int) -> Path:
+        return self._files.dir(partition)
 
     # Reading.
 
@@ -232,14 +120,7 @@ class RocksDBStoreReader:
         """Whether every partition has what :meth:`changes` reads for ``version``
         from files alone: the changelog, or the two snapshots at ``version - 1``
         (none needed for version 1) and ``version``."""
-        for p in range(self.num_partitions):
-            if self._path(p, version, CHANGELOG).is_file():
-                continue
-            if not self._path(p, version, ZIP).is_file():
-                return False
-            if version > 1 and not self._path(p, version - 1, ZIP).is_file():
-                return False
-        return True
+        return self._files.has_delta(version, self.num_partitions)
 
     def partition_changes(self, partition: int, version: int) -> Iterator[StateChange]:
         """The changes version ``version`` made in one partition: each changed key once,
@@ -257,16 +138,17 @@ class RocksDBStoreReader:
         """
         if version < 1:
             raise ValueError(f"store version {version} has no changes")
-        path = self._path(partition, version, CHANGELOG)
+        files = self._files
+        path = files.path(partition, version, CHANGELOG)
         if path.is_file():
             last: dict[bytes, bytes | None] = {}
-            for key, value in self._changelog(partition, version):
+            for _, key, value in files.changelog(partition, version)[1]:
                 last[key] = value
             return self._decode(partition, last.items(), path)
-        if not self._path(partition, version, ZIP).is_file():
-            raise self._missing(partition, path)
-        after = self._snapshot(partition, version)
-        before = self._raw_state(partition, version - 1)
+        if not files.path(partition, version, ZIP).is_file():
+            raise files.missing(partition, path)
+        after = files.snapshot(partition, version)[1]
+        before = files.raw_state(partition, version - 1)
         diff: list[tuple[bytes, bytes | None]] = [(k, None) for k in before if k not in after]
         diff.extend((k, v) for k, v in after.items() if before.get(k) != v)
         return self._decode(partition, diff, self._dir(partition))
@@ -293,7 +175,7 @@ class RocksDBStoreReader:
             CorruptStateFile: a file is damaged or does not match the schemas.
             UnsupportedCheckpoint: see the module docstring.
         """
-        state = self._raw_state(partition, version)
+        state = self._files.raw_state(partition, version)
         return self._decode(partition, state.items(), self._dir(partition))
 
     def full_state(self, version: int) -> Iterator[StateChange]:

@@ -40,6 +40,8 @@ class StoreDescriptor:
     num_partitions: int
     key_schema_json: str
     value_schema_json: str
+    # A transformWithState state variable's kind (value, list, map, timers); "" otherwise.
+    kind: str = ""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

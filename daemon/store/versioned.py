@@ -242,6 +242,7 @@ class VersionedStore:
         num_partitions: int,
         key_schema_json: str,
         value_schema_json: str,
+        kind: str = "",
     ) -> StoreDescriptor:
         with self._lock:
             all_stores = [StoreDescriptor.from_json(v) for _, v in self._scan_prefix(layout.STORE)]
@@ -254,6 +255,7 @@ class VersionedStore:
                 num_partitions,
                 key_schema_json,
                 value_schema_json,
+                kind,
             )
             self.db.put(layout.store_key(descriptor.store_id), descriptor.to_json())
             return descriptor

@@ -570,8 +570,16 @@ class StoreInfo(_message.Message):
     NUM_PARTITIONS_FIELD_NUMBER: _builtins.int
     KEY_SCHEMA_FIELD_NUMBER: _builtins.int
     VALUE_SCHEMA_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """A store of the operator; for transformWithState, a state variable's name, or
+    "$timers" for its registered timers.
+    """
     num_partitions: _builtins.int
+    kind: _builtins.str
+    """What a transformWithState store holds: "value", "list", "map" or "timers";
+    empty for every other operator's stores.
+    """
     @_builtins.property
     def key_schema(self) -> Global___Schema: ...
     @_builtins.property
@@ -583,10 +591,11 @@ class StoreInfo(_message.Message):
         num_partitions: _builtins.int = ...,
         key_schema: Global___Schema | None = ...,
         value_schema: Global___Schema | None = ...,
+        kind: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["key_schema", b"key_schema", "value_schema", b"value_schema"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_schema", b"key_schema", "name", b"name", "num_partitions", b"num_partitions", "value_schema", b"value_schema"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_schema", b"key_schema", "kind", b"kind", "name", b"name", "num_partitions", b"num_partitions", "value_schema", b"value_schema"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
