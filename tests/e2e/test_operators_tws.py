@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_oracle import canon, plain
 from tests.fixtures.daemon import DaemonProcess
-from tests.fixtures.oracle import StoreOracle, assert_store_equals_oracle
+from tests.fixtures.oracle import StoreOracle, assert_store_equals_oracle, canon, plain
 from tests.fixtures.streams import FileStream
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
