@@ -156,7 +156,7 @@ def main() -> None:
                     name,
                     f"{p50 * 1e6:,.0f}",
                     f"{p99 * 1e6:,.0f}",
-                    f"{rate:,.0f}",
+                    f"{rate:,.0f}" if rate >= 10 else f"{rate:.2f}",
                     "keys/s" if unit_per_call > 1 else "calls/s",
                 )
             )
