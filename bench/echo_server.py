@@ -1,8 +1,14 @@
 """A bare gRPC unary echo server (no protobuf work, no storage): the floor for any
-Python gRPC lookup. Run as its own process, like the daemon; prints its port."""
+Python gRPC lookup. Run as its own process, like the daemon; prints its port and
+serves until its standard input closes.
+
+    python bench/echo_server.py            # thread pool, the daemon's server model
+    python bench/echo_server.py --asyncio  # grpc.aio, one event loop
+"""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from concurrent import futures
 
@@ -13,18 +19,37 @@ def echo(request: bytes, context: grpc.ServicerContext) -> bytes:
     return request
 
 
-def main() -> None:
-    handler = grpc.method_handlers_generic_handler(
-        "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
-    )
+async def echo_async(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+    return request
+
+
+def _handler(behavior: object) -> grpc.GenericRpcHandler[bytes, bytes]:
+    method = grpc.unary_unary_rpc_method_handler(behavior)  # type: ignore[arg-type]
+    return grpc.method_handlers_generic_handler("bench.Echo", {"Echo": method})
+
+
+def serve_threads() -> None:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    server.add_generic_rpc_handlers((handler,))
+    server.add_generic_rpc_handlers((_handler(echo),))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     print(port, flush=True)
-    sys.stdin.read()  # serve until the parent closes our stdin
+    sys.stdin.read()
     server.stop(0)
 
 
+async def serve_asyncio() -> None:
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((_handler(echo_async),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(port, flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await server.stop(0)
+
+
 if __name__ == "__main__":
-    main()
+    if "--asyncio" in sys.argv[1:]:
+        asyncio.run(serve_asyncio())
+    else:
+        serve_threads()

@@ -78,7 +78,10 @@ class ApplyResult:
 
 
 class StoreView:
-    """A consistent, read-only view of the store at one instant."""
+    """A consistent, read-only view of the store at one instant.
+
+    A view serves one read on one thread: its point reads share one iterator.
+    """
 
     def __init__(self, db: Rdict) -> None:
         self._snapshot = db.snapshot()

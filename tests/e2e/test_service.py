@@ -6,15 +6,18 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from epochstate.client import EpochStateClient
+from epochstate.v1 import epochstate_pb2 as pb
 from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.streams import FileStream
@@ -27,8 +30,18 @@ def free_port() -> int:
         return port
 
 
-def test_health_and_reflection(daemon_factory: Callable[..., DaemonProcess]) -> None:
-    daemon = daemon_factory({})
+def test_health_reflection_and_metrics(daemon_factory: Callable[..., DaemonProcess]) -> None:
+    metrics_port = free_port()
+    daemon = daemon_factory({}, env={"EPOCHSTATE_METRICS_PORT": str(metrics_port)})
+    with EpochStateClient(daemon.target, timeout=5) as client:
+        assert client.jobs() == []
+        with pytest.raises(grpc.RpcError) as failed:
+            client.stub.Get(pb.GetRequest(store=pb.StoreRef(job="nope")), timeout=5)
+        assert failed.value.code() == grpc.StatusCode.NOT_FOUND
+    scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    assert 'epochstate_requests_total{code="OK",method="ListJobs"} 1.0' in scraped
+    assert 'epochstate_requests_total{code="NOT_FOUND",method="Get"} 1.0' in scraped
+    assert 'epochstate_request_seconds_count{method="Get"} 1.0' in scraped
     with grpc.insecure_channel(daemon.target) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         for service in ("", "epochstate.v1.EpochState"):
