@@ -143,6 +143,7 @@ class DownstreamJob:
     zookeeper: str
     job: str
     options: dict[str, str] = field(default_factory=dict)
+    trigger: str | None = None  # processingTime; None: Spark's default (as fast as it can)
     query: Any = None
     runs: dict[int, list[Batch]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -162,12 +163,10 @@ class DownstreamJob:
         )
         for name, value in self.options.items():
             reader = reader.option(name, value)
-        self.query = (
-            reader.load()
-            .writeStream.foreachBatch(self._batch)
-            .option("checkpointLocation", str(self.checkpoint))
-            .start()
-        )
+        writer = reader.load().writeStream.foreachBatch(self._batch)
+        if self.trigger is not None:
+            writer = writer.trigger(processingTime=self.trigger)
+        self.query = writer.option("checkpointLocation", str(self.checkpoint)).start()
         return self
 
     def _batch(self, frame: Any, batch: int) -> None:
