@@ -36,7 +36,10 @@ T = TypeVar("T")
 ZooKeeperOpt = Annotated[
     str,
     typer.Option(
-        "--zookeeper", "-z", envvar="EPOCHSTATE_ZOOKEEPER", help="ZooKeeper host:port[,...][/chroot]"
+        "--zookeeper",
+        "-z",
+        envvar="EPOCHSTATE_ZOOKEEPER",
+        help="ZooKeeper connect string: host:port,... and an optional /chroot",
     ),
 ]
 RootOpt = Annotated[str, typer.Option("--root", help="the epochstate root znode")]

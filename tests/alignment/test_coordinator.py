@@ -48,12 +48,13 @@ def answer(
     position: dict[int, int],
     subject_epoch: int | None = None,
     batch: int | None = None,
+    refused: str | None = None,
 ) -> None:
     """Report ``state`` to the newest command, as the source does."""
 
     def change(record: SourceRecord) -> SourceRecord:
         answers = None if record.command is None else record.command.id
-        return replace(record, report=Report(state, position, subject_epoch, batch, answers))
+        return replace(record, report=Report(state, position, subject_epoch, batch, answers, refused))
 
     registry.update_source(TOPIC, JOB, change)
 
@@ -115,6 +116,12 @@ def cli(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def test_cli_help_renders() -> None:
+    for command in ("status", "catch-up", "align", "abort"):
+        code, output = cli(command, "--help")
+        assert code == 0 and "EPOCHSTATE_ZOOKEEPER" in output, output
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -148,6 +155,12 @@ def test_cli_commands_status_and_exit_codes(registry: SubjectRegistry, zk_connec
     assert cli("align", TOPIC, JOB, *z, "--epoch", "1")[0] == 4, "epoch 1 is passed"
     code, output = cli("align", TOPIC, JOB, *z, "--wait", "0.3")
     assert code == 5 and "sent align(2)" in output, output
+    answer(registry, "ready", {0: 4, 1: 6}, refused="moved on")  # refused align(2): ready for another
+    later = threading.Timer(0.5, lambda: answer(registry, "ready", {0: 4, 1: 6}, refused="passed it"))
+    later.start()
+    code, output = cli("align", TOPIC, JOB, *z, "--epoch", "3", "--wait", "30")
+    later.join()
+    assert code == 4 and "refused align(3): passed it" in output, output
     assert cli("abort", TOPIC, "nobody", *z)[0] == 3
     assert cli("status", "unknown", *z)[0] == 3
     assert cli("status", "bad/topic", *z)[0] == 4
