@@ -2,7 +2,8 @@
 
 The source reads its newest command from its znode (woken by a ZooKeeper watch)
 each time Spark asks for the latest offset, decides the next batch
-(``protocol.decide``) and reports its state back into the znode. Everything
+(``protocol.decide``) and reports its state back into the znode (when the state
+changes, and after each planned batch). Everything
 it decides is recovered after a restart: the kind of the newest batch (aligned
 or not) is in the query's offsets log, the command in ZooKeeper.
 """
@@ -106,10 +107,22 @@ class CoordinatedPlanner:
         return current
 
     def partitions(self, start: SubjectOffset, end: SubjectOffset) -> list[SubjectPartition]:
-        """Aligned to aligned: the epochs' exact ranges; otherwise everything between the positions."""
+        """Aligned to aligned: the epochs' exact ranges; otherwise everything between the positions.
+
+        The batch's offsets are in the query's log by now: the source reports
+        where it stands after this batch before the batch runs.
+        """
         if start.aligned and end.aligned:
-            return self._aligned.partitions(start, end)
-        return self._unaligned.partitions(start, end)
+            found = self._aligned.partitions(start, end)
+        else:
+            found = self._unaligned.partitions(start, end)
+        newest = self._planned.newest()
+        if newest is not None and newest[1] == end:
+            record = self._znode.get()
+            command = None if record is None else record.command
+            decision = self._decide(newest[0], end, command, record)
+            self._report(decision.report(end, newest[0], command), end)
+        return found
 
     def commit(self, end: SubjectOffset) -> None:
         """Nothing to do: the mapping is recorded when a batch runs, the report when the next is planned."""
