@@ -169,7 +169,8 @@ class DownstreamJob:
         writer = reader.load().writeStream.foreachBatch(self._batch)
         if self.trigger is not None:
             writer = writer.trigger(processingTime=self.trigger)
-        for _ in range(LAUNCH_ATTEMPTS):
+        for attempt in range(LAUNCH_ATTEMPTS):
+            time.sleep(attempt * 5.0)  # let a burst of load on the shared machine pass
             self.query = writer.option("checkpointLocation", str(self.checkpoint)).start()
             if self._source_launched():
                 return self
