@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from epochstate.client.align_cli import align_app
 from epochstate.client.client import EpochArg, EpochStateClient, Lookup
 from epochstate.client.errors import EpochStateClientError
 
@@ -31,6 +32,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.add_typer(align_app, name="align")
 out = Console()
 err = Console(stderr=True)
 

@@ -31,29 +31,39 @@ subject_epoch long``. Options: ``topic``, ``bootstrap`` / ``kafka.*``, ``mode``:
 - ``unaligned``: a Kafka source up to the high watermarks. ``startingOffsets``
   ``earliest`` (default), ``latest`` or ``{"<topic>": {"<partition>": offset}}``
   (-2 earliest, -1 latest); ``maxOffsetsPerTrigger`` (needs
-  ``checkpointLocation``). With ``zookeeper`` and ``job`` the source registers
-  itself in mode ``unaligned``.
+  ``checkpointLocation``; unaligned batches only).
+
+With ``zookeeper``, ``job`` and ``checkpointLocation`` the source follows the
+alignment coordinator (``coordinator``, ``epochstate align``): ``mode`` is only
+how a new query starts; CatchUp, Align(k) and Abort move it between unaligned
+and aligned (``commands``, ``protocol``) and it reports its state back. Without
+a command it goes on as its newest batch read, also after a restart.
 
 ``readTimeoutMs`` bounds how long a read waits for the broker (default 30000).
 
 ZooKeeper (``<root>`` = ``zookeeperRoot``)::
 
-    <root>/subjects/<topic>/epochs/<k>     {"partitions": {"<p>": [start, end]}, "writer": job,
-                                            "query_id": id, "committed_at_ms": ms}; written once
-    <root>/subjects/<topic>/sources/<job>  {"mode": "aligned"|"unaligned",
-                                            "mapping": {"<batch>": k}, "updated_at_ms": ms}
+    <root>/subjects/<topic>/epochs/<k>     {"partitions": {"<p>": [start, end]}, "end_position": {"<p>": end},
+                                            "writer": job, "query_id": id, "committed_at_ms": ms}: once
+    <root>/subjects/<topic>/sources/<job>  {"mode": "aligned"|"unaligned", "mapping": {"<batch>": k},
+                                            "command": {"name", "id", "epoch", "issued_at_ms"},
+                                            "report": {"state", "position", "subject_epoch", "batch",
+                                                       "answers", "refused"}, "updated_at_ms": ms}
 """
 
 from epochstate.spark_plugin.alignment.datasource import FORMAT, EpochStateKafka, register
 from epochstate.spark_plugin.alignment.errors import (
     AlignmentError,
-    AlignmentNotStarted,
     CheckpointMismatch,
     CorruptSubjectRecord,
     EpochWrittenByAnotherQuery,
     InvalidOption,
     InvalidSubjectName,
+    InvalidTransition,
+    NotAnswered,
     RegistryUnavailable,
+    SourceNotFound,
+    SubjectNotFound,
     TooFewPartitions,
 )
 from epochstate.spark_plugin.alignment.layout import SubjectLayout
@@ -64,17 +74,20 @@ from epochstate.spark_plugin.alignment.subjects import SubjectRegistry
 __all__ = [
     "FORMAT",
     "AlignmentError",
-    "AlignmentNotStarted",
     "CheckpointMismatch",
     "CorruptSubjectRecord",
     "EpochStateKafka",
     "EpochWrittenByAnotherQuery",
     "InvalidOption",
     "InvalidSubjectName",
+    "InvalidTransition",
+    "NotAnswered",
     "RegistryUnavailable",
+    "SourceNotFound",
     "SourceRecord",
     "SubjectEpoch",
     "SubjectLayout",
+    "SubjectNotFound",
     "SubjectOffset",
     "SubjectRegistry",
     "TooFewPartitions",

@@ -1,4 +1,4 @@
-"""Planning aligned batches: each batch of the query reads exactly one subject epoch."""
+"""Aligned batches: each batch of the query reads exactly one subject epoch."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from collections.abc import Callable
 
 from kazoo.protocol.states import WatchedEvent
 
-from epochstate.spark_plugin.alignment.errors import AlignmentError, AlignmentNotStarted
+from epochstate.spark_plugin.alignment.errors import AlignmentError
 from epochstate.spark_plugin.alignment.offsets import SubjectOffset
 from epochstate.spark_plugin.alignment.options import SourceOptions
 from epochstate.spark_plugin.alignment.partitions import SubjectPartition
 from epochstate.spark_plugin.alignment.planned import PlannedOffsets
+from epochstate.spark_plugin.alignment.protocol import Boundaries
 from epochstate.spark_plugin.alignment.records import SubjectEpoch
 from epochstate.spark_plugin.alignment.subjects import SubjectRegistry
 
@@ -57,17 +58,23 @@ class NextEpoch:
 
 
 class AlignedPlanner:
-    """The aligned source's offsets and partitions for one run of the query.
+    """The aligned steps of a source: where reading aligned starts, the next epoch, its partitions.
 
-    Invariants: a planned batch ends at the end of exactly one subject epoch more
-    than the batch before it, and reads exactly that epoch's registered ranges;
-    the mapping batch -> subject epoch is recorded under the source's znode as
-    soon as Spark runs the batch (its offsets are in the query's log by then, so
-    the mapping can no longer change; whether the batch committed is the
-    query's own record).
+    Invariants: an aligned batch that follows an aligned batch ends at the end of
+    exactly one subject epoch more, and reads exactly that epoch's registered
+    ranges; the mapping batch -> subject epoch is recorded under the source's
+    znode as soon as Spark runs the batch (its offsets are in the query's log by
+    then, so the mapping can no longer change; whether the batch committed is
+    the query's own record).
     """
 
-    def __init__(self, options: SourceOptions, registry: SubjectRegistry, planned: PlannedOffsets) -> None:
+    def __init__(
+        self,
+        options: SourceOptions,
+        registry: SubjectRegistry,
+        planned: PlannedOffsets,
+        boundaries: Boundaries,
+    ) -> None:
         if options.job is None:
             raise AlignmentError("aligned mode needs a job name")
         self.options = options
@@ -75,50 +82,41 @@ class AlignedPlanner:
         self.job = options.job
         self._registry = registry
         self._planned = planned
+        self._boundaries = boundaries
         self._next = NextEpoch(registry, self.topic)
         self._initial: SubjectOffset | None = None
         self._recorded: int | None = None  # the batch whose mapping this run recorded last
-        registry.register_source(self.topic, self.job, "aligned")
 
     def initial(self) -> SubjectOffset:
-        """Before the starting epoch; decided once per run (``startingEpoch``)."""
+        """Just before the starting epoch, at its start; decided once per run (``startingEpoch``)."""
         if self._initial is None:
             start = self.options.starting_epoch
             if not isinstance(start, int):
                 epochs = self._registry.epochs(self.topic)
                 first, after_last = (epochs[0], epochs[-1] + 1) if epochs else (0, 0)
                 start = first if start == "earliest" else after_last
-            self._initial = SubjectOffset(self.topic, start - 1, {})
+            self._initial = SubjectOffset(self.topic, start - 1, self._boundaries.start_of(start) or {})
         return self._initial
 
-    def current(self) -> SubjectOffset:
-        """Where the newest planned batch ended (the initial offset before the first)."""
-        newest = self._planned.newest()
-        if newest is None:
-            return self.initial()
-        batch, offset = newest
-        if offset.epoch is None:
-            raise AlignmentNotStarted(
-                f"batch {batch} of the query read subject {self.topic!r} unaligned; "
-                "restart it unaligned (switching needs the alignment coordinator)"
-            )
-        return offset
+    def registered(self, epoch: int) -> SubjectEpoch | None:
+        """Subject epoch ``epoch`` if it is registered (asking ZooKeeper only when there may be news)."""
+        return self._next.get(epoch)
 
-    def latest(self) -> SubjectOffset:
-        """The end of the next subject epoch if it is registered, else where the query stands."""
-        current = self.current()
-        assert current.epoch is not None  # current() refuses unaligned offsets
+    def next_after(self, current: SubjectOffset) -> SubjectOffset:
+        """The end of the epoch after ``current`` (aligned) if it is registered, else ``current``."""
+        if current.epoch is None:
+            raise AlignmentError(f"an aligned batch follows an aligned offset, not {current.to_json()}")
         following = self._next.get(current.epoch + 1)
         return current if following is None else current.after(following)
 
     def partitions(self, start: SubjectOffset, end: SubjectOffset) -> list[SubjectPartition]:
-        """One partition per non-empty range of the epochs after ``start`` up to ``end``."""
+        """One partition per non-empty range of the epochs after ``start`` up to ``end`` (both aligned)."""
         if end.epoch is None or start.epoch is None:
-            raise AlignmentNotStarted(f"an aligned batch needs aligned offsets, not {start} -> {end}")
+            raise AlignmentError(f"an aligned batch needs aligned offsets, not {start} -> {end}")
         batch = self._planned.first_batch_ending_at(end)
         epochs: list[SubjectEpoch] = []
         for k in range(start.epoch + 1, end.epoch + 1):
-            epoch = self._registry.get_epoch(self.topic, k)
+            epoch = self._boundaries.epoch(k)
             if epoch is None:
                 raise AlignmentError(
                     f"epoch {k} of subject {self.topic!r}, planned for batch {batch}, is gone"
@@ -132,14 +130,6 @@ class AlignedPlanner:
             for r in epoch.ranges
             if r.size > 0
         ]
-
-    def commit(self, end: SubjectOffset) -> None:
-        """Nothing to do: the mapping was recorded when the batch ran.
-
-        Spark commits a batch to its sources only when it plans the next batch (or
-        restarts), so recording here would leave the newest batch unmapped until
-        the upstream job commits its next epoch.
-        """
 
     def _record(self, batch: int, subject_epoch: int) -> None:
         self._registry.record_mapping(

@@ -52,9 +52,17 @@ class CheckpointMismatch(AlignmentError):
     """
 
 
-class AlignmentNotStarted(AlignmentError):
-    """The query read the subject unaligned so far; aligning it needs the coordinator.
+class SourceNotFound(AlignmentError):
+    """The subject has no source of that job (it never ran with options zookeeper and job)."""
 
-    Until the CatchUp/Ready/Align protocol exists, a query that planned batches
-    unaligned cannot be restarted in aligned mode.
-    """
+
+class SubjectNotFound(AlignmentError):
+    """No epoch or source of the subject was ever registered."""
+
+
+class InvalidTransition(AlignmentError):
+    """The command does not apply to the source's state (Align before Ready, or at a passed epoch)."""
+
+
+class NotAnswered(AlignmentError):
+    """The source did not answer the command in time (the query may be stopped or busy)."""

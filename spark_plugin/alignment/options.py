@@ -102,6 +102,11 @@ class SourceOptions:
     mapping_retention: int = DEFAULT_MAPPING_RETENTION
     read_timeout: float = 30.0
 
+    @property
+    def coordinated(self) -> bool:
+        """Whether the source follows the coordinator's commands: it has zookeeper, job and checkpoint."""
+        return self.registry is not None and self.job is not None and self.checkpoint is not None
+
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
         options = _lowered(raw)

@@ -141,6 +141,9 @@ class SubjectStreamWriter(DataSourceStreamWriter):
         written = [m for m in messages if isinstance(m, PartitionWritten)]
         if len(written) != len(messages):
             raise AlignmentError(f"batch {batchId}: {len(messages) - len(written)} tasks reported nothing")
+        registry = shared_registry(self.options.registry)
+        # Batch n runs only once epoch n - 1 is registered; its end position carries over.
+        previous = registry.get_epoch(self.options.kafka.topic, batchId - 1) if batchId > 0 else None
         epoch = SubjectEpoch(
             topic=self.options.kafka.topic,
             epoch=batchId,
@@ -148,8 +151,9 @@ class SubjectStreamWriter(DataSourceStreamWriter):
             writer=self.options.job,
             query_id=next((m.query_id for m in written if m.query_id), None) or self._checkpoint_query_id(),
             committed_at_ms=wall_clock_ms(),
+            end_position={} if previous is None else previous.end_position,
         )
-        if not shared_registry(self.options.registry).register_epoch(epoch):
+        if not registry.register_epoch(epoch):
             log.warning(
                 "batch %d re-executed: epoch %d of subject %r keeps the ranges registered first; "
                 "the rows written now (%s) lie outside them and are never read",

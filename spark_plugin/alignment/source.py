@@ -1,4 +1,8 @@
-"""The ``epochstate-kafka`` stream reader: Spark's calls, handed to the aligned or unaligned planner.
+"""The ``epochstate-kafka`` stream reader: Spark's calls, handed to the coordinated or unaligned planner.
+
+With options ``zookeeper``, ``job`` and ``checkpointLocation`` the source follows
+the alignment coordinator (``coordinated``); without, it is a plain unaligned
+Kafka source.
 
 Spark calls ``initialOffset``, ``latestOffset``, ``partitions`` and ``commit`` in
 one long-lived Python worker on the driver, and ``read`` on the executors with a
@@ -13,8 +17,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from epochstate.spark_plugin.alignment.aligned import AlignedPlanner
 from epochstate.spark_plugin.alignment.connections import shared_registry
+from epochstate.spark_plugin.alignment.coordinated import CoordinatedPlanner
 from epochstate.spark_plugin.alignment.errors import AlignmentError
 from epochstate.spark_plugin.alignment.offsets import SubjectOffset
 from epochstate.spark_plugin.alignment.options import SourceOptions
@@ -23,7 +27,7 @@ from epochstate.spark_plugin.alignment.planned import PlannedOffsets
 from epochstate.spark_plugin.alignment.unaligned import UnalignedPlanner
 from epochstate.spark_plugin.kafka.admin import TopicAdmin
 
-Planner = AlignedPlanner | UnalignedPlanner
+Planner = CoordinatedPlanner | UnalignedPlanner
 
 
 class SubjectStreamReader(DataSourceStreamReader):
@@ -61,10 +65,11 @@ class SubjectStreamReader(DataSourceStreamReader):
     def _new_planner(self) -> Planner:
         options = self.options
         topic = options.kafka.topic
+        admin = TopicAdmin(options.kafka.client)
         registry = None if options.registry is None else shared_registry(options.registry)
         planned = PlannedOffsets(options.checkpoint, topic) if options.checkpoint else None
-        if options.mode == "aligned":
-            if registry is None or planned is None:
-                raise AlignmentError("aligned mode needs the options zookeeper and checkpointLocation")
-            return AlignedPlanner(options, registry, planned)
-        return UnalignedPlanner(options, TopicAdmin(options.kafka.client), planned, registry)
+        if options.coordinated and registry is not None and planned is not None:
+            return CoordinatedPlanner(options, registry, planned, admin)
+        if options.mode == "aligned":  # SourceOptions.parse refuses this
+            raise AlignmentError("aligned mode needs the options zookeeper, job and checkpointLocation")
+        return UnalignedPlanner(options, admin, planned, registry)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import TypeVar
 
 from kazoo.client import KazooClient
@@ -19,7 +20,11 @@ from kazoo.protocol.states import WatchedEvent
 from kazoo.retry import ForceRetryError, KazooRetry
 
 from epochstate.daemon.registry.session import CONNECTION_ERRORS, wait
-from epochstate.spark_plugin.alignment.errors import EpochWrittenByAnotherQuery, RegistryUnavailable
+from epochstate.spark_plugin.alignment.errors import (
+    EpochWrittenByAnotherQuery,
+    RegistryUnavailable,
+    SourceNotFound,
+)
 from epochstate.spark_plugin.alignment.layout import DEFAULT_ROOT, SubjectLayout, parse_epoch_name
 from epochstate.spark_plugin.alignment.records import Mode, SourceRecord, SubjectEpoch
 
@@ -120,11 +125,17 @@ class SubjectRegistry:
 
     # Sources.
 
-    def get_source(self, topic: str, job: str) -> SourceRecord | None:
-        """The record of source ``job`` of ``topic``, None if it never registered."""
+    def get_source(self, topic: str, job: str, watch: Watch | None = None) -> SourceRecord | None:
+        """The record of source ``job`` of ``topic``, None if it never registered.
+
+        With ``watch``, ZooKeeper calls it once when the znode changes (a new
+        command) or appears; it runs on kazoo's event thread and must not block.
+        """
         path = self.layout.source(topic, job)
 
         def read() -> SourceRecord | None:
+            if wait(self.client.exists_async(path, watch=watch), self.timeout) is None:
+                return None
             try:
                 data, _ = wait(self.client.get_async(path), self.timeout)
             except NoNodeError:
@@ -133,38 +144,55 @@ class SubjectRegistry:
 
         return self._call(read)
 
+    def sources(self, topic: str) -> list[str]:
+        """The jobs that registered as sources of ``topic``, sorted (none for an unknown subject)."""
+        path = self.layout.sources(topic)
+
+        def children() -> list[str]:
+            try:
+                names: list[str] = wait(self.client.get_children_async(path), self.timeout)
+            except NoNodeError:
+                return []
+            return sorted(names)
+
+        return self._call(children)
+
+    def exists(self, topic: str) -> bool:
+        """Whether subject ``topic`` has a znode (an epoch or a source registered once)."""
+        path = self.layout.subject(topic)
+        return self._call(lambda: wait(self.client.exists_async(path), self.timeout) is not None)
+
     def register_source(self, topic: str, job: str, mode: Mode) -> SourceRecord:
         """Create the znode of source ``job`` or set its mode; its mapping and other fields stay."""
-        return self._update_source(
-            topic, job, mode, lambda record: record.with_mode(mode, self._clock()), allow_unchanged=True
-        )
+        return self.update_source(topic, job, lambda record: record.with_mode(mode, self._clock()), mode)
 
     def record_mapping(
         self, topic: str, job: str, mode: Mode, entries: Iterable[tuple[int, int]], keep: int
     ) -> SourceRecord:
         """Add ``(source epoch, subject epoch)`` entries to the mapping of source ``job``.
 
-        Only the ``keep`` newest source epochs are kept. Compare-and-set on the
-        znode's version, so fields written meanwhile by others (a coordinator) stay.
+        Only the ``keep`` newest source epochs are kept; the other fields stay.
         """
         added = list(entries)
-        return self._update_source(
-            topic,
-            job,
-            mode,
-            lambda record: record.with_entries(added, keep, self._clock()),
-            allow_unchanged=False,
+        return self.update_source(
+            topic, job, lambda record: record.with_entries(added, keep, self._clock()), mode
         )
 
-    def _update_source(
+    def update_source(
         self,
         topic: str,
         job: str,
-        mode: Mode,
         change: Callable[[SourceRecord], SourceRecord],
-        *,
-        allow_unchanged: bool,
+        create_as: Mode | None = None,
     ) -> SourceRecord:
+        """Apply ``change`` to the record of source ``job`` by compare-and-set; the record written.
+
+        ``change`` may run several times (each time on the newest record) when
+        others write meanwhile, so fields it does not change stay as they wrote
+        them. A missing znode is created from ``SourceRecord(create_as)``, or,
+        without ``create_as``, SourceNotFound is raised. Nothing is written when
+        ``change`` returns the record unchanged.
+        """
         path = self.layout.source(topic, job)
         self._ensure(self.layout.sources(topic))
 
@@ -172,7 +200,9 @@ class SubjectRegistry:
             try:
                 data, stat = wait(self.client.get_async(path), self.timeout)
             except NoNodeError:
-                record = change(SourceRecord(mode))
+                if create_as is None:
+                    raise SourceNotFound(f"subject {topic!r} has no source {job!r}") from None
+                record = change(SourceRecord(create_as))
                 try:
                     wait(self.client.create_async(path, record.encode()), self.timeout)
                 except NodeExistsError:
@@ -180,7 +210,7 @@ class SubjectRegistry:
                 return record
             current = SourceRecord.decode(topic, job, data)
             record = change(current)
-            if allow_unchanged and record.mode == current.mode and record.mapping == current.mapping:
+            if replace(record, updated_at_ms=current.updated_at_ms) == current:
                 return current
             try:
                 wait(self.client.set_async(path, record.encode(), stat.version), self.timeout)

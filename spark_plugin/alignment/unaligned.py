@@ -69,12 +69,15 @@ class UnalignedPlanner:
         # Spark asks a new query for its latest offset before its initial one; deciding
         # the start first keeps "latest" from starting after the first batch's end.
         self.initial()
+        newest = None if self._planned is None else self._planned.newest()
+        return self.latest_from(self.initial() if newest is None else newest[1])
+
+    def latest_from(self, current: SubjectOffset) -> SubjectOffset:
+        """The end of a batch that starts at ``current`` (aligned or not): the watermarks, rate-limited."""
         watermarks = self._latest_watermarks()
         limit = self.options.max_offsets_per_trigger
-        if limit is None or self._planned is None:
+        if limit is None:
             return SubjectOffset(self.topic, None, watermarks)
-        newest = self._planned.newest()
-        current = self.initial() if newest is None else newest[1]
         starts = {**self._earliest_of_new(current, watermarks), **current.positions}
         return SubjectOffset(self.topic, None, limited(starts, watermarks, limit))
 

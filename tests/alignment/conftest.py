@@ -36,6 +36,9 @@ from tests.fixtures.kafka import KafkaBroker
 from tests.fixtures.zookeeper import new_test_client
 
 FORMAT = EpochStateKafka.name()
+LAUNCH_FAILURE = "Python worker failed to connect back"
+LAUNCH_ATTEMPTS = 5
+STARTING = ("Initializing StreamExecution", "Initializing sources")
 # One row as the tests compare them: value, partition, offset, subject epoch.
 ReadRow = tuple[str, int, int, int | None]
 
@@ -143,6 +146,7 @@ class DownstreamJob:
     zookeeper: str
     job: str
     options: dict[str, str] = field(default_factory=dict)
+    trigger: str | None = None  # processingTime; None: Spark's default (as fast as it can)
     query: Any = None
     runs: dict[int, list[Batch]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -162,13 +166,36 @@ class DownstreamJob:
         )
         for name, value in self.options.items():
             reader = reader.option(name, value)
-        self.query = (
-            reader.load()
-            .writeStream.foreachBatch(self._batch)
-            .option("checkpointLocation", str(self.checkpoint))
-            .start()
-        )
-        return self
+        writer = reader.load().writeStream.foreachBatch(self._batch)
+        if self.trigger is not None:
+            writer = writer.trigger(processingTime=self.trigger)
+        for attempt in range(LAUNCH_ATTEMPTS):
+            time.sleep(attempt * 5.0)  # let a burst of load on the shared machine pass
+            self.query = writer.option("checkpointLocation", str(self.checkpoint)).start()
+            if self._source_launched():
+                return self
+        raise AssertionError(f"{self.job}: the source's Python worker never started")
+
+    def _source_launched(self, timeout: float = 120.0) -> bool:
+        """Whether the query got past starting its source (False: Spark gave up on the worker).
+
+        Spark waits a fixed ten seconds for the Python worker of a stream reader to
+        connect back; on a loaded test machine a cold interpreter can take longer.
+        Nothing of the source has run then, so starting the query again is safe.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            launched = self.query.status["message"] not in STARTING or bool(self.query.recentProgress)
+            error = self.query.exception()  # after the status: a failure sets it first
+            if error is not None:
+                if LAUNCH_FAILURE in str(error):
+                    self.query.stop()
+                    return False
+                raise AssertionError(error)
+            if launched:
+                return True
+            time.sleep(0.1)
+        return True
 
     def _batch(self, frame: Any, batch: int) -> None:
         started = time.time_ns() // 1_000_000

@@ -9,17 +9,17 @@ import pytest
 from kazoo.client import KazooClient
 
 from epochstate.spark_plugin.alignment import (
-    AlignmentNotStarted,
     CheckpointMismatch,
     SubjectEpoch,
     SubjectOffset,
     SubjectRegistry,
 )
-from epochstate.spark_plugin.alignment.aligned import AlignedPlanner, NextEpoch
+from epochstate.spark_plugin.alignment.aligned import NextEpoch
+from epochstate.spark_plugin.alignment.coordinated import CoordinatedPlanner
 from epochstate.spark_plugin.alignment.options import SourceOptions
 from epochstate.spark_plugin.alignment.planned import PlannedOffsets
 from epochstate.spark_plugin.alignment.unaligned import UnalignedPlanner
-from epochstate.spark_plugin.kafka import OffsetRange, PartitionWriter
+from epochstate.spark_plugin.kafka import OffsetRange, PartitionWriter, TopicAdmin
 from tests.fixtures.kafka import KafkaBroker, MakeTopic
 from tests.fixtures.zookeeper import eventually
 
@@ -38,12 +38,14 @@ def register(registry: SubjectRegistry, k: int, *ranges: tuple[int, int, int]) -
     return epoch
 
 
-def aligned(tmp_path: Path, zk_client: KazooClient, **extra: str) -> AlignedPlanner:
+def aligned(tmp_path: Path, zk_client: KazooClient, **extra: str) -> CoordinatedPlanner:
+    """A source started aligned, without commands (so it never asks Kafka: no broker at its address)."""
     options = SourceOptions.parse(
         {"topic": "t", "bootstrap": "127.0.0.1:1", "zookeeper": "-", "job": "down", "checkpointLocation": "-"}
         | extra
     )
-    return AlignedPlanner(options, SubjectRegistry(zk_client), PlannedOffsets(str(tmp_path), "t"))
+    admin = TopicAdmin({"bootstrap.servers": "127.0.0.1:1", "log_level": "0"})
+    return CoordinatedPlanner(options, SubjectRegistry(zk_client), PlannedOffsets(str(tmp_path), "t"), admin)
 
 
 def test_aligned_offsets_advance_one_epoch_per_batch(tmp_path: Path, zk_client: KazooClient) -> None:
@@ -85,13 +87,10 @@ def test_starting_epoch(tmp_path: Path, zk_client: KazooClient) -> None:
     assert aligned(tmp_path, zk_client, startingEpoch="4").latest() == SubjectOffset("t", 4, {})
 
 
-def test_a_foreign_or_unaligned_offsets_log_is_refused(tmp_path: Path, zk_client: KazooClient) -> None:
+def test_a_foreign_offsets_log_is_refused(tmp_path: Path, zk_client: KazooClient) -> None:
     planner = aligned(tmp_path, zk_client)
     plan(tmp_path, 0, '{"logOffset": 0}')
     with pytest.raises(CheckpointMismatch, match="checkpointLocation"):
-        planner.latest()
-    plan(tmp_path, 1, SubjectOffset("t", None, {0: 3}))
-    with pytest.raises(AlignmentNotStarted):
         planner.latest()
     with pytest.raises(CheckpointMismatch):
         planner.partitions(SubjectOffset("t", -1, {}), SubjectOffset("t", 0, {0: 1}))

@@ -15,6 +15,7 @@ from epochstate.spark_plugin.alignment import (
     SubjectLayout,
     SubjectOffset,
 )
+from epochstate.spark_plugin.alignment.commands import Command, Report
 from epochstate.spark_plugin.alignment.offsets import limited
 from epochstate.spark_plugin.alignment.options import SourceOptions
 from epochstate.spark_plugin.kafka import OffsetRange
@@ -43,9 +44,12 @@ def test_epoch_record_round_trip() -> None:
         "writer": "job",
         "query_id": "q",
         "committed_at_ms": 123,
+        "end_position": {"0": 3, "1": 9},
     }
     assert SubjectEpoch.decode("t", 7, epoch.encode()) == epoch
     assert epoch.end_positions == {0: 3, 1: 9}
+    after = SubjectEpoch("t", 8, (OffsetRange("t", 1, 12, 14),), "job", "q", 124, epoch.end_position)
+    assert after.end_position == {0: 3, 1: 14}, "partitions not written keep the previous end"
     for bad in (b"", b"[]", b'{"partitions": {"0": [3]}}'):
         with pytest.raises(CorruptSubjectRecord):
             SubjectEpoch.decode("t", 7, bad)
@@ -54,18 +58,35 @@ def test_epoch_record_round_trip() -> None:
 
 
 def test_source_record_keeps_the_newest_entries_and_unknown_fields() -> None:
-    record = SourceRecord.decode("t", "j", b'{"mode": "aligned", "command": {"align": 9}}')
+    record = SourceRecord.decode("t", "j", b'{"mode": "aligned", "owner": {"team": 9}}')
     updated = record.with_entries([(b, b + 10) for b in range(5)], keep=3, now_ms=1)
     assert dict(updated.mapping) == {2: 12, 3: 13, 4: 14}
     assert json.loads(updated.encode()) == {
         "mode": "aligned",
         "mapping": {"2": 12, "3": 13, "4": 14},
         "updated_at_ms": 1,
-        "command": {"align": 9},
+        "owner": {"team": 9},
     }
     assert SourceRecord.decode("t", "j", updated.encode()) == updated
     with pytest.raises(CorruptSubjectRecord):
         SourceRecord.decode("t", "j", b'{"mode": "sideways"}')
+
+
+def test_commands_and_reports_round_trip() -> None:
+    command = Command("align", 3, epoch=7, issued_at_ms=11)
+    report = Report("ready", {1: 9, 0: 4}, subject_epoch=6, batch=12, answers=3, refused="passed")
+    record = SourceRecord("unaligned", {}, 1, {}, command, report)
+    assert SourceRecord.decode("t", "j", record.encode()) == record
+    assert json.loads(record.encode())["report"]["position"] == {"0": 4, "1": 9}
+    bad_command, bad_state = (
+        b'{"mode": "aligned", "command": "CatchUp"}',
+        b'{"mode": "aligned", "report": {"state": "x"}}',
+    )
+    for bad in (bad_command, bad_state):
+        with pytest.raises(CorruptSubjectRecord):
+            SourceRecord.decode("t", "j", bad)
+    with pytest.raises(ValueError, match="only align"):
+        Command("catch-up", 1, epoch=2)
 
 
 def test_offsets_have_one_json_form() -> None:

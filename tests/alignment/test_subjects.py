@@ -9,6 +9,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from epochstate.spark_plugin.alignment import EpochWrittenByAnotherQuery, SubjectEpoch, SubjectRegistry
+from epochstate.spark_plugin.alignment.commands import Command
 from epochstate.spark_plugin.kafka import OffsetRange
 
 
@@ -59,11 +60,13 @@ def test_sources_keep_a_bounded_mapping_and_what_others_wrote(zk_client: KazooCl
         registry.record_mapping("t", "job", "aligned", [(batch, batch + 1)], keep=3)
     path = registry.layout.source("t", "job")
     record = json.loads(zk_client.get(path)[0])
-    zk_client.set(path, json.dumps({**record, "command": "CatchUp"}).encode())  # a coordinator's field
+    command = {"name": "catch-up", "id": 1, "epoch": None, "issued_at_ms": 5}
+    zk_client.set(path, json.dumps({**record, "command": command, "owner": "ops"}).encode())  # others' fields
 
     registry.record_mapping("t", "job", "aligned", [(5, 6)], keep=3)
     source = registry.register_source("t", "job", "unaligned")
     assert dict(source.mapping) == {3: 4, 4: 5, 5: 6}
     assert source.mode == "unaligned"
-    assert source.other == {"command": "CatchUp"}
+    assert source.other == {"owner": "ops"}
+    assert source.command == Command("catch-up", 1, None, 5)
     assert registry.get_source("t", "job") == source

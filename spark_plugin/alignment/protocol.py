@@ -1,0 +1,177 @@
+"""The source's side of the alignment protocol: what its next batch reads, given the newest command.
+
+Positions are per Kafka partition, end offsets (exclusive). The *start* of
+subject epoch ``k`` is the end position of epoch ``k - 1`` (empty for ``k = 0``):
+every registered record of an epoch before ``k`` lies below it, every record of
+``k`` and later at or above it, because the writer writes a batch only after
+it registered the one before.
+
+A source at position ``P`` *has passed* epoch ``k`` when ``P`` lies beyond the
+start of ``k`` in some partition: aligning at ``k`` would read some of ``k``'s
+records twice. Otherwise it aligns at ``k`` with one batch that reads, unaligned,
+from ``P`` up to the start of ``k`` (its end offset is aligned: "after epoch
+``k - 1``"), followed by one batch per subject epoch. A partition without a
+record in the subject before ``k`` counts as starting at offset 0, so a source
+that read records there (not written through the sink) cannot align at ``k``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from epochstate.spark_plugin.alignment.commands import Command, Report, State
+from epochstate.spark_plugin.alignment.offsets import SubjectOffset
+from epochstate.spark_plugin.alignment.records import SubjectEpoch
+
+Position = Mapping[int, int]
+# How the next batch reads: unaligned up to the high watermarks, one subject epoch,
+# nothing (waiting for the epoch before Align's), or unaligned up to the start of Align's epoch.
+Step = Literal["unaligned", "aligned", "hold", "transition"]
+# Epochs kept decoded: a reader needs the newest few (the oldest are evicted first).
+_CACHED_EPOCHS = 64
+
+
+class EpochSource(Protocol):
+    """The registered subject epochs (SubjectRegistry, or a test's double)."""
+
+    def get_epoch(self, topic: str, epoch: int) -> SubjectEpoch | None: ...
+
+    def epochs(self, topic: str) -> list[int]: ...
+
+
+class Boundaries:
+    """Where the epochs of subject ``topic`` start; registered epochs are cached (they never change)."""
+
+    def __init__(self, epochs: EpochSource, topic: str) -> None:
+        self._epochs = epochs
+        self.topic = topic
+        self._known: dict[int, SubjectEpoch] = {}
+
+    def epoch(self, k: int) -> SubjectEpoch | None:
+        found = self._known.get(k)
+        if found is None:
+            found = self._epochs.get_epoch(self.topic, k)
+            if found is not None:
+                if len(self._known) >= _CACHED_EPOCHS:
+                    self._known.pop(min(self._known))
+                self._known[k] = found
+        return found
+
+    def registered(self) -> list[int]:
+        return self._epochs.epochs(self.topic)
+
+    def start_of(self, k: int) -> Position | None:
+        """The start of epoch ``k``; None while epoch ``k - 1`` is not registered."""
+        if k == 0:
+            return {}
+        before = self.epoch(k - 1)
+        return None if before is None else before.end_position
+
+    def passed(self, position: Position, k: int) -> str | None:
+        """Why ``position`` has passed epoch ``k`` (None: it has not, or ``k``'s start is not known yet)."""
+        start = self.start_of(k)
+        if start is None:
+            return None
+        for partition, offset in sorted(position.items()):
+            if offset > start.get(partition, 0):
+                return (
+                    f"partition {partition} is at offset {offset}, past the start of subject epoch {k} "
+                    f"at {start.get(partition, 0)}"
+                )
+        return None
+
+    def caught_up(self, position: Position) -> int | None:
+        """The second-to-last registered epoch if ``position`` has passed its end, else None.
+
+        With fewer than two registered epochs there is nothing to catch up on: -1.
+        """
+        registered = self.registered()
+        if len(registered) < 2:
+            return -1
+        target = registered[-2]
+        epoch = self.epoch(target)
+        if epoch is None:  # registered epochs are never removed while a source catches up
+            return None
+        behind = any(position.get(p, 0) < offset for p, offset in epoch.end_position.items())
+        return None if behind else target
+
+    def first_not_passed(self, position: Position) -> int:
+        """The first subject epoch that ``position`` has not passed: the earliest safe Align.
+
+        Registered epochs are checked from the newest back. When even the start of
+        the epoch after the newest lies behind ``position`` (the source read records
+        of an epoch not registered yet), the one after that: its records are
+        written only once the epoch in between is registered.
+        """
+        registered = self.registered()
+        newest = registered[-1] if registered else -1
+        if self.passed(position, newest + 1) is not None:
+            return newest + 2
+        best = newest + 1
+        oldest = registered[0] if registered else 0
+        for k in range(newest, oldest - 1, -1):
+            if self.start_of(k) is None or self.passed(position, k) is not None:
+                break
+            best = k
+        return best
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The next batch's step, its end when the decision fixes it, and the state to report."""
+
+    step: Step
+    state: State
+    end: SubjectOffset | None = None
+    subject_epoch: int | None = None
+    refused: str | None = None
+
+    def report(self, current: SubjectOffset, batch: int | None, command: Command | None) -> Report:
+        return Report(
+            state=self.state,
+            position=dict(current.positions),
+            subject_epoch=self.subject_epoch,
+            batch=batch,
+            answers=None if command is None else command.id,
+            refused=self.refused,
+        )
+
+
+def decide(
+    current: SubjectOffset, command: Command | None, boundaries: Boundaries, ready_before: bool
+) -> Decision:
+    """The next step of a source that stands at ``current`` and was last told ``command``.
+
+    ``ready_before``: the source reported Ready to this very command already
+    (Ready, once reached, stays until the next command). Without a command a
+    source goes on as its newest batch read.
+    """
+    name = None if command is None else command.name
+    if name == "abort" or (name is None and not current.aligned):
+        return Decision("unaligned", "unaligned")
+    if current.aligned and name in (None, "align"):
+        # Aligned at or before Align's epoch: one batch per subject epoch from here on.
+        return Decision("aligned", "aligned", subject_epoch=current.epoch)
+    if name == "catch-up" or command is None or command.epoch is None:
+        return _catching_up(current, boundaries, ready_before)
+    k = command.epoch
+    start = boundaries.start_of(k)
+    if start is None:
+        return Decision("hold", "aligning")
+    refused = boundaries.passed(current.positions, k)
+    if refused is not None:
+        caught = _catching_up(current, boundaries, ready_before=True)
+        return Decision(caught.step, caught.state, subject_epoch=caught.subject_epoch, refused=refused)
+    end = SubjectOffset(current.subject, k - 1, {**current.positions, **start})
+    return Decision("transition", "aligning", end=end)
+
+
+def _catching_up(current: SubjectOffset, boundaries: Boundaries, ready_before: bool) -> Decision:
+    if ready_before:
+        return Decision("unaligned", "ready")
+    passed = boundaries.caught_up(current.positions)
+    if passed is None:
+        return Decision("unaligned", "catching-up")
+    return Decision("unaligned", "ready", subject_epoch=None if passed < 0 else passed)
