@@ -150,6 +150,11 @@ def resolve(
     def ready(p: JobProgress) -> bool:
         return not p.empty and p.newest >= target
 
+    if kind == "exact" and target in entry.unavailable:
+        # Skipped for good: the versions stored around it are not its state.
+        raise EpochUnavailable(
+            f"epoch {target} of job {name!r} cannot be served: {entry.unavailable[target]}"
+        )
     view = store.view()
     progress = view.progress(job_id)
     if not ready(progress):

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 import grpc
 
 from epochstate.daemon.errors import EpochStateError
-from epochstate.daemon.ingest.catalog import Catalog, JobEntry, StoreHandle
+from epochstate.daemon.ingest.catalog import Catalog, JobEntry, StoreHandle, StoreSchema
 from epochstate.daemon.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs
 from epochstate.daemon.server.status import BadRequest, status_for
@@ -74,6 +74,18 @@ def _schema(struct_type: StructType) -> pb.Schema:
     )
 
 
+def _scan_bounds(request: pb.ScanRequest, schema: StoreSchema) -> tuple[bytes, bytes | None]:
+    """The encoded key range ``[lower, upper)`` a scan covers, under ``schema``'s key."""
+    prefix = keycodec.encode_fields(key_from_proto(request.prefix, schema.key, partial=True))
+    lower, upper = prefix, layout.prefix_end(prefix) if prefix else None
+    if request.HasField("start"):
+        lower = max(lower, keycodec.encode_fields(key_from_proto(request.start, schema.key, partial=True)))
+    if request.HasField("end"):
+        end = keycodec.encode_fields(key_from_proto(request.end, schema.key, partial=True))
+        upper = end if upper is None else min(upper, end)
+    return lower, upper
+
+
 def epoch_info(record: EpochRecord) -> pb.EpochInfo:
     return pb.EpochInfo(
         epoch=record.epoch,
@@ -92,16 +104,18 @@ def epoch_info(record: EpochRecord) -> pb.EpochInfo:
 
 
 class _Codecs:
-    """Per store: the request-key coercer and the record encoder, compiled once."""
+    """Per store schema version: the request-key coercer and the record encoder,
+    compiled once."""
 
     def __init__(self) -> None:
-        self._cache: dict[int, tuple[KeyCoercer, RecordEncoder]] = {}
+        self._cache: dict[tuple[int, int], tuple[KeyCoercer, RecordEncoder]] = {}
 
-    def of(self, handle: StoreHandle) -> tuple[KeyCoercer, RecordEncoder]:
-        found = self._cache.get(handle.descriptor.store_id)
+    def of(self, handle: StoreHandle, schema: StoreSchema) -> tuple[KeyCoercer, RecordEncoder]:
+        cache_key = (handle.descriptor.store_id, schema.first_epoch)
+        found = self._cache.get(cache_key)
         if found is None:
-            found = (KeyCoercer(handle.key_schema), RecordEncoder(handle.key_schema, handle.value_schema))
-            self._cache[handle.descriptor.store_id] = found
+            found = (KeyCoercer(schema.key), RecordEncoder(schema.key, schema.value))
+            self._cache[cache_key] = found
         return found
 
 
@@ -131,9 +145,32 @@ class EpochStateService(pb_grpc.EpochStateServicer):
         entry = self._catalog.get(ref.job)
         return entry, entry.store(ref.operator_id, ref.store)
 
-    def _keys(self, handle: StoreHandle, keys: Iterable[pb.Row]) -> tuple[list[bytes], list[tuple[Any, ...]]]:
+    def _pinned_keys(
+        self,
+        entry: JobEntry,
+        handle: StoreHandle,
+        keys: Iterable[pb.Row],
+        selector: pb.EpochSelector,
+        context: grpc.ServicerContext,
+    ) -> tuple[epochs.Pinned, StoreSchema, list[bytes], list[tuple[Any, ...]]]:
+        """Pin the read, and check the keys against the key schema in force at its epoch.
+
+        A store with one schema checks keys first, so a bad key fails without waiting.
+        """
+        keys = list(keys)
+        if len(handle.schemas) == 1:
+            encoded, canonical = self._keys(handle, handle.latest, keys)
+            return self._pin(entry, selector, context), handle.latest, encoded, canonical
+        pinned = self._pin(entry, selector, context)
+        schema = handle.schema_at(pinned.epoch)
+        encoded, canonical = self._keys(handle, schema, keys)
+        return pinned, schema, encoded, canonical
+
+    def _keys(
+        self, handle: StoreHandle, schema: StoreSchema, keys: Iterable[pb.Row]
+    ) -> tuple[list[bytes], list[tuple[Any, ...]]]:
         """The store encoding and the canonical decoded form of each request key."""
-        coerce, _ = self._codecs.of(handle)
+        coerce, _ = self._codecs.of(handle, schema)
         encoded, canonical = [], []
         for key in keys:
             value = coerce(key)
@@ -145,9 +182,13 @@ class EpochStateService(pb_grpc.EpochStateServicer):
         return encoded, canonical
 
     def _found(
-        self, handle: StoreHandle, found: list[Version | None], keys: list[tuple[Any, ...]]
+        self,
+        handle: StoreHandle,
+        schema: StoreSchema,
+        found: list[Version | None],
+        keys: list[tuple[Any, ...]],
     ) -> Iterator[bytes]:
-        absent = self._codecs.of(handle)[1].absent
+        absent = self._codecs.of(handle, schema)[1].absent
         for version, key in zip(found, keys, strict=True):
             yield absent(key) if version is None else version.payload
 
@@ -156,10 +197,10 @@ class EpochStateService(pb_grpc.EpochStateServicer):
     @_domain_errors
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.GetResponse:
         entry, handle = self._handle(request.store)
-        encoded, keys = self._keys(handle, [request.key])
-        pinned = self._pin(entry, request.epoch, context)
+        keys_in = [request.key]
+        pinned, schema, encoded, keys = self._pinned_keys(entry, handle, keys_in, request.epoch, context)
         found = pinned.view.get_many(handle.descriptor.store_id, encoded, pinned.epoch)
-        body = response_bytes(pinned.epoch, self._found(handle, found, keys))
+        body = response_bytes(pinned.epoch, self._found(handle, schema, found, keys))
         return pb.GetResponse.FromString(body)
 
     @_domain_errors
@@ -167,10 +208,9 @@ class EpochStateService(pb_grpc.EpochStateServicer):
         entry, handle = self._handle(request.store)
         if len(request.keys) > MAX_KEYS_PER_CALL:
             raise BadRequest(f"{len(request.keys)} keys in one call; the limit is {MAX_KEYS_PER_CALL}")
-        encoded, keys = self._keys(handle, request.keys)
-        pinned = self._pin(entry, request.epoch, context)
+        pinned, schema, encoded, keys = self._pinned_keys(entry, handle, request.keys, request.epoch, context)
         found = pinned.view.get_many(handle.descriptor.store_id, encoded, pinned.epoch)
-        body = response_bytes(pinned.epoch, self._found(handle, found, keys))
+        body = response_bytes(pinned.epoch, self._found(handle, schema, found, keys))
         return pb.MultiGetResponse.FromString(body)
 
     @_domain_errors
@@ -187,16 +227,12 @@ class EpochStateService(pb_grpc.EpochStateServicer):
             token_epoch = _TOKEN.unpack_from(request.page_token)[0]
             after = request.page_token[_TOKEN.size :]
             selector = pb.EpochSelector(exact=token_epoch)
-        schema = handle.key_schema
-        prefix = keycodec.encode_fields(key_from_proto(request.prefix, schema, partial=True))
-        lower, upper = prefix, layout.prefix_end(prefix) if prefix else None
-        if request.HasField("start"):
-            start = keycodec.encode_fields(key_from_proto(request.start, schema, partial=True))
-            lower = max(lower, start)
-        if request.HasField("end"):
-            end = keycodec.encode_fields(key_from_proto(request.end, schema, partial=True))
-            upper = end if upper is None else min(upper, end)
-        pinned = self._pin(entry, selector, context)
+        if len(handle.schemas) == 1:
+            lower, upper = _scan_bounds(request, handle.latest)
+            pinned = self._pin(entry, selector, context)
+        else:
+            pinned = self._pin(entry, selector, context)
+            lower, upper = _scan_bounds(request, handle.schema_at(pinned.epoch))
         versions = pinned.view.scan(handle.descriptor.store_id, pinned.epoch, lower, upper, limit, after)
         token = b""
         if len(versions) == limit:
@@ -240,6 +276,15 @@ class EpochStateService(pb_grpc.EpochStateServicer):
                     num_partitions=handle.descriptor.num_partitions,
                     key_schema=_schema(handle.key_schema),
                     value_schema=_schema(handle.value_schema),
+                    schema_first_epoch=handle.latest.first_epoch,
+                    earlier_schemas=[
+                        pb.SchemaVersion(
+                            first_epoch=s.first_epoch,
+                            key_schema=_schema(s.key),
+                            value_schema=_schema(s.value),
+                        )
+                        for s in handle.schemas[:-1]
+                    ],
                 )
             )
         return pb.DescribeJobResponse(summary=self._summary(entry), operators=list(operators.values()))

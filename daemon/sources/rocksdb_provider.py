@@ -241,6 +241,13 @@ class RocksDBStoreReader:
                 return False
         return True
 
+    def has_full(self, version: int) -> bool:
+        """Whether every partition has a usable ``<version>.zip``."""
+        return all(
+            self._path(p, version, ZIP).is_file() and not self._stale(p, version)
+            for p in range(self.num_partitions)
+        )
+
     def partition_changes(self, partition: int, version: int) -> Iterator[StateChange]:
         """The changes version ``version`` made in one partition: each changed key once,
         with its last operation. From the version's changelog, keys in the order they

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -33,6 +33,7 @@ from epochstate.daemon.store.descriptors import (
     EpochRecord,
     JobDescriptor,
     JobProgress,
+    SchemaVersion,
     StoreDescriptor,
 )
 from epochstate.daemon.store.errors import StoreClosed, UnknownJob
@@ -214,6 +215,13 @@ class VersionedStore:
             self.db.put(layout.job_key(name), descriptor.to_json())
             return descriptor
 
+    def set_provider(self, job: JobDescriptor, provider: str) -> JobDescriptor:
+        """Record which state store provider writes the job's state (known from its first epoch)."""
+        with self._lock:
+            descriptor = JobDescriptor(job.name, job.job_id, job.checkpoint, job.query_id, provider)
+            self.db.put(layout.job_key(job.name), descriptor.to_json())
+            return descriptor
+
     def stores(self, job: str) -> list[StoreDescriptor]:
         found = [StoreDescriptor.from_json(v) for _, v in self._scan_prefix(layout.STORE)]
         return [s for s in found if s.job == job]
@@ -227,7 +235,9 @@ class VersionedStore:
         num_partitions: int,
         key_schema_json: str,
         value_schema_json: str,
+        first_epoch: int = 0,
     ) -> StoreDescriptor:
+        """Record a store with the schemas it is first seen with, in force from ``first_epoch``."""
         with self._lock:
             all_stores = [StoreDescriptor.from_json(v) for _, v in self._scan_prefix(layout.STORE)]
             descriptor = StoreDescriptor(
@@ -239,9 +249,23 @@ class VersionedStore:
                 num_partitions,
                 key_schema_json,
                 value_schema_json,
+                first_epoch,
             )
             self.db.put(layout.store_key(descriptor.store_id), descriptor.to_json())
             return descriptor
+
+    def schema_versions(self, store: StoreDescriptor) -> list[SchemaVersion]:
+        """Every schema version of ``store``, oldest first (the first is the descriptor's)."""
+        found = self._scan_prefix(layout.schema_prefix(store.store_id))
+        later = [SchemaVersion.from_json(v) for _, v in found]
+        return [store.first_schema, *later]
+
+    def unavailable(self, job_id: int) -> dict[int, str]:
+        """Committed epochs that were skipped because their state could not be read, with why."""
+        return {
+            layout.epoch_of_epoch_key(k): v.decode("utf-8", "replace")
+            for k, v in self._scan_prefix(layout.unavailable_prefix(job_id))
+        }
 
     def progress(self, job_id: int) -> JobProgress:
         return self.view().progress(job_id)
@@ -272,12 +296,17 @@ class VersionedStore:
         record: EpochRecord,
         *,
         fresh: bool = False,
+        schemas: Sequence[tuple[int, SchemaVersion]] = (),
+        unavailable: Mapping[int, str] | None = None,
     ) -> ApplyResult:
         """Write one epoch's changes, its record and the progress marker atomically.
 
         ``fresh`` says the job has no versions yet (a full-state load), which skips
-        the look-up of superseded versions. Epochs must be applied in increasing
-        order; re-applying the newest epoch is a no-op.
+        the look-up of superseded versions. ``schemas`` are (store id, version) pairs
+        this epoch introduces; ``unavailable`` are the skipped epochs before it (never
+        to be served) with their reasons: both are written in the same batch.
+        Epochs must be applied in increasing order; re-applying the newest epoch is a
+        no-op.
         """
         db = self.db
         current = self.progress(job.job_id)
@@ -315,6 +344,10 @@ class VersionedStore:
             written += 1
         oldest = current.oldest if current.oldest >= 0 else epoch
         progress = JobProgress(epoch, oldest)
+        for store_id, schema in schemas:
+            batch.put(layout.schema_key(store_id, schema.first_epoch), schema.to_json())
+        for skipped, reason in (unavailable or {}).items():
+            batch.put(layout.unavailable_key(job.job_id, skipped), reason.encode("utf-8"))
         batch.put(layout.epoch_key(job.job_id, epoch), record.to_json())
         batch.put(layout.progress_key(job.job_id), layout.pack_progress(progress.newest, progress.oldest))
         self._write(batch)
@@ -343,6 +376,9 @@ class VersionedStore:
             if record.epoch >= oldest:
                 break
             batch.delete(layout.epoch_key(job.job_id, record.epoch))
+        for skipped in self.unavailable(job.job_id):
+            if skipped < oldest:
+                batch.delete(layout.unavailable_key(job.job_id, skipped))
         batch.put(layout.progress_key(job.job_id), layout.pack_progress(current.newest, oldest))
         self._write(batch)
         return reclaimed
@@ -355,7 +391,13 @@ class VersionedStore:
             assert end is not None
             self.db.delete_range(prefix, end)
             self.db.delete(layout.store_key(store.store_id))
-        for prefix in (layout.garbage_prefix(job.job_id), layout.epoch_prefix(job.job_id)):
+            for key, _ in list(self._scan_prefix(layout.schema_prefix(store.store_id))):
+                self.db.delete(key)
+        for prefix in (
+            layout.garbage_prefix(job.job_id),
+            layout.epoch_prefix(job.job_id),
+            layout.unavailable_prefix(job.job_id),
+        ):
             end = layout.prefix_end(prefix)
             assert end is not None
             self.db.delete_range(prefix, end)
