@@ -84,14 +84,17 @@ def test_damaged_delta_is_reported_refused_and_recovered(
             assert _scanned(client, "dmg", epoch) == spark_state(spark, checkpoint, epoch)
 
 
+def _mtime(path: Path) -> int:
+    return path.stat().st_mtime_ns
+
+
 def _full_versions(checkpoint: Path, partitions: int) -> list[int]:
     """Versions with a snapshot in every partition, not older than the delta beside it."""
     found: list[int] = []
     for snapshot in sorted(checkpoint.glob("state/0/0/*.snapshot"), key=lambda p: int(p.stem)):
         v = int(snapshot.stem)
         files = [checkpoint / "state" / "0" / str(p) / f"{v}.snapshot" for p in range(partitions)]
-        deltas = [f.with_suffix(".delta") for f in files]
-        if all(f.is_file() and f.stat().st_mtime_ns >= d.stat().st_mtime_ns for f, d in zip(files, deltas)):
+        if all(f.is_file() and f.stat().st_mtime_ns >= _mtime(f.with_suffix(".delta")) for f in files):
             found.append(v)
     return found
 
