@@ -26,15 +26,14 @@ from typing import Protocol
 
 from epochstate.daemon.ingest.catalog import JobEntry, StoreHandle, StoreSchema
 from epochstate.daemon.ingest.changes import ReadMode, store_changes
+from epochstate.daemon.ingest.epoch_record import epoch_record
 from epochstate.daemon.ingest.schemas import SchemaWatch
 from epochstate.daemon.records import RecordEncoder
 from epochstate.daemon.sources.checkpoint import Checkpoint
-from epochstate.daemon.sources.epochlog import SourceRange
-from epochstate.daemon.sources.errors import MissingCheckpointFile, SourceError
+from epochstate.daemon.sources.errors import SourceError
 from epochstate.daemon.sources.readers import StoreReader, open_store_reader
 from epochstate.daemon.sources.sparktypes import type_to_json
 from epochstate.daemon.store.descriptors import EpochRecord, JobProgress, SchemaVersion
-from epochstate.daemon.store.descriptors import SourceRange as SourcePosition
 from epochstate.daemon.store.versioned import Change, VersionedStore
 
 log = logging.getLogger(__name__)
@@ -308,19 +307,7 @@ class JobFollower:
             self._publisher.retention_moved(self.entry)
 
     def _record(self, epoch: int) -> EpochRecord:
-        log_entry = self.checkpoint.epoch_log(epoch)
-        try:
-            positions = self.checkpoint.source_positions(epoch)
-        except MissingCheckpointFile:
-            # The previous offsets entry was purged: the start is unknown.
-            positions = tuple(SourceRange(None, end) for end in log_entry.source_offsets)
-        return EpochRecord(
-            epoch=epoch,
-            committed_at_ms=self.checkpoint.commit_time_ms(epoch),
-            ingested_at_ms=int(self._clock() * 1000),
-            watermark_ms=log_entry.batch_watermark_ms,
-            sources=tuple(SourcePosition(f"source-{i}", p.start, p.end) for i, p in enumerate(positions)),
-        )
+        return epoch_record(self.checkpoint, epoch, int(self._clock() * 1000))
 
     @property
     def progress(self) -> JobProgress:
