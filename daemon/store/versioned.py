@@ -316,31 +316,42 @@ class VersionedStore:
         it = None if fresh else db.iter()
         written = 0
         # Last change per key wins; a key may change several times in one epoch.
-        latest: dict[tuple[int, bytes], Change] = {}
+        latest: dict[tuple[int, bytes], bytes | None] = {}
+        encode = keycodec.encode_fields
         for change in changes:
-            latest[(change.store_id, keycodec.encode_fields(change.key))] = change
+            latest[(change.store_id, encode(change.key))] = change.payload
+        # The hot loop of ingest: byte prefixes are computed once, not per key.
+        suffix = layout.epoch_suffix(epoch)
+        garbage = layout.garbage_key(job.job_id, epoch, b"")
+        put = batch.put
+        prefixes: dict[int, bytes] = {}
+        live, tombstone = layout.LIVE, layout.TOMBSTONE
         # Sorted: the seeks below then move forward through the keyspace.
-        for (store_id, encoded_key), change in sorted(latest.items()):
-            key = layout.data_key(store_id, encoded_key, epoch)
+        for (store_id, encoded_key), payload in sorted(latest.items()):
+            prefix = prefixes.get(store_id)
+            if prefix is None:
+                prefix = prefixes[store_id] = layout.data_prefix(store_id)
+            head = prefix + encoded_key
+            key = head + suffix
             previous: bytes | None = None
             previous_live = False
             if it is not None:
                 it.seek(key)  # the newest version older than `epoch` sorts right after
                 if it.valid():
                     raw = it.key()
-                    if len(raw) == len(key) and raw[: -layout.EPOCH_WIDTH] == key[: -layout.EPOCH_WIDTH]:
+                    if len(raw) == len(key) and raw.startswith(head):
                         previous = raw
-                        previous_live = it.value()[:1] == layout.LIVE
-            if change.payload is None and not previous_live:
-                continue  # removing an absent key changes nothing
+                        previous_live = it.value().startswith(live)
+            if payload is None:
+                if not previous_live:
+                    continue  # removing an absent key changes nothing
+                put(key, tombstone)
+                put(garbage + key, b"")
+            else:
+                put(key, live + payload)
             if previous is not None:
                 # Readers at epochs before `epoch` still need it; none after.
-                batch.put(layout.garbage_key(job.job_id, epoch, previous), b"")
-            if change.payload is None:
-                batch.put(key, layout.TOMBSTONE)
-                batch.put(layout.garbage_key(job.job_id, epoch, key), b"")
-            else:
-                batch.put(key, layout.live_value(change.payload))
+                put(garbage + previous, b"")
             written += 1
         oldest = current.oldest if current.oldest >= 0 else epoch
         progress = JobProgress(epoch, oldest)
