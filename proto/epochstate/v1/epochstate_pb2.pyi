@@ -683,7 +683,9 @@ class JobSummary(_message.Message):
     @_builtins.property
     def problems(self) -> _containers.RepeatedCompositeFieldContainer[Global___EpochProblem]:
         """Committed epochs that cannot be ingested (damaged or unsupported files).
-        Reads pinned to them fail with DATA_LOSS; ingest retries them.
+        Reads pinned to them fail with DATA_LOSS. Ingest retries them; once it has
+        skipped past them to a later version it could load in full, they stay
+        unavailable (until retention passes them).
         """
 
     def __init__(
