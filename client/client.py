@@ -57,7 +57,7 @@ class StoreSchema:
 
     def at(self, epoch: int | None) -> StoreSchema:
         """The schemas in force at ``epoch`` (None: the newest)."""
-        if epoch is None or epoch >= self.first_epoch:
+        if epoch is None or epoch >= self.first_epoch or not self.earlier:
             return self
         return next((s for s in reversed(self.earlier) if s.first_epoch <= epoch), self.earlier[0])
 
