@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest proto bench clean
+.PHONY: demo test lint typecheck pytest proto bench bench-ingest clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ proto: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/lookup.py $(BENCH_ARGS)
+
+bench-ingest: $(STAMP)
+	$(BIN)/python bench/ingest.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var build *.egg-info

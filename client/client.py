@@ -43,6 +43,9 @@ class Lookup:
 
 @dataclass(frozen=True)
 class StoreSchema:
+    """A store and its newest schemas (in force from ``first_epoch``); ``earlier``
+    holds the schemas of earlier epochs, oldest first."""
+
     operator_id: int
     operator_name: str
     store: str
@@ -51,6 +54,14 @@ class StoreSchema:
     value: StructType
     # A transformWithState store's kind: "value", "list", "map" or "timers"; "" otherwise.
     kind: str = ""
+    first_epoch: int = 0
+    earlier: tuple[StoreSchema, ...] = ()
+
+    def at(self, epoch: int | None) -> StoreSchema:
+        """The schemas in force at ``epoch`` (None: the newest)."""
+        if epoch is None or epoch >= self.first_epoch or not self.earlier:
+            return self
+        return next((s for s in reversed(self.earlier) if s.first_epoch <= epoch), self.earlier[0])
 
 
 @dataclass(frozen=True)
@@ -155,6 +166,20 @@ class EpochStateClient:
                 _struct_of(st.key_schema),
                 _struct_of(st.value_schema),
                 st.kind,
+                first_epoch=st.schema_first_epoch,
+                earlier=tuple(
+                    StoreSchema(
+                        op.operator_id,
+                        op.name,
+                        st.name,
+                        st.num_partitions,
+                        _struct_of(v.key_schema),
+                        _struct_of(v.value_schema),
+                        st.kind,
+                        first_epoch=v.first_epoch,
+                    )
+                    for v in st.earlier_schemas
+                ),
             )
             for op in response.operators
             for st in op.stores
@@ -229,11 +254,11 @@ class EpochStateClient:
         schema = self._store(job, operator_id, store)
         request = pb.GetRequest(
             store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
-            key=to_row(key, schema.key),
+            key=to_row(key, schema.at(_exact(epoch)).key),
             epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers),
         )
         response = self._call(self._stub.Get, request, timeout)
-        return _lookup(response.epoch, response.record, schema)
+        return _lookup(response.epoch, response.record, schema.at(response.epoch))
 
     def multi_get(
         self,
@@ -252,11 +277,12 @@ class EpochStateClient:
         schema = self._store(job, operator_id, store)
         request = pb.MultiGetRequest(
             store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
-            keys=[to_row(k, schema.key) for k in keys],
+            keys=[to_row(k, schema.at(_exact(epoch)).key) for k in keys],
             epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers),
         )
         response = self._call(self._stub.MultiGet, request, timeout)
-        return [_lookup(response.epoch, r, schema) for r in response.records]
+        at = schema.at(response.epoch)
+        return [_lookup(response.epoch, r, at) for r in response.records]
 
     def scan(
         self,
@@ -278,14 +304,14 @@ class EpochStateClient:
         request = pb.ScanRequest(
             store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
             epoch=selector(epoch),
-            prefix=to_row(prefix, schema.key, partial=True),
+            prefix=to_row(prefix, schema.at(_exact(epoch)).key, partial=True),
             limit=page_size,
         )
         returned = 0
         while True:
             response = self._call(self._stub.Scan, request, timeout)
             for record in response.records:
-                yield _lookup(response.epoch, record, schema)
+                yield _lookup(response.epoch, record, schema.at(response.epoch))
                 returned += 1
                 if limit is not None and returned >= limit:
                     return
@@ -298,6 +324,10 @@ class EpochStateClient:
     def follow(self, job: str, checkpoint: str, *, timeout: float | None = None) -> pb.JobSummary:
         request = pb.FollowJobRequest(job=job, checkpoint=checkpoint)
         return self._call(self._stub.FollowJob, request, timeout).summary  # type: ignore[no-any-return]
+
+
+def _exact(epoch: EpochArg) -> int | None:
+    return epoch if isinstance(epoch, int) else None
 
 
 def _struct_of(schema: pb.Schema) -> StructType:

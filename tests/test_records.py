@@ -137,6 +137,19 @@ def test_records_parse_to_the_expected_messages(seed: int) -> None:
     assert absent.HasField("key") and not absent.HasField("value")
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_compiled_writer_writes_the_reference_bytes(seed: int) -> None:
+    rng = random.Random(seed)
+    fields = (StructField("k", AtomicType("string")), StructField("n", AtomicType("long")))
+    encoder = RecordEncoder(StructType((*fields, StructField("b", SCHEMA))), SCHEMA)
+    for _ in range(20):
+        text = rng.choice(["a", "", "ü", "x" * 300, None])
+        key = (text, sample(AtomicType("long"), rng), sample(SCHEMA, rng))
+        value = tuple(sample(f.type, rng) for f in SCHEMA.fields)
+        partition = rng.choice([0, 1, 199, 2**31 - 1])
+        assert encoder.present(partition, key, value) == encoder.reference_present(partition, key, value)
+
+
 def test_response_framing() -> None:
     encoder = RecordEncoder(
         StructType((StructField("k", AtomicType("long")),)),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.sources.sparktypes import StructType, parse_struct
-from epochstate.daemon.store.descriptors import JobDescriptor, JobProgress, StoreDescriptor
+from epochstate.daemon.store.descriptors import JobDescriptor, JobProgress, SchemaVersion, StoreDescriptor
 from epochstate.daemon.store.keycodec import decode_fields
 
 
@@ -35,23 +35,63 @@ class ShuttingDown(CatalogError):
 
 
 @dataclass(frozen=True)
-class StoreHandle:
-    """A queryable store with its parsed schemas."""
+class StoreSchema:
+    """The parsed key and value schemas of a store, in force from ``first_epoch`` on."""
 
-    descriptor: StoreDescriptor
-    key_schema: StructType
-    value_schema: StructType
+    first_epoch: int
+    key: StructType
+    value: StructType
+    version: SchemaVersion
 
     @classmethod
-    def of(cls, descriptor: StoreDescriptor) -> StoreHandle:
+    def of(cls, version: SchemaVersion) -> StoreSchema:
         return cls(
-            descriptor,
-            parse_struct(descriptor.key_schema_json),
-            parse_struct(descriptor.value_schema_json),
+            version.first_epoch,
+            parse_struct(version.key_schema_json),
+            parse_struct(version.value_schema_json),
+            version,
         )
 
     def decode_key(self, encoded: bytes) -> tuple[object, ...]:
-        return decode_fields(encoded, len(self.key_schema.fields))
+        return decode_fields(encoded, len(self.key.fields))
+
+
+@dataclass(frozen=True)
+class StoreHandle:
+    """A queryable store with its schema versions (oldest first, never empty)."""
+
+    descriptor: StoreDescriptor
+    schemas: tuple[StoreSchema, ...]
+
+    @classmethod
+    def of(cls, descriptor: StoreDescriptor, versions: list[SchemaVersion] | None = None) -> StoreHandle:
+        found = versions or [descriptor.first_schema]
+        return cls(descriptor, tuple(StoreSchema.of(v) for v in found))
+
+    @property
+    def latest(self) -> StoreSchema:
+        return self.schemas[-1]
+
+    @property
+    def key_schema(self) -> StructType:
+        """The newest key schema."""
+        return self.schemas[-1].key
+
+    @property
+    def value_schema(self) -> StructType:
+        """The newest value schema."""
+        return self.schemas[-1].value
+
+    def schema_at(self, epoch: int) -> StoreSchema:
+        """The schemas in force at ``epoch``: what its rows were decoded with and what
+        keys read at it are checked against."""
+        for schema in reversed(self.schemas):
+            if schema.first_epoch <= epoch:
+                return schema
+        return self.schemas[0]
+
+    def with_schema(self, version: SchemaVersion) -> StoreHandle:
+        return StoreHandle(self.descriptor, (*self.schemas, StoreSchema.of(version)))
 
 
 @dataclass
@@ -62,8 +102,11 @@ class JobEntry:
     stores: dict[tuple[int, str], StoreHandle] = field(default_factory=dict)
     operator_names: dict[int, str] = field(default_factory=dict)
     progress: JobProgress = field(default_factory=lambda: JobProgress(-1, -1))
-    # Epochs that could not be ingested, with the reason (shown by DescribeJob).
+    # Epochs that could not be ingested, with the reason (shown by DescribeJob): the
+    # one ingest is retrying, and those it skipped for good (also in ``unavailable``).
     problems: dict[int, str] = field(default_factory=dict)
+    # Committed epochs skipped because their state could not be read; never served.
+    unavailable: dict[int, str] = field(default_factory=dict)
     # Newest epoch seen committed in the checkpoint (-1: none).
     committed: int = -1
 

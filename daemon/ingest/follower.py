@@ -6,7 +6,12 @@ Guarantees:
 * Epochs are applied in increasing order, each in one atomic store batch; after a
   crash, ingest resumes right after the newest applied epoch (idempotent).
 * An epoch whose files cannot be read is recorded as a problem with its reason and
-  retried later; it is never partly applied, and what was already queryable stays so.
+  retried; it is never partly applied, and what was already queryable stays so.
+* :meth:`JobFollower.skip_ahead` gives up on such an epoch when a later version
+  can be loaded in full: that epoch is written as a complete version (the
+  difference to the newest ingested one, removals included) and the epochs in
+  between are recorded, in the same batch, as unavailable for good.
+* Each epoch is decoded with the store schema in force at it (see :mod:`schemas`).
 """
 
 from __future__ import annotations
@@ -14,21 +19,21 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from epochstate.daemon.ingest.catalog import JobEntry, StoreHandle
+from epochstate.daemon.ingest.catalog import JobEntry, StoreHandle, StoreSchema
+from epochstate.daemon.ingest.changes import ReadMode, store_changes
+from epochstate.daemon.ingest.epoch_record import epoch_record
+from epochstate.daemon.ingest.schemas import SchemaWatch
 from epochstate.daemon.records import RecordEncoder
 from epochstate.daemon.sources.checkpoint import Checkpoint
-from epochstate.daemon.sources.epochlog import SourceRange
-from epochstate.daemon.sources.errors import MissingCheckpointFile, MissingStateFile
+from epochstate.daemon.sources.errors import SourceError
 from epochstate.daemon.sources.readers import StoreReader, open_store_reader
 from epochstate.daemon.sources.sparktypes import type_to_json
-from epochstate.daemon.store import keycodec
-from epochstate.daemon.store.descriptors import EpochRecord, JobProgress
-from epochstate.daemon.store.descriptors import SourceRange as SourcePosition
+from epochstate.daemon.store.descriptors import EpochRecord, JobProgress, SchemaVersion
 from epochstate.daemon.store.versioned import Change, VersionedStore
 
 log = logging.getLogger(__name__)
@@ -52,6 +57,8 @@ class IngestStats:
     versions_written: int
     seconds: float
     full_load: bool
+    # Epochs skipped (now unavailable for good) to reach this one.
+    skipped: tuple[int, ...] = ()
 
 
 def _normalize(location: str) -> str:
@@ -79,8 +86,10 @@ class JobFollower:
         self._retention = max(1, retention)
         self._clock = clock
         self._scratch_dir = scratch_dir
-        self._readers: dict[int, StoreReader] = {}
-        self._encoders: dict[int, RecordEncoder] = {}
+        # Readers and encoders per (store id, first epoch of the schema they decode).
+        self._readers: dict[tuple[int, int], StoreReader] = {}
+        self._encoders: dict[tuple[int, int], RecordEncoder] = {}
+        self._schemas = SchemaWatch(self.checkpoint)
         self.entry = self._open()
 
     # -- set-up ----------------------------------------------------------------
@@ -104,15 +113,17 @@ class JobFollower:
             descriptor = self._store.add_job(self.name, self._location, query_id, provider)
         entry = JobEntry(descriptor)
         for store_descriptor in self._store.stores(self.name):
-            handle = StoreHandle.of(store_descriptor)
+            handle = StoreHandle.of(store_descriptor, self._store.schema_versions(store_descriptor))
             entry.stores[(store_descriptor.operator_id, store_descriptor.store_name)] = handle
             entry.operator_names[store_descriptor.operator_id] = store_descriptor.operator_name
         entry.progress = self._store.progress(descriptor.job_id)
+        entry.unavailable = self._store.unavailable(descriptor.job_id)
+        entry.problems.update(entry.unavailable)
         latest = self.checkpoint.latest_committed()
         entry.committed = -1 if latest is None else latest
         return entry
 
-    def _discover_stores(self) -> None:
+    def _discover_stores(self, epoch: int) -> None:
         """Register stores that appeared in the checkpoint since the last look."""
         for operator in self.checkpoint.operators():
             for info in operator.stores:
@@ -128,26 +139,41 @@ class JobFollower:
                     json.dumps(type_to_json(key_schema)),
                     json.dumps(type_to_json(value_schema)),
                     info.kind,
+                    first_epoch=epoch,
                 )
                 self.entry.stores[(operator.operator_id, info.name)] = StoreHandle.of(descriptor)
                 self.entry.operator_names[operator.operator_id] = operator.name or "unknown"
 
-    def _reader(self, handle: StoreHandle, epoch: int) -> StoreReader:
+    def _learn_provider(self, epoch: int) -> None:
+        # A job followed before its first commit could not tell its provider yet.
+        if self.entry.descriptor.provider == "unknown":
+            provider = self.checkpoint.provider_kind(epoch)
+            self.entry.descriptor = self._store.set_provider(self.entry.descriptor, provider)
+
+    def _reader(self, handle: StoreHandle, schema: StoreSchema, epoch: int) -> StoreReader:
         d = handle.descriptor
-        reader = self._readers.get(d.store_id)
+        reader = self._readers.get((d.store_id, schema.first_epoch))
         if reader is None:
             reader = open_store_reader(
                 self.checkpoint,
                 d.operator_id,
                 d.store_name,
                 d.num_partitions,
-                handle.key_schema,
-                handle.value_schema,
+                schema.key,
+                schema.value,
                 epoch,
                 scratch_dir=self._scratch_dir,
             )
-            self._readers[d.store_id] = reader
+            self._readers[(d.store_id, schema.first_epoch)] = reader
         return reader
+
+    def _encoder(self, handle: StoreHandle, schema: StoreSchema) -> RecordEncoder:
+        cache_key = (handle.descriptor.store_id, schema.first_epoch)
+        encoder = self._encoders.get(cache_key)
+        if encoder is None:
+            encoder = RecordEncoder(schema.key, schema.value)
+            self._encoders[cache_key] = encoder
+        return encoder
 
     def reopen_if_recreated(self) -> bool:
         """Start over when the checkpoint now holds another query (it was deleted and
@@ -157,6 +183,7 @@ class JobFollower:
             return False
         self._readers.clear()
         self._encoders.clear()
+        self._schemas.forget()
         self.entry = self._open()
         return True
 
@@ -180,87 +207,108 @@ class JobFollower:
         epoch = self.next_epoch()
         if epoch is None:
             return None
+        mode = ReadMode.FULL if self.entry.progress.empty else ReadMode.DELTA
+        return self._ingest(epoch, mode, {})
+
+    def skip_ahead(self, blocked: int, reason: str) -> IngestStats | None:
+        """Give up on ``blocked`` (failing with ``reason``): ingest the first later
+        committed epoch whose version loads in full from its own snapshot, and record
+        every epoch in between as unavailable. None when no later epoch can be loaded
+        in full yet (ingest then keeps retrying ``blocked``).
+        """
+        later = [e for e in self.checkpoint.committed_epochs() if e > blocked]
+        for candidate in later:
+            try:
+                if not all(self._loads_in_full(h, candidate) for h in self.entry.stores.values()):
+                    continue
+                gap = {blocked: reason}
+                for e in range(blocked + 1, candidate):
+                    gap[e] = f"skipped: epoch {blocked} before it cannot be read ({reason})"
+                mode = ReadMode.FULL if self.entry.progress.empty else ReadMode.REBASE
+                return self._ingest(candidate, mode, gap)
+            except SourceError as error:
+                log.warning("job %s: cannot load epoch %d in full either: %s", self.name, candidate, error)
+        return None
+
+    def _loads_in_full(self, handle: StoreHandle, epoch: int) -> bool:
+        return self._reader(handle, handle.latest, epoch).has_full(epoch + 1)
+
+    def _ingest(self, epoch: int, mode: ReadMode, skipped: dict[int, str]) -> IngestStats:
         started = time.perf_counter()
-        self._discover_stores()
-        full = self.entry.progress.empty
+        self._discover_stores(epoch)
+        self._learn_provider(epoch)
+        view = self._store.view()
+        newest = self.entry.progress.newest
         changes: list[Change] = []
-        for handle in self.entry.stores.values():
-            changes.extend(self._changes(handle, epoch, full))
+        introduced: list[tuple[int, SchemaVersion]] = []
+        settled: list[tuple[int, int]] = []
+        handles: dict[tuple[int, str], StoreHandle] = {}
+        for key, handle in self.entry.stores.items():
+            change = self._schemas.change_at(handle, epoch)
+            if change is not None:
+                version, written = change
+                log.info("job %s: store %s/%s has a new schema from epoch %d", self.name, *key, epoch)
+                handle = handle.with_schema(version)
+                introduced.append((handle.descriptor.store_id, version))
+                settled.append((handle.descriptor.store_id, written))
+            handles[key] = handle
+            schema = handle.schema_at(epoch)
+            changes.extend(
+                store_changes(
+                    self._reader(handle, schema, epoch),
+                    self._encoder(handle, schema),
+                    handle.descriptor.store_id,
+                    epoch + 1,
+                    mode,
+                    view,
+                    newest,
+                    handle.schema_at(newest),
+                )
+            )
         record = self._record(epoch)
-        result = self._store.apply_epoch(self.entry.descriptor, epoch, changes, record, fresh=full)
+        # Readers must see the new schemas and the skipped epochs no later than the
+        # epoch itself: publish them first, and take them back if the write fails.
+        before = dict(self.entry.stores)
+        self.entry.stores.update(handles)
+        self.entry.unavailable.update(skipped)
+        try:
+            result = self._store.apply_epoch(
+                self.entry.descriptor,
+                epoch,
+                changes,
+                record,
+                fresh=mode is ReadMode.FULL,
+                schemas=introduced,
+                unavailable=skipped,
+            )
+        except BaseException:
+            self.entry.stores.update(before)
+            for e in skipped:
+                self.entry.unavailable.pop(e, None)
+            raise
+        for store_id, written in settled:
+            self._schemas.settle(store_id, written)
+        self.entry.problems.update(skipped)
         self.entry.problems.pop(epoch, None)
         self.entry.progress = result.progress
         self._publisher.epoch_ingested(self.entry, record)
+        self._retire(epoch, result.progress)
+        seconds = time.perf_counter() - started
+        full = mode is not ReadMode.DELTA
+        return IngestStats(epoch, result.versions_written, seconds, full, tuple(skipped))
+
+    def _retire(self, epoch: int, progress: JobProgress) -> None:
         floor = epoch - self._retention + 1
-        if floor > result.progress.oldest:
+        if floor > progress.oldest:
             self._store.apply_retention(self.entry.descriptor, floor)
             self.entry.progress = self._store.progress(self.entry.descriptor.job_id)
+            for old in [e for e in self.entry.unavailable if e < self.entry.progress.oldest]:
+                self.entry.unavailable.pop(old)
+                self.entry.problems.pop(old, None)
             self._publisher.retention_moved(self.entry)
-        return IngestStats(epoch, result.versions_written, time.perf_counter() - started, full)
-
-    def _encoder(self, handle: StoreHandle) -> RecordEncoder:
-        encoder = self._encoders.get(handle.descriptor.store_id)
-        if encoder is None:
-            encoder = RecordEncoder(handle.key_schema, handle.value_schema)
-            self._encoders[handle.descriptor.store_id] = encoder
-        return encoder
-
-    def _changes(self, handle: StoreHandle, epoch: int, full: bool) -> Iterator[Change]:
-        reader = self._reader(handle, epoch)
-        encode = self._encoder(handle).present
-        store_id = handle.descriptor.store_id
-        version = epoch + 1
-        if not full:
-            try:
-                # Read the whole delta before yielding: a missing file must be
-                # found before any change of this store is handed on.
-                delta = list(reader.changes(version))
-            except MissingStateFile:
-                log.info("job %s: no delta for version %d; diffing the full state", self.name, version)
-                yield from self._diff_full(handle, reader, version)
-                return
-            for c in delta:
-                payload = None if c.value is None else encode(c.partition, c.key, c.value)
-                yield Change(store_id, c.key, payload)
-            return
-        for c in reader.full_state(version):
-            assert c.value is not None
-            yield Change(store_id, c.key, encode(c.partition, c.key, c.value))
-
-    def _diff_full(self, handle: StoreHandle, reader: StoreReader, version: int) -> Iterator[Change]:
-        """Changes that turn the newest ingested state into the full state at ``version``."""
-        store_id = handle.descriptor.store_id
-        encode = self._encoder(handle).present
-        present: set[bytes] = set()
-        for c in reader.full_state(version):
-            assert c.value is not None
-            present.add(keycodec.encode_fields(c.key))
-            yield Change(store_id, c.key, encode(c.partition, c.key, c.value))
-        view = self._store.view()
-        after: bytes | None = None
-        while True:
-            page = view.scan(store_id, self.entry.progress.newest, b"", None, 10_000, after)
-            if not page:
-                break
-            for v in page:
-                if v.encoded_key not in present:
-                    yield Change(store_id, handle.decode_key(v.encoded_key), None)
-            after = page[-1].encoded_key
 
     def _record(self, epoch: int) -> EpochRecord:
-        log_entry = self.checkpoint.epoch_log(epoch)
-        try:
-            positions = self.checkpoint.source_positions(epoch)
-        except MissingCheckpointFile:
-            # The previous offsets entry was purged: the start is unknown.
-            positions = tuple(SourceRange(None, end) for end in log_entry.source_offsets)
-        return EpochRecord(
-            epoch=epoch,
-            committed_at_ms=self.checkpoint.commit_time_ms(epoch),
-            ingested_at_ms=int(self._clock() * 1000),
-            watermark_ms=log_entry.batch_watermark_ms,
-            sources=tuple(SourcePosition(f"source-{i}", p.start, p.end) for i, p in enumerate(positions)),
-        )
+        return epoch_record(self.checkpoint, epoch, int(self._clock() * 1000))
 
     @property
     def progress(self) -> JobProgress:

@@ -43,6 +43,7 @@ class IngestLoop:
         retention: int = 100,
         poll_interval: float = 0.1,
         retry_interval: float = 2.0,
+        skip_after_failures: int = 3,
         on_ingested: Callable[[str, IngestStats], None] | None = None,
         on_problem: Callable[[str, int, str], None] | None = None,
         scratch_dir: Path | None = None,
@@ -58,6 +59,9 @@ class IngestLoop:
         self._on_problem = on_problem
         self._followers: dict[str, JobFollower] = {}
         self._retry_at: dict[str, float] = {}
+        self._skip_after = skip_after_failures
+        # Per job: the epoch that keeps failing and how many attempts failed.
+        self._failures: dict[str, tuple[int, int]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -129,19 +133,17 @@ class IngestLoop:
             stats = follower.step()
         except SourceError as error:
             reason = f"{type(error).__name__}: {error}"
-            if epoch is not None and follower.entry.problems.get(epoch) != reason:
-                log.error("job %s: epoch %s cannot be ingested: %s", follower.name, epoch, reason)
-                follower.entry.problems[epoch] = reason
-                if self._on_problem is not None:
-                    self._on_problem(follower.name, epoch, reason)
-            self._retry_at[follower.name] = time.monotonic() + self._retry_interval
-            return False
+            stats = None if epoch is None else self._failed(follower, epoch, reason)
+            if stats is None:
+                self._retry_at[follower.name] = time.monotonic() + self._retry_interval
+                return False
         except Exception:
             log.exception("job %s: ingest failed; retrying in %.0fs", follower.name, self._retry_interval)
             self._retry_at[follower.name] = time.monotonic() + self._retry_interval
             return False
         if stats is None:
             return False
+        self._failures.pop(follower.name, None)
         self._catalog.advance(follower.name, follower.progress)
         log.info(
             "job %s: epoch %d queryable (%d versions%s, %.3f s)",
@@ -154,3 +156,33 @@ class IngestLoop:
         if self._on_ingested is not None:
             self._on_ingested(follower.name, stats)
         return True
+
+    def _failed(self, follower: JobFollower, epoch: int, reason: str) -> IngestStats | None:
+        """Record that ``epoch`` failed; after enough attempts, try to skip past it.
+
+        Damage does not mend itself, but a file may be read while being repaired, so
+        an epoch is given up only after ``skip_after_failures`` failed attempts.
+        """
+        if follower.entry.problems.get(epoch) != reason:
+            log.error("job %s: epoch %s cannot be ingested: %s", follower.name, epoch, reason)
+            follower.entry.problems[epoch] = reason
+            if self._on_problem is not None:
+                self._on_problem(follower.name, epoch, reason)
+        failed_epoch, attempts = self._failures.get(follower.name, (epoch, 0))
+        attempts = attempts + 1 if failed_epoch == epoch else 1
+        self._failures[follower.name] = (epoch, attempts)
+        if attempts < self._skip_after:
+            return None
+        try:
+            stats = follower.skip_ahead(epoch, reason)
+        except SourceError as error:
+            log.warning("job %s: cannot skip past epoch %d: %s", follower.name, epoch, error)
+            return None
+        if stats is not None:
+            log.error(
+                "job %s: epochs %s are unavailable for good; serving on from epoch %d",
+                follower.name,
+                ", ".join(map(str, stats.skipped)),
+                stats.epoch,
+            )
+        return stats

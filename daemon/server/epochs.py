@@ -61,9 +61,17 @@ def _wanted(position: pb.Position) -> Position:
 
 
 def _covering(
-    store: VersionedStore, name: str, job_id: int, progress: JobProgress, wanted: Position
+    store: VersionedStore,
+    name: str,
+    job_id: int,
+    progress: JobProgress,
+    wanted: Position,
+    unavailable: dict[int, str],
 ) -> int | None:
-    """The earliest queryable epoch (within ``progress``) whose end covers ``wanted``."""
+    """The earliest queryable epoch (within ``progress``) whose end covers ``wanted``.
+
+    Raises EpochUnavailable when that may be an epoch skipped as unreadable (it has
+    no record, so whether it covers ``wanted`` is unknown)."""
     if progress.empty:
         return None
     records = [r for r in store.epochs(job_id, progress.oldest) if r.epoch <= progress.newest]
@@ -81,7 +89,18 @@ def _covering(
             f"the earliest epoch of job {name!r} covering {describe(wanted.items())} is older than "
             f"retention; {_range_text(progress)}"
         )
-    return next((r.epoch for r in records if covers(end_position(r), wanted)), None)
+    previous = records[0].epoch
+    for r in records:
+        if covers(end_position(r), wanted):
+            skipped = sorted(e for e in unavailable if previous < e < r.epoch)
+            if skipped:
+                raise EpochUnavailable(
+                    f"the earliest epoch of job {name!r} covering {describe(wanted.items())} may be "
+                    f"epoch {skipped[0]}, which cannot be served: {unavailable[skipped[0]]}"
+                )
+            return r.epoch
+        previous = r.epoch
+    return None
 
 
 def _resolve_covers(
@@ -95,10 +114,13 @@ def _resolve_covers(
     job_id = entry.descriptor.job_id
     wanted = _wanted(position)
     view = store.view()
-    epoch = _covering(store, name, job_id, view.progress(job_id), wanted)
+    gaps = entry.unavailable
+    epoch = _covering(store, name, job_id, view.progress(job_id), wanted, gaps)
     if epoch is None:
         if (
-            catalog.wait_until(name, lambda p: _covering(store, name, job_id, p, wanted) is not None, timeout)
+            catalog.wait_until(
+                name, lambda p: _covering(store, name, job_id, p, wanted, gaps) is not None, timeout
+            )
             is None
         ):
             raise EpochWaitTimedOut(
@@ -106,7 +128,7 @@ def _resolve_covers(
                 f"before the deadline; {_range_text(catalog.get(name).progress)}"
             )
         view = store.view()
-        epoch = _covering(store, name, job_id, view.progress(job_id), wanted)
+        epoch = _covering(store, name, job_id, view.progress(job_id), wanted, gaps)
         if epoch is None:  # retention moved past it between the wait and the view
             raise EpochRetired(f"the epoch of job {name!r} covering {describe(wanted.items())} was retired")
     return Pinned(view, epoch)
@@ -150,6 +172,11 @@ def resolve(
     def ready(p: JobProgress) -> bool:
         return not p.empty and p.newest >= target
 
+    if kind == "exact" and target in entry.unavailable:
+        # Skipped for good: the versions stored around it are not its state.
+        raise EpochUnavailable(
+            f"epoch {target} of job {name!r} cannot be served: {entry.unavailable[target]}"
+        )
     view = store.view()
     progress = view.progress(job_id)
     if not ready(progress):

@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar, cast
 import grpc
 
 from epochstate.daemon.errors import EpochStateError
-from epochstate.daemon.ingest.catalog import Catalog, JobEntry, StoreHandle
+from epochstate.daemon.ingest.catalog import Catalog, JobEntry, StoreHandle, StoreSchema
 from epochstate.daemon.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs
 from epochstate.daemon.server.status import BadRequest, status_for
@@ -76,6 +76,18 @@ def _schema(struct_type: StructType) -> pb.Schema:
     )
 
 
+def _scan_bounds(request: pb.ScanRequest, schema: StoreSchema) -> tuple[bytes, bytes | None]:
+    """The encoded key range ``[lower, upper)`` a scan covers, under ``schema``'s key."""
+    prefix = keycodec.encode_fields(key_from_proto(request.prefix, schema.key, partial=True))
+    lower, upper = prefix, layout.prefix_end(prefix) if prefix else None
+    if request.HasField("start"):
+        lower = max(lower, keycodec.encode_fields(key_from_proto(request.start, schema.key, partial=True)))
+    if request.HasField("end"):
+        end = keycodec.encode_fields(key_from_proto(request.end, schema.key, partial=True))
+        upper = end if upper is None else min(upper, end)
+    return lower, upper
+
+
 def epoch_info(record: EpochRecord) -> pb.EpochInfo:
     return pb.EpochInfo(
         epoch=record.epoch,
@@ -94,16 +106,18 @@ def epoch_info(record: EpochRecord) -> pb.EpochInfo:
 
 
 class _Codecs:
-    """Per store: the request-key encoder and the record encoder, compiled once."""
+    """Per store schema version: the request-key encoder and the record encoder,
+    compiled once."""
 
     def __init__(self) -> None:
-        self._cache: dict[int, tuple[KeyEncoder, RecordEncoder]] = {}
+        self._cache: dict[tuple[int, int], tuple[KeyEncoder, RecordEncoder]] = {}
 
-    def of(self, handle: StoreHandle) -> tuple[KeyEncoder, RecordEncoder]:
-        found = self._cache.get(handle.descriptor.store_id)
+    def of(self, handle: StoreHandle, schema: StoreSchema) -> tuple[KeyEncoder, RecordEncoder]:
+        cache_key = (handle.descriptor.store_id, schema.first_epoch)
+        found = self._cache.get(cache_key)
         if found is None:
-            found = (KeyEncoder(handle.key_schema), RecordEncoder(handle.key_schema, handle.value_schema))
-            self._cache[handle.descriptor.store_id] = found
+            found = (KeyEncoder(schema.key), RecordEncoder(schema.key, schema.value))
+            self._cache[cache_key] = found
         return found
 
 
@@ -133,19 +147,40 @@ class EpochStateService:
         entry = self._catalog.get(ref.job)
         return entry, entry.store(ref.operator_id, ref.store)
 
-    def _keys(self, handle: StoreHandle, keys: Sequence[pb.Row]) -> list[bytes]:
-        """The store encoding of each request key, checked against the key schema."""
-        encoded = self._codecs.of(handle)[0].encode_all(keys)
+    def _pinned_keys(
+        self,
+        entry: JobEntry,
+        handle: StoreHandle,
+        keys: Sequence[pb.Row],
+        selector: pb.EpochSelector,
+        context: grpc.ServicerContext,
+    ) -> tuple[epochs.Pinned, StoreSchema, list[bytes]]:
+        """Pin the read, and check the keys against the key schema in force at its epoch.
+
+        A store with one schema checks keys first, so a bad key fails without waiting.
+        """
+        if len(handle.schemas) == 1:
+            encoded = self._keys(handle, handle.latest, keys)
+            return self._pin(entry, selector, context), handle.latest, encoded
+        pinned = self._pin(entry, selector, context)
+        schema = handle.schema_at(pinned.epoch)
+        return pinned, schema, self._keys(handle, schema, keys)
+
+    def _keys(self, handle: StoreHandle, schema: StoreSchema, keys: Sequence[pb.Row]) -> list[bytes]:
+        """The store encoding of each request key, checked against ``schema``'s key."""
+        encoded = self._codecs.of(handle, schema)[0].encode_all(keys)
         longest = max(map(len, encoded), default=0)
         if longest > MAX_KEY_BYTES:
             raise BadRequest(f"key is {longest} bytes; the limit is {MAX_KEY_BYTES}")
         return encoded
 
-    def _records(self, handle: StoreHandle, keys: Sequence[pb.Row], found: list[bytes | None]) -> list[bytes]:
+    def _records(
+        self, handle: StoreHandle, schema: StoreSchema, keys: Sequence[pb.Row], found: list[bytes | None]
+    ) -> list[bytes]:
         """One serialized ``Record`` per request key: the stored one, or "absent" with the key."""
         if None not in found:
             return cast(list[bytes], found)
-        keys_of, records = self._codecs.of(handle)
+        keys_of, records = self._codecs.of(handle, schema)
         return [
             records.absent(keys_of.canonical(key)) if payload is None else payload
             for key, payload in zip(keys, found, strict=True)
@@ -158,10 +193,9 @@ class EpochStateService:
         """A serialized ``GetResponse``."""
         entry, handle = self._handle(request.store)
         keys = [request.key]
-        encoded = self._keys(handle, keys)
-        pinned = self._pin(entry, request.epoch, context)
+        pinned, schema, encoded = self._pinned_keys(entry, handle, keys, request.epoch, context)
         found = pinned.view.payloads(handle.descriptor.store_id, encoded, pinned.epoch)
-        return response_bytes(pinned.epoch, self._records(handle, keys, found))
+        return response_bytes(pinned.epoch, self._records(handle, schema, keys, found))
 
     @_domain_errors
     def MultiGet(self, request: pb.MultiGetRequest, context: grpc.ServicerContext) -> bytes:
@@ -170,10 +204,9 @@ class EpochStateService:
         keys = request.keys
         if len(keys) > MAX_KEYS_PER_CALL:
             raise BadRequest(f"{len(keys)} keys in one call; the limit is {MAX_KEYS_PER_CALL}")
-        encoded = self._keys(handle, keys)
-        pinned = self._pin(entry, request.epoch, context)
+        pinned, schema, encoded = self._pinned_keys(entry, handle, keys, request.epoch, context)
         found = pinned.view.payloads(handle.descriptor.store_id, encoded, pinned.epoch)
-        return response_bytes(pinned.epoch, self._records(handle, keys, found))
+        return response_bytes(pinned.epoch, self._records(handle, schema, keys, found))
 
     @_domain_errors
     def Scan(self, request: pb.ScanRequest, context: grpc.ServicerContext) -> bytes:
@@ -190,16 +223,12 @@ class EpochStateService:
             token_epoch = _TOKEN.unpack_from(request.page_token)[0]
             after = request.page_token[_TOKEN.size :]
             selector = pb.EpochSelector(exact=token_epoch)
-        schema = handle.key_schema
-        prefix = keycodec.encode_fields(key_from_proto(request.prefix, schema, partial=True))
-        lower, upper = prefix, layout.prefix_end(prefix) if prefix else None
-        if request.HasField("start"):
-            start = keycodec.encode_fields(key_from_proto(request.start, schema, partial=True))
-            lower = max(lower, start)
-        if request.HasField("end"):
-            end = keycodec.encode_fields(key_from_proto(request.end, schema, partial=True))
-            upper = end if upper is None else min(upper, end)
-        pinned = self._pin(entry, selector, context)
+        if len(handle.schemas) == 1:
+            lower, upper = _scan_bounds(request, handle.latest)
+            pinned = self._pin(entry, selector, context)
+        else:
+            pinned = self._pin(entry, selector, context)
+            lower, upper = _scan_bounds(request, handle.schema_at(pinned.epoch))
         versions = pinned.view.scan(handle.descriptor.store_id, pinned.epoch, lower, upper, limit, after)
         token = b""
         if len(versions) == limit:
@@ -243,6 +272,15 @@ class EpochStateService:
                     key_schema=_schema(handle.key_schema),
                     value_schema=_schema(handle.value_schema),
                     kind=handle.descriptor.kind,
+                    schema_first_epoch=handle.latest.first_epoch,
+                    earlier_schemas=[
+                        pb.SchemaVersion(
+                            first_epoch=s.first_epoch,
+                            key_schema=_schema(s.key),
+                            value_schema=_schema(s.value),
+                        )
+                        for s in handle.schemas[:-1]
+                    ],
                 )
             )
         return pb.DescribeJobResponse(summary=self._summary(entry), operators=list(operators.values()))

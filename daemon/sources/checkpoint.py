@@ -245,6 +245,17 @@ class Checkpoint:
         path = self.root / "state" / str(operator_id) / str(partition)
         return path if store == DEFAULT_STORE else path / store
 
+    def store_schema_written_ns(self, operator_id: int, store: str = DEFAULT_STORE) -> int | None:
+        """When the store's schema file was last written (mtime, ns); None if it has none.
+
+        Spark writes it when a query run first plans the store, before that run's
+        first epoch commits, so it tells which epochs a rewritten schema applies to.
+        """
+        try:
+            return (self.store_dir(operator_id, 0, store) / METADATA_DIR / "schema").stat().st_mtime_ns
+        except FileNotFoundError:
+            return None
+
     def store_schema(self, operator_id: int, store: str = DEFAULT_STORE) -> tuple[StructType, StructType]:
         """``(key schema, value schema)`` of a store, from partition 0's schema file;
         for a transformWithState state variable, as :mod:`statevars` serves it.

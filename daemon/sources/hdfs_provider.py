@@ -101,6 +101,13 @@ class HdfsStoreReader:
         """Whether every partition has its ``<version>.delta`` (so :meth:`changes` can run)."""
         return all(self._path(p, version, DELTA).is_file() for p in range(self.num_partitions))
 
+    def has_full(self, version: int) -> bool:
+        """Whether every partition has a usable ``<version>.snapshot``."""
+        return all(
+            self._path(p, version, SNAPSHOT).is_file() and not self._stale(p, version)
+            for p in range(self.num_partitions)
+        )
+
     def partition_changes(self, partition: int, version: int) -> Iterator[StateChange]:
         """The changes version ``version`` made in one partition: each changed key once,
         with its last operation, in the order keys were first touched.

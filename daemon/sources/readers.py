@@ -37,6 +37,11 @@ class StoreReader(Protocol):
         """Whether :meth:`changes` of ``version`` can be read from every partition's files."""
         ...
 
+    def has_full(self, version: int) -> bool:
+        """Whether every partition has a snapshot of ``version`` itself, so
+        :meth:`full_state` of it reads no file of an earlier version."""
+        ...
+
     def changes(self, version: int) -> Iterator[StateChange]:
         """The changes ``version`` made: per partition, each changed key once with its
         last operation (``value is None``: removed)."""

@@ -122,6 +122,10 @@ class RocksDBStoreReader:
         (none needed for version 1) and ``version``."""
         return self._files.has_delta(version, self.num_partitions)
 
+    def has_full(self, version: int) -> bool:
+        """Whether every partition has a usable ``<version>.zip``."""
+        return self._files.has_full(version, self.num_partitions)
+
     def partition_changes(self, partition: int, version: int) -> Iterator[StateChange]:
         """The changes version ``version`` made in one partition: each changed key once,
         with its last operation. From the version's changelog, keys in the order they

@@ -227,3 +227,10 @@ class StoreDirectory:
             if version > 1 and not self.path(p, version - 1, ZIP).is_file():
                 return False
         return True
+
+    def has_full(self, version: int, num_partitions: int) -> bool:
+        """Whether every partition has a usable (not stale) ``<version>.zip``, so the
+        version can be loaded whole without any earlier file."""
+        return all(
+            self.path(p, version, ZIP).is_file() and not self.stale(p, version) for p in range(num_partitions)
+        )

@@ -128,6 +128,9 @@ class StateVariableReader:
     def has_delta(self, version: int) -> bool:
         return self._store.files.has_delta(version, self.num_partitions)
 
+    def has_full(self, version: int) -> bool:
+        return self._store.files.has_full(version, self.num_partitions)
+
     def partition_changes(self, partition: int, version: int) -> Iterator[StateChange]:
         """The variable's changes in one partition at ``version``: each touched key
         once, with its value at ``version`` or as a removal.

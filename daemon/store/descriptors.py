@@ -29,7 +29,9 @@ class JobDescriptor:
 class StoreDescriptor:
     """One named store of one stateful operator of a job, with its schemas.
 
-    Schemas are Spark's JSON forms (``DataType.json``) of the key and value structs.
+    Schemas are Spark's JSON forms (``DataType.json``) of the key and value structs:
+    the schema the store was first seen with, in force from ``first_epoch`` until the
+    first of the store's later :class:`SchemaVersion` records.
     """
 
     store_id: int
@@ -42,6 +44,7 @@ class StoreDescriptor:
     value_schema_json: str
     # A transformWithState state variable's kind (value, list, map, timers); "" otherwise.
     kind: str = ""
+    first_epoch: int = 0
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -49,6 +52,33 @@ class StoreDescriptor:
     @classmethod
     def from_json(cls, raw: bytes) -> StoreDescriptor:
         return cls(**json.loads(raw))
+
+    @property
+    def first_schema(self) -> SchemaVersion:
+        return SchemaVersion(self.first_epoch, self.key_schema_json, self.value_schema_json)
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaVersion:
+    """A store's key and value schemas (Spark JSON) in force from ``first_epoch`` on,
+    until the next version's first epoch. Written with the epoch that introduces it."""
+
+    first_epoch: int
+    key_schema_json: str
+    value_schema_json: str
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> SchemaVersion:
+        return cls(**json.loads(raw))
+
+    def same_schemas(self, other: SchemaVersion) -> bool:
+        return (self.key_schema_json, self.value_schema_json) == (
+            other.key_schema_json,
+            other.value_schema_json,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,11 @@ _SIGN = 1 << 63
 _MASK64 = (1 << 64) - 1
 
 
+_STRING_HEAD = bytes((_STRING,))
+_INT_HEAD = bytes((_INT,))
+_TERMINATOR = b"\x00\x00"
+
+
 class KeyCodecError(ValueError):
     """A value outside the model, or bytes that are not a valid encoding."""
 
@@ -125,10 +130,19 @@ def encode_fields(fields: Sequence[Any]) -> bytes:
     Encoding the first ``n`` fields of a key yields a prefix of the full key's
     encoding; that is what prefix scans rely on.
     """
-    out = bytearray()
+    parts: list[bytes] = []
     for item in fields:
-        _encode_into(out, item)
-    return bytes(out)
+        # Strings and integers are most keys: encoded here without the general dispatch.
+        kind = type(item)
+        if kind is str:
+            parts.append(_STRING_HEAD + item.encode("utf-8").replace(b"\x00", b"\x00\xff") + _TERMINATOR)
+        elif kind is int and -_SIGN <= item < _SIGN:
+            parts.append(_INT_HEAD + _U64.pack(item + _SIGN))
+        else:
+            out = bytearray()
+            _encode_into(out, item)
+            parts.append(bytes(out))
+    return b"".join(parts)
 
 
 _INT_HEAD = bytes((_INT,))

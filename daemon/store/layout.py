@@ -14,6 +14,8 @@ key                                        value
 ``p`` job_id                               progress: newest, oldest epoch
 ``J`` job name                             job descriptor (JSON)
 ``S`` store_id                             store descriptor (JSON)
+``s`` store_id first_epoch                 a later schema version of the store (JSON)
+``u`` job_id epoch                         an epoch that will never be served: why
 =========================================  =======================================
 
 ``~epoch`` is ``2**64 - 1 - epoch``, so a key's newest version comes first and
@@ -30,6 +32,8 @@ EPOCH = b"e"
 PROGRESS = b"p"
 JOB = b"J"
 STORE = b"S"
+SCHEMA = b"s"
+UNAVAILABLE = b"u"
 
 _ID = struct.Struct(">I")
 _EPOCH = struct.Struct(">Q")
@@ -103,6 +107,22 @@ def job_key(name: str) -> bytes:
 
 def store_key(store_id: int) -> bytes:
     return STORE + _ID.pack(store_id)
+
+
+def schema_prefix(store_id: int) -> bytes:
+    return SCHEMA + _ID.pack(store_id)
+
+
+def schema_key(store_id: int, first_epoch: int) -> bytes:
+    return SCHEMA + _ID.pack(store_id) + _EPOCH.pack(first_epoch)
+
+
+def unavailable_prefix(job_id: int) -> bytes:
+    return UNAVAILABLE + _ID.pack(job_id)
+
+
+def unavailable_key(job_id: int, epoch: int) -> bytes:
+    return UNAVAILABLE + _ID.pack(job_id) + _EPOCH.pack(epoch)
 
 
 def live_value(payload: bytes) -> bytes:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -33,6 +33,7 @@ from epochstate.daemon.store.descriptors import (
     EpochRecord,
     JobDescriptor,
     JobProgress,
+    SchemaVersion,
     StoreDescriptor,
 )
 from epochstate.daemon.store.errors import StoreClosed, UnknownJob
@@ -232,6 +233,13 @@ class VersionedStore:
             self.db.put(layout.job_key(name), descriptor.to_json())
             return descriptor
 
+    def set_provider(self, job: JobDescriptor, provider: str) -> JobDescriptor:
+        """Record which state store provider writes the job's state (known from its first epoch)."""
+        with self._lock:
+            descriptor = JobDescriptor(job.name, job.job_id, job.checkpoint, job.query_id, provider)
+            self.db.put(layout.job_key(job.name), descriptor.to_json())
+            return descriptor
+
     def stores(self, job: str) -> list[StoreDescriptor]:
         found = [StoreDescriptor.from_json(v) for _, v in self._scan_prefix(layout.STORE)]
         return [s for s in found if s.job == job]
@@ -246,7 +254,9 @@ class VersionedStore:
         key_schema_json: str,
         value_schema_json: str,
         kind: str = "",
+        first_epoch: int = 0,
     ) -> StoreDescriptor:
+        """Record a store with the schemas it is first seen with, in force from ``first_epoch``."""
         with self._lock:
             all_stores = [StoreDescriptor.from_json(v) for _, v in self._scan_prefix(layout.STORE)]
             descriptor = StoreDescriptor(
@@ -259,9 +269,23 @@ class VersionedStore:
                 key_schema_json,
                 value_schema_json,
                 kind,
+                first_epoch,
             )
             self.db.put(layout.store_key(descriptor.store_id), descriptor.to_json())
             return descriptor
+
+    def schema_versions(self, store: StoreDescriptor) -> list[SchemaVersion]:
+        """Every schema version of ``store``, oldest first (the first is the descriptor's)."""
+        found = self._scan_prefix(layout.schema_prefix(store.store_id))
+        later = [SchemaVersion.from_json(v) for _, v in found]
+        return [store.first_schema, *later]
+
+    def unavailable(self, job_id: int) -> dict[int, str]:
+        """Committed epochs that were skipped because their state could not be read, with why."""
+        return {
+            layout.epoch_of_epoch_key(k): v.decode("utf-8", "replace")
+            for k, v in self._scan_prefix(layout.unavailable_prefix(job_id))
+        }
 
     def progress(self, job_id: int) -> JobProgress:
         return self.view().progress(job_id)
@@ -292,12 +316,17 @@ class VersionedStore:
         record: EpochRecord,
         *,
         fresh: bool = False,
+        schemas: Sequence[tuple[int, SchemaVersion]] = (),
+        unavailable: Mapping[int, str] | None = None,
     ) -> ApplyResult:
         """Write one epoch's changes, its record and the progress marker atomically.
 
         ``fresh`` says the job has no versions yet (a full-state load), which skips
-        the look-up of superseded versions. Epochs must be applied in increasing
-        order; re-applying the newest epoch is a no-op.
+        the look-up of superseded versions. ``schemas`` are (store id, version) pairs
+        this epoch introduces; ``unavailable`` are the skipped epochs before it (never
+        to be served) with their reasons: both are written in the same batch.
+        Epochs must be applied in increasing order; re-applying the newest epoch is a
+        no-op.
         """
         db = self.db
         current = self.progress(job.job_id)
@@ -307,34 +336,49 @@ class VersionedStore:
         it = None if fresh else db.iter()
         written = 0
         # Last change per key wins; a key may change several times in one epoch.
-        latest: dict[tuple[int, bytes], Change] = {}
+        latest: dict[tuple[int, bytes], bytes | None] = {}
+        encode = keycodec.encode_fields
         for change in changes:
-            latest[(change.store_id, keycodec.encode_fields(change.key))] = change
+            latest[(change.store_id, encode(change.key))] = change.payload
+        # The hot loop of ingest: byte prefixes are computed once, not per key.
+        suffix = layout.epoch_suffix(epoch)
+        garbage = layout.garbage_key(job.job_id, epoch, b"")
+        put = batch.put
+        prefixes: dict[int, bytes] = {}
+        live, tombstone = layout.LIVE, layout.TOMBSTONE
         # Sorted: the seeks below then move forward through the keyspace.
-        for (store_id, encoded_key), change in sorted(latest.items()):
-            key = layout.data_key(store_id, encoded_key, epoch)
+        for (store_id, encoded_key), payload in sorted(latest.items()):
+            prefix = prefixes.get(store_id)
+            if prefix is None:
+                prefix = prefixes[store_id] = layout.data_prefix(store_id)
+            head = prefix + encoded_key
+            key = head + suffix
             previous: bytes | None = None
             previous_live = False
             if it is not None:
                 it.seek(key)  # the newest version older than `epoch` sorts right after
                 if it.valid():
                     raw = it.key()
-                    if len(raw) == len(key) and raw[: -layout.EPOCH_WIDTH] == key[: -layout.EPOCH_WIDTH]:
+                    if len(raw) == len(key) and raw.startswith(head):
                         previous = raw
-                        previous_live = it.value()[:1] == layout.LIVE
-            if change.payload is None and not previous_live:
-                continue  # removing an absent key changes nothing
+                        previous_live = it.value().startswith(live)
+            if payload is None:
+                if not previous_live:
+                    continue  # removing an absent key changes nothing
+                put(key, tombstone)
+                put(garbage + key, b"")
+            else:
+                put(key, live + payload)
             if previous is not None:
                 # Readers at epochs before `epoch` still need it; none after.
-                batch.put(layout.garbage_key(job.job_id, epoch, previous), b"")
-            if change.payload is None:
-                batch.put(key, layout.TOMBSTONE)
-                batch.put(layout.garbage_key(job.job_id, epoch, key), b"")
-            else:
-                batch.put(key, layout.live_value(change.payload))
+                put(garbage + previous, b"")
             written += 1
         oldest = current.oldest if current.oldest >= 0 else epoch
         progress = JobProgress(epoch, oldest)
+        for store_id, schema in schemas:
+            batch.put(layout.schema_key(store_id, schema.first_epoch), schema.to_json())
+        for skipped, reason in (unavailable or {}).items():
+            batch.put(layout.unavailable_key(job.job_id, skipped), reason.encode("utf-8"))
         batch.put(layout.epoch_key(job.job_id, epoch), record.to_json())
         batch.put(layout.progress_key(job.job_id), layout.pack_progress(progress.newest, progress.oldest))
         self._write(batch)
@@ -363,6 +407,9 @@ class VersionedStore:
             if record.epoch >= oldest:
                 break
             batch.delete(layout.epoch_key(job.job_id, record.epoch))
+        for skipped in self.unavailable(job.job_id):
+            if skipped < oldest:
+                batch.delete(layout.unavailable_key(job.job_id, skipped))
         batch.put(layout.progress_key(job.job_id), layout.pack_progress(current.newest, oldest))
         self._write(batch)
         return reclaimed
@@ -375,7 +422,13 @@ class VersionedStore:
             assert end is not None
             self.db.delete_range(prefix, end)
             self.db.delete(layout.store_key(store.store_id))
-        for prefix in (layout.garbage_prefix(job.job_id), layout.epoch_prefix(job.job_id)):
+            for key, _ in list(self._scan_prefix(layout.schema_prefix(store.store_id))):
+                self.db.delete(key)
+        for prefix in (
+            layout.garbage_prefix(job.job_id),
+            layout.epoch_prefix(job.job_id),
+            layout.unavailable_prefix(job.job_id),
+        ):
             end = layout.prefix_end(prefix)
             assert end is not None
             self.db.delete_range(prefix, end)

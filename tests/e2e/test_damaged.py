@@ -1,4 +1,8 @@
-"""A damaged state file: the epoch is refused with its reason, everything else serves on."""
+"""A damaged state file: the epoch is refused with its reason, everything else serves on.
+
+Without a later snapshot ingest waits for a repair; with one it skips ahead: the
+epochs in between become unavailable for good and later epochs equal Spark's reader.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +14,37 @@ from typing import Any
 
 import pytest
 
-from epochstate.client import EpochDamaged, EpochNotReady
+from epochstate.client import EpochDamaged, EpochNotReady, EpochStateClient
+from tests.e2e.test_oracle import windowed, windowed_rows
 from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain, spark_state
 from tests.fixtures.streams import FileStream
 
 CHECKSUM_OFFSET = 17  # "LZ4Block", token, two lengths: the first block's checksum
+
+
+def _damage(path: Path) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[CHECKSUM_OFFSET] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+def _problems(client: EpochStateClient, job: str, count: int) -> dict[int, str]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = {p.epoch: p.reason for p in client.describe(job, refresh=True).problems}
+        if len(found) >= count:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {count} problems reported for {job}")
+
+
+def _scanned(client: EpochStateClient, job: str, epoch: int) -> dict[str, Any]:
+    return {
+        canon(lk.key): (plain(lk.key), plain(lk.value), lk.partition)
+        for lk in client.scan(job, epoch=epoch, page_size=3)
+    }
 
 
 def test_damaged_delta_is_reported_refused_and_recovered(
@@ -30,21 +58,19 @@ def test_damaged_delta_is_reported_refused_and_recovered(
     finally:
         stream.stop()
     assert stream.committed() == [0, 1, 2, 3]
+    for snapshot in checkpoint.glob("state/0/*/*.snapshot"):
+        if int(snapshot.stem) >= 3:
+            snapshot.unlink()  # no later version loads in full: ingest must wait for a repair
     damaged = checkpoint / "state" / "0" / "0" / "3.delta"  # version 3 = epoch 2
     original = tmp_path / "3.delta.orig"
     shutil.copy(damaged, original)
-    raw = bytearray(damaged.read_bytes())
-    raw[CHECKSUM_OFFSET] ^= 0xFF
-    damaged.write_bytes(bytes(raw))
+    _damage(damaged)
 
     daemon = daemon_factory({"dmg": str(checkpoint)})
     daemon.wait_for_epoch("dmg", 1)
     with daemon.client() as client:
-        deadline = time.monotonic() + 30
-        while not client.describe("dmg", refresh=True).problems and time.monotonic() < deadline:
-            time.sleep(0.1)
-        (problem,) = client.describe("dmg", refresh=True).problems
-        assert problem.epoch == 2 and "3.delta" in problem.reason
+        (problem,) = _problems(client, "dmg", 1).items()
+        assert problem[0] == 2 and "3.delta" in problem[1]
         assert client.get("dmg", ["u1"], epoch=1).epoch == 1  # earlier epochs serve on
         with pytest.raises(EpochDamaged, match=r"3\.delta"):
             client.get("dmg", ["u1"], epoch=2)
@@ -56,9 +82,71 @@ def test_damaged_delta_is_reported_refused_and_recovered(
         daemon.wait_for_epoch("dmg", 3, timeout=30)
         assert not client.describe("dmg", refresh=True).problems
         for epoch in range(4):
-            expected = spark_state(spark, checkpoint, epoch)
-            got = {
-                canon(lk.key): (plain(lk.key), plain(lk.value), lk.partition)
-                for lk in client.scan("dmg", epoch=epoch)
-            }
-            assert got == expected
+            assert _scanned(client, "dmg", epoch) == spark_state(spark, checkpoint, epoch)
+
+
+def _mtime(path: Path) -> int:
+    return path.stat().st_mtime_ns
+
+
+def _full_versions(checkpoint: Path, partitions: int) -> list[int]:
+    """Versions with a snapshot in every partition, not older than the delta beside it."""
+    found: list[int] = []
+    for snapshot in sorted(checkpoint.glob("state/0/0/*.snapshot"), key=lambda p: int(p.stem)):
+        v = int(snapshot.stem)
+        files = [checkpoint / "state" / "0" / str(p) / f"{v}.snapshot" for p in range(partitions)]
+        if all(f.is_file() and f.stat().st_mtime_ns >= _mtime(f.with_suffix(".delta")) for f in files):
+            found.append(v)
+    return found
+
+
+def test_damaged_epoch_is_skipped_when_a_later_snapshot_loads_in_full(
+    spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    # Windows fall behind the watermark, so epochs remove keys: the epoch after the
+    # gap must remove what the skipped epochs removed.
+    checkpoint = tmp_path / "cp"
+    build_schema = "k long, s string, v double, ts timestamp"
+    stream = FileStream(spark, tmp_path / "in", checkpoint, windowed, build_schema, "update").start()
+    damaged_version = None
+    try:
+        for batch in range(12):
+            stream.feed(windowed_rows(batch))
+            time.sleep(0.5)  # let maintenance write snapshots
+            full = _full_versions(checkpoint, 2)
+            # A delta to damage (its version not loadable in full, nor the one before)
+            # with a snapshot of a later version in every partition.
+            candidates = [v for v in range(3, max(full, default=0)) if v not in full and v - 1 not in full]
+            if candidates and batch >= 4:
+                damaged_version = candidates[0]
+                break
+    finally:
+        stream.stop()
+    assert damaged_version is not None, "Spark wrote no snapshots to skip ahead to"
+    committed = stream.committed()
+    resume = min(v for v in _full_versions(checkpoint, 2) if v > damaged_version) - 1
+    gap = list(range(damaged_version - 1, resume))
+    _damage(checkpoint / "state" / "0" / "0" / f"{damaged_version}.delta")
+    expected = {e: spark_state(spark, checkpoint, e) for e in committed if e not in gap}
+    assert any(set(expected[a]) - set(expected[b]) for a in expected for b in expected if a < b)
+
+    key = next(key for state in expected.values() for key, _, _ in state.values())
+    daemon = daemon_factory({"skip": str(checkpoint)})
+    daemon.wait_for_epoch("skip", committed[-1], timeout=60)
+    with daemon.client() as client:
+        problems = {p.epoch: p.reason for p in client.describe("skip", refresh=True).problems}
+        assert sorted(problems) == gap
+        assert f"{damaged_version}.delta" in problems[gap[0]]
+        for epoch in gap:
+            with pytest.raises(EpochDamaged):
+                client.get("skip", key, epoch=epoch)
+        for epoch, state in expected.items():
+            assert _scanned(client, "skip", epoch) == state, f"epoch {epoch}"
+    daemon.stop()
+
+    daemon.start()  # the unavailable epochs are remembered
+    with daemon.client() as client:
+        assert sorted(p.epoch for p in client.describe("skip", refresh=True).problems) == gap
+        with pytest.raises(EpochDamaged, match=f"{damaged_version}.delta"):
+            client.get("skip", key, epoch=gap[0])
+        assert _scanned(client, "skip", resume) == expected[resume]

@@ -571,6 +571,8 @@ class StoreInfo(_message.Message):
     KEY_SCHEMA_FIELD_NUMBER: _builtins.int
     VALUE_SCHEMA_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
+    SCHEMA_FIRST_EPOCH_FIELD_NUMBER: _builtins.int
+    EARLIER_SCHEMAS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """A store of the operator; for transformWithState, a state variable's name, or
     "$timers" for its registered timers.
@@ -580,10 +582,20 @@ class StoreInfo(_message.Message):
     """What a transformWithState store holds: "value", "list", "map" or "timers";
     empty for every other operator's stores.
     """
+    schema_first_epoch: _builtins.int
     @_builtins.property
-    def key_schema(self) -> Global___Schema: ...
+    def key_schema(self) -> Global___Schema:
+        """The newest schemas, in force from schema_first_epoch on."""
+
     @_builtins.property
     def value_schema(self) -> Global___Schema: ...
+    @_builtins.property
+    def earlier_schemas(self) -> _containers.RepeatedCompositeFieldContainer[Global___SchemaVersion]:
+        """Schemas in force before, oldest first: a read at an epoch uses the version
+        with the greatest first_epoch <= that epoch (keys are checked against it and
+        values come back in its shape).
+        """
+
     def __init__(
         self,
         *,
@@ -592,14 +604,43 @@ class StoreInfo(_message.Message):
         key_schema: Global___Schema | None = ...,
         value_schema: Global___Schema | None = ...,
         kind: _builtins.str = ...,
+        schema_first_epoch: _builtins.int = ...,
+        earlier_schemas: _abc.Iterable[Global___SchemaVersion] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["key_schema", b"key_schema", "value_schema", b"value_schema"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_schema", b"key_schema", "kind", b"kind", "name", b"name", "num_partitions", b"num_partitions", "value_schema", b"value_schema"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["earlier_schemas", b"earlier_schemas", "key_schema", b"key_schema", "kind", b"kind", "name", b"name", "num_partitions", b"num_partitions", "schema_first_epoch", b"schema_first_epoch", "value_schema", b"value_schema"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StoreInfo: _TypeAlias = StoreInfo  # noqa: Y015
+
+@_typing.final
+class SchemaVersion(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_EPOCH_FIELD_NUMBER: _builtins.int
+    KEY_SCHEMA_FIELD_NUMBER: _builtins.int
+    VALUE_SCHEMA_FIELD_NUMBER: _builtins.int
+    first_epoch: _builtins.int
+    @_builtins.property
+    def key_schema(self) -> Global___Schema: ...
+    @_builtins.property
+    def value_schema(self) -> Global___Schema: ...
+    def __init__(
+        self,
+        *,
+        first_epoch: _builtins.int = ...,
+        key_schema: Global___Schema | None = ...,
+        value_schema: Global___Schema | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["key_schema", b"key_schema", "value_schema", b"value_schema"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_epoch", b"first_epoch", "key_schema", b"key_schema", "value_schema", b"value_schema"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SchemaVersion: _TypeAlias = SchemaVersion  # noqa: Y015
 
 @_typing.final
 class OperatorInfo(_message.Message):
@@ -651,7 +692,9 @@ class JobSummary(_message.Message):
     @_builtins.property
     def problems(self) -> _containers.RepeatedCompositeFieldContainer[Global___EpochProblem]:
         """Committed epochs that cannot be ingested (damaged or unsupported files).
-        Reads pinned to them fail with DATA_LOSS; ingest retries them.
+        Reads pinned to them fail with DATA_LOSS. Ingest retries them; once it has
+        skipped past them to a later version it could load in full, they stay
+        unavailable (until retention passes them).
         """
 
     def __init__(

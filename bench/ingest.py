@@ -1,0 +1,255 @@
+"""Ingest throughput per provider and freshness, against baselines measured in the same run.
+
+    python bench/ingest.py [--keys 100000] [--epochs 6] [--changed 10000] [--profile hdfs]
+
+For each state store provider (HDFS-backed; RocksDB with changelog checkpointing;
+RocksDB with snapshots only) Spark builds an aggregation state (``--keys`` string
+keys at epoch 0, then ``--changed`` keys per later epoch). Then, on one thread of
+this process:
+
+(a) decode: our reader alone, the whole state of the newest version (the floor);
+(b) ingest, full load: epoch 0 into a fresh store (decode + record encoding + write);
+(c) ingest, per epoch: each later epoch's changes (delta, changelog, or the
+    difference of two snapshots);
+(d) Spark's own statestore reader reading the newest version (2 tasks).
+
+(e) freshness: a real daemon follows a RocksDB changelog query with the listener
+attached; from the mtime of ``commits/<n>`` to the epoch being queryable.
+``--profile <provider>`` prints the cProfile of (b) for that provider.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ["TZ"] = "UTC"
+time.tzset()
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from epochstate.client import EpochStateClient  # noqa: E402
+from epochstate.client.local_daemon import LocalDaemon  # noqa: E402
+from epochstate.daemon.ingest.follower import EpochPublisher, JobFollower  # noqa: E402
+from epochstate.daemon.runtime import NoRegistry  # noqa: E402
+from epochstate.daemon.store.versioned import VersionedStore  # noqa: E402
+
+_ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+_HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+PROVIDERS: dict[str, dict[str, str]] = {
+    "hdfs": {"spark.sql.streaming.stateStore.providerClass": _HDFS},
+    "rocksdb changelog": {
+        "spark.sql.streaming.stateStore.providerClass": _ROCKSDB,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    },
+    "rocksdb snapshot": {
+        "spark.sql.streaming.stateStore.providerClass": _ROCKSDB,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false",
+    },
+}
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+class Query:
+    """An aggregation (orders and total per user) fed one JSON file per batch."""
+
+    def __init__(self, spark: Any, workdir: Path, conf: dict[str, str], name: str = "bench") -> None:
+        from pyspark.sql import functions as F
+
+        for key, value in conf.items():
+            spark.conf.set(key, value)
+        self.source = workdir / "in"
+        self.source.mkdir(parents=True)
+        self.checkpoint = workdir / "cp"
+        frame = spark.readStream.format("json").schema("user string, amount long").load(str(self.source))
+        self.query = (
+            frame.groupBy("user")
+            .agg(F.count("*").alias("orders"), F.sum("amount").alias("total"))
+            .writeStream.format("noop")
+            .outputMode("update")
+            .queryName(name)
+            .option("checkpointLocation", str(self.checkpoint))
+            .start()
+        )
+        self.batches = 0
+
+    def feed(self, users: range | list[int]) -> None:
+        path = self.source / f"{self.batches:05d}.json"
+        tmp = self.source / f".{self.batches:05d}.tmp"
+        amount = self.batches
+        tmp.write_text("".join(json.dumps({"user": f"user-{u:08d}", "amount": amount}) + "\n" for u in users))
+        tmp.rename(path)
+        self.batches += 1
+        self.query.processAllAvailable()
+
+    def stop(self) -> None:
+        self.query.stop()
+
+
+def changed_users(epoch: int, keys: int, changed: int) -> list[int]:
+    step = max(1, keys // changed)
+    return [(i * step + epoch) % keys for i in range(changed)]
+
+
+def rate(rows: int, seconds: float) -> str:
+    return f"{rows / seconds:,.0f}"
+
+
+def measure_provider(
+    spark: Any, workdir: Path, name: str, args: argparse.Namespace, rows: list[tuple[str, ...]]
+) -> None:
+    query = Query(spark, workdir, PROVIDERS[name])
+    try:
+        for epoch in range(args.epochs):
+            query.feed(range(args.keys) if epoch == 0 else changed_users(epoch, args.keys, args.changed))
+    finally:
+        query.stop()
+    last = args.epochs - 1
+    publisher: EpochPublisher = NoRegistry()
+    store = VersionedStore(workdir / "store")
+    follower = JobFollower("bench", str(query.checkpoint), store, publisher, 1000, scratch_dir=workdir)
+    # (a) our reader alone.
+    follower._discover_stores(last)
+    ((_, handle),) = follower.entry.stores.items()
+    reader = follower._reader(handle, handle.latest, last)
+    started = time.perf_counter()
+    decoded = sum(1 for _ in reader.full_state(last + 1))
+    rows.append(
+        (name, "(a) decode, our reader (floor)", f"{decoded:,}", rate(decoded, time.perf_counter() - started))
+    )
+    # (b) full load of epoch 0, (c) every later epoch.
+    profile = cProfile.Profile() if args.profile == name else None
+    started = time.perf_counter()
+    if profile:
+        profile.enable()
+    first = follower.step()
+    if profile:
+        profile.disable()
+    assert first is not None and first.epoch == 0
+    rows.append(
+        (
+            name,
+            "(b) ingest, full load",
+            f"{first.versions_written:,}",
+            rate(first.versions_written, first.seconds),
+        )
+    )
+    written, seconds = 0, 0.0
+    while (stats := follower.step()) is not None:
+        written += stats.versions_written
+        seconds += stats.seconds
+    rows.append((name, f"(c) ingest, {last} epochs", f"{written:,}", rate(written, seconds)))
+    store.close()
+    # (d) Spark's reader, forced to decode every row of the newest version.
+    started = time.perf_counter()
+    frame = spark.read.format("statestore").option("batchId", last).load(str(query.checkpoint))
+    frame.write.format("noop").mode("overwrite").save()
+    spark_seconds = time.perf_counter() - started
+    rows.append((name, "(d) Spark statestore reader", f"{decoded:,}", rate(decoded, spark_seconds)))
+    if profile:
+        pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(18)
+    for key in PROVIDERS[name]:
+        spark.conf.unset(key)
+
+
+def measure_freshness(spark: Any, workdir: Path, args: argparse.Namespace) -> tuple[float, float, int]:
+    from epochstate.spark_plugin import attach
+
+    daemon = LocalDaemon(workdir / "daemon", {}, extra_args=["--retention-epochs", "1000"]).start()
+    reporter = attach(spark, daemon.target, checkpoints={"fresh": str(workdir / "cp")})
+    try:
+        query = Query(spark, workdir, PROVIDERS["rocksdb changelog"], name="fresh")
+        try:
+            for epoch in range(args.fresh_epochs):
+                query.feed(range(args.keys) if epoch == 0 else changed_users(epoch, args.keys, args.changed))
+        finally:
+            query.stop()
+        with EpochStateClient(daemon.target, timeout=120) as client:
+            client.wait_for("fresh", args.fresh_epochs - 1, timeout=120)
+            epochs = client.epochs("fresh")
+        lags = [(e.ingested_at_ms - e.committed_at_ms) / 1000 for e in epochs if e.epoch > 0]
+        p50, p99 = percentiles(lags)
+        return p50, p99, len(lags)
+    finally:
+        spark.streams.removeListener(reporter)
+        reporter.close()
+        daemon.stop()
+        for key in PROVIDERS["rocksdb changelog"]:
+            spark.conf.unset(key)
+
+
+def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--changed", type=int, default=10_000)
+    parser.add_argument("--fresh-epochs", type=int, default=12)
+    parser.add_argument("--providers", default=",".join(PROVIDERS))
+    parser.add_argument("--profile", choices=sorted(PROVIDERS), default=None)
+    args = parser.parse_args(argv)
+
+    from pyspark.sql import SparkSession
+
+    workdir = Path(tempfile.mkdtemp(prefix="epochstate-bench-ingest-"))
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    rows: list[tuple[str, ...]] = []
+    try:
+        for name in args.providers.split(","):
+            print(f"building and ingesting: {name} ...", file=sys.stderr)
+            measure_provider(spark, workdir / name.replace(" ", "-"), name, args, rows)
+        print("freshness: rocksdb changelog, daemon + listener ...", file=sys.stderr)
+        fresh_p50, fresh_p99, count = measure_freshness(spark, workdir / "fresh", args)
+    finally:
+        spark.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    print()
+    print(
+        f"state: {args.keys:,} string keys, {args.epochs} epochs, {args.changed:,} keys changed per later "
+        f"epoch; one thread; {os.cpu_count()} cores"
+    )
+    print_table(("provider", "measurement", "rows", "rows/s"), rows)
+    print()
+    print(
+        f"(e) freshness, commit -> queryable (rocksdb changelog, {count} epochs of {args.changed:,} changes):"
+    )
+    print(f"    p50 {fresh_p50:.3f} s, p99 {fresh_p99:.3f} s")
+    print()
+    print("targets:")
+    ingest = [r for r in rows if r[1].startswith("(b)") or r[1].startswith("(c)")]
+    worst = min(float(r[3].replace(",", "")) for r in ingest)
+    verdict = "met" if worst >= 100_000 else "NOT met"
+    print(f"  ingest >= 100,000 rows/s per core (slowest row): {worst:,.0f}  {verdict}")
+    verdict = "met" if fresh_p50 <= 0.5 else "NOT met"
+    print(f"  freshness p50 <= 0.5 s:                         {fresh_p50:.3f} s  {verdict}")
+
+
+if __name__ == "__main__":
+    main()
