@@ -3,7 +3,8 @@
 Each znode is read once and left with a watch; the cached answer stands until
 the watch fires (the znode or its children changed). When the connection is
 suspended or lost the cache is dropped, since watches may be lost with it.
-Subject epoch records are written once and stay cached (bounded).
+Subject epoch records are written once and stay cached (bounded), and so does
+each subject's writer.
 
 Every change a watch reports moves :attr:`SubjectView.generation` on and wakes
 :meth:`SubjectView.wait_for_change`, so a read waiting for a mapping entry wakes
@@ -60,6 +61,7 @@ class SubjectView:
         self._cache: dict[str, Any] = {}  # path -> data (bytes | None) or children (tuple[str, ...])
         self._watches: dict[str, _Watch] = {}
         self._epochs: OrderedDict[str, SubjectEpochRecord] = OrderedDict()
+        self._writers: dict[str, SubjectEpochRecord] = {}
         client.add_listener(self._on_state)
 
     # Reads.
@@ -74,14 +76,28 @@ class SubjectView:
         data = self._data(path)
         return None if data is None else _decoded(path, data, SubjectSourceRecord.decode)
 
-    def first_epoch(self, topic: str) -> tuple[int, SubjectEpochRecord] | None:
-        """The lowest registered epoch of ``topic`` and its record (which names the writer)."""
-        names = self._children(self.layout.subject_epochs(topic))
-        epochs = sorted(e for name in names if (e := parse_epoch_name(name)) is not None)
-        for epoch in epochs:  # the lowest may be retired between listing and reading
-            record = self.epoch(topic, epoch)
+    def writer(self, topic: str) -> SubjectEpochRecord | None:
+        """The record of ``topic``'s lowest registered epoch, which names the writing job.
+
+        One query writes all epochs of a subject (the sink refuses another), so
+        the answer is cached for good once there is one; the epochs are listed
+        (not watched: they grow by one per writer batch) only until then.
+        """
+        with self._changed:
+            found = self._writers.get(topic)
+        if found is not None:
+            return found
+        with self._reading():
+            try:
+                names = wait(self.client.get_children_async(self.layout.subject_epochs(topic)), self.timeout)
+            except NoNodeError:
+                names = []
+        for epoch in sorted(e for name in names if (e := parse_epoch_name(name)) is not None):
+            record = self.epoch(topic, epoch)  # None: retired between listing and reading
             if record is not None:
-                return epoch, record
+                with self._changed:
+                    self._writers[topic] = record
+                return record
         return None
 
     def epoch(self, topic: str, epoch: int) -> SubjectEpochRecord | None:

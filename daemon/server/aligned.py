@@ -136,8 +136,8 @@ class SubjectAlignment:
         roles: dict[str, Role] = {}
         for topic in self.view.topics():
             source = self.view.source(topic, job)
-            first = self.view.first_epoch(topic)
-            writes = first is not None and first[1].written_by(job, query_id or None)
+            written = self.view.writer(topic)
+            writes = written is not None and written.written_by(job, query_id or None)
             if writes or source is not None:
                 roles[topic] = Role(job, topic, writes, source)
         return roles

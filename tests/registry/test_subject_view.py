@@ -35,7 +35,9 @@ def write_epochs(client: KazooClient, topic: str, epochs: range, writer: str, qu
         client.create(LAYOUT.subject_epoch(topic, k), record.encode(), makepath=True)
 
 
-def write_source(client: KazooClient, topic: str, reader: str, mapping: dict[int, int], mode: str = "aligned") -> None:
+def write_source(
+    client: KazooClient, topic: str, reader: str, mapping: dict[int, int], mode: str = "aligned"
+) -> None:
     path = LAYOUT.subject_source(topic, reader)
     data = SubjectSourceRecord(mode, mapping, 1).encode()  # type: ignore[arg-type]
     if client.exists(path):
