@@ -308,7 +308,7 @@ def test_cli_reads_at_the_aligned_epoch(chain: Chain) -> None:
     result = subprocess.run(
         [
             *(sys.executable, "-m", "epochstate.client.cli", "get", "orders", "alice"),
-            *("--aligned-with", f"enrich:1@{chain.topic}", "--json", "--target", chain.daemon.target),
+            *("--aligned-with", f"enrich:3@{chain.topic}", "--json", "--target", chain.daemon.target),
         ],
         capture_output=True,
         text=True,
@@ -318,7 +318,7 @@ def test_cli_reads_at_the_aligned_epoch(chain: Chain) -> None:
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
     assert (answer["epoch"], answer["key"], answer["value"]) == (
-        1,
+        3,
         {"user": "alice"},
-        {"orders": 2, "total": 17},
+        {"count": 4, "sum": 20},
     )
