@@ -1,6 +1,13 @@
 """The epochstate Python client and the ``epochstate`` command line."""
 
-from epochstate.client.client import EpochStateClient, JobDescription, Lookup, StoreSchema, selector
+from epochstate.client.client import (
+    AlignedWith,
+    EpochStateClient,
+    JobDescription,
+    Lookup,
+    StoreSchema,
+    selector,
+)
 from epochstate.client.errors import (
     DeadlineExceeded,
     EpochDamaged,
@@ -13,6 +20,7 @@ from epochstate.client.errors import (
 )
 
 __all__ = [
+    "AlignedWith",
     "DeadlineExceeded",
     "EpochDamaged",
     "EpochNotReady",

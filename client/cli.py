@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from epochstate.client.align_cli import align_app
-from epochstate.client.client import EpochArg, EpochStateClient, Lookup
+from epochstate.client.client import AlignedWith, EpochArg, EpochStateClient, Lookup
 from epochstate.client.errors import EpochStateClientError
 
 app = typer.Typer(
@@ -109,6 +109,15 @@ def _parse_position(text: str) -> dict[tuple[str, int], int]:
         raise _fail(f'--covers takes {{"<topic>": {{"<partition>": offset}}}}, got {text!r}', 2) from None
 
 
+def _parse_aligned(text: str) -> AlignedWith:
+    """``JOB:EPOCH`` or ``JOB:EPOCH@SUBJECT``."""
+    job, _, rest = text.rpartition(":")
+    epoch, _, subject = rest.partition("@")
+    if not job or not epoch.isdigit():
+        raise _fail(f"--aligned-with takes JOB:EPOCH (or JOB:EPOCH@SUBJECT), got {text!r}", 2)
+    return AlignedWith(job, int(epoch), subject)
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
@@ -159,6 +168,10 @@ def get(
         str | None,
         typer.Option(help='earliest epoch that has read this far: \'{"topic": {"0": 42}}\''),
     ] = None,
+    aligned_with: Annotated[
+        str | None,
+        typer.Option(help="the epoch aligned with epoch M of job B: 'B:M' (or 'B:M@SUBJECT')"),
+    ] = None,
     wait: WaitOpt = False,
     operator: OperatorOpt = 0,
     store: StoreOpt = "default",
@@ -169,6 +182,7 @@ def get(
     keys = [_parse_json(k, "key") for k in key]
     chosen = _parse_epoch(epoch)
     position = _parse_position(covers) if covers is not None else None
+    aligned = _parse_aligned(aligned_with) if aligned_with is not None else None
     with EpochStateClient(target, timeout=timeout) as client:
         lookups = _run(
             lambda: client.multi_get(
@@ -177,6 +191,7 @@ def get(
                 epoch=chosen,
                 at_least=at_least,
                 covers=position,
+                aligned_with=aligned,
                 wait=wait,
                 operator_id=operator,
                 store=store,

@@ -1,7 +1,8 @@
 """The Python client: epoch-pinned reads with typed results and typed errors.
 
-Every read names the epoch it wants (an exact epoch, ``"latest"``, or
-``at_least=n``) and every result says which epoch answered. UNAVAILABLE is
+Every read names the epoch it wants (an exact epoch, ``"latest"``, ``at_least=n``,
+``covers=position`` or ``aligned_with=(job, epoch)``) and every result says which
+epoch answered. UNAVAILABLE is
 retried with exponential back-off until the call's deadline;
 other errors raise the matching :mod:`epochstate.client.errors` exception.
 """
@@ -83,6 +84,17 @@ class JobDescription:
         raise InvalidArgument(f"job {self.job!r} has no store {operator_id}/{name} (known: {known})")
 
 
+@dataclass(frozen=True)
+class AlignedWith:
+    """ "The epoch aligned with ``epoch`` of job ``job``", through ``subject`` (a Kafka
+    topic) or, when it is empty, the one subject the two jobs share."""
+
+    job: str
+    epoch: int
+    subject: str = ""
+
+
+Aligned = AlignedWith | tuple[str, int]
 T = TypeVar("T")
 
 
@@ -92,9 +104,20 @@ def selector(
     at_least: int | None = None,
     wait: bool = False,
     covers: Mapping[tuple[str, int], int] | None = None,
+    aligned_with: Aligned | None = None,
 ) -> pb.EpochSelector:
-    """The EpochSelector for an ``epoch`` argument (int, "latest"), ``at_least``, or
-    ``covers`` ({(topic, partition): position}: the earliest epoch that has read that far)."""
+    """The EpochSelector for an ``epoch`` argument (int, "latest"), ``at_least``,
+    ``covers`` ({(topic, partition): position}: the earliest epoch that has read that far),
+    or ``aligned_with`` (``(job, epoch)`` or :class:`AlignedWith`: the epoch aligned
+    with that epoch of that job; see the README)."""
+    if aligned_with is not None:
+        if not isinstance(aligned_with, AlignedWith):
+            aligned_with = AlignedWith(*aligned_with)
+        return pb.EpochSelector(
+            aligned_with=pb.AlignedWith(
+                job=aligned_with.job, epoch=aligned_with.epoch, subject=aligned_with.subject
+            )
+        )
     if covers is not None:
         offsets = [pb.PartitionOffset(topic=t, partition=p, offset=o) for (t, p), o in covers.items()]
         return pb.EpochSelector(covers=pb.Position(offsets=offsets))
@@ -247,6 +270,7 @@ class EpochStateClient:
         at_least: int | None = None,
         wait: bool = False,
         covers: Mapping[tuple[str, int], int] | None = None,
+        aligned_with: Aligned | None = None,
         operator_id: int = 0,
         store: str = "default",
         timeout: float | None = None,
@@ -255,7 +279,7 @@ class EpochStateClient:
         request = pb.GetRequest(
             store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
             key=to_row(key, schema.at(_exact(epoch)).key),
-            epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers),
+            epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with),
         )
         response = self._call(self._stub.Get, request, timeout)
         return _lookup(response.epoch, response.record, schema.at(response.epoch))
@@ -269,6 +293,7 @@ class EpochStateClient:
         at_least: int | None = None,
         wait: bool = False,
         covers: Mapping[tuple[str, int], int] | None = None,
+        aligned_with: Aligned | None = None,
         operator_id: int = 0,
         store: str = "default",
         timeout: float | None = None,
@@ -278,11 +303,34 @@ class EpochStateClient:
         request = pb.MultiGetRequest(
             store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
             keys=[to_row(k, schema.at(_exact(epoch)).key) for k in keys],
-            epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers),
+            epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with),
         )
         response = self._call(self._stub.MultiGet, request, timeout)
         at = schema.at(response.epoch)
         return [_lookup(response.epoch, r, at) for r in response.records]
+
+    def pinned_epoch(
+        self,
+        job: str,
+        *,
+        aligned_with: Aligned | None = None,
+        covers: Mapping[tuple[str, int], int] | None = None,
+        at_least: int | None = None,
+        operator_id: int = 0,
+        store: str = "default",
+        timeout: float | None = None,
+    ) -> int:
+        """The queryable epoch of ``job`` a read with this selector would be pinned to.
+
+        Waits like the read would; raises what it would raise. Reads with
+        ``epoch=`` the returned epoch then give the same answers as reads with
+        the selector itself, and need no second resolution.
+        """
+        request = pb.MultiGetRequest(
+            store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
+            epoch=selector(at_least=at_least, covers=covers, aligned_with=aligned_with),
+        )
+        return int(self._call(self._stub.MultiGet, request, timeout).epoch)
 
     def scan(
         self,

@@ -26,6 +26,8 @@ from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
 from epochstate.daemon.ingest.loop import IngestLoop
+from epochstate.daemon.registry.subject_view import SubjectView
+from epochstate.daemon.server.aligned import SubjectAlignment
 from epochstate.daemon.server.handlers import add_to_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.service import EpochStateService
@@ -70,6 +72,7 @@ class Daemon:
         scratch = settings.data_dir / "scratch"
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
+        self.subjects: SubjectView | None = None  # set with a registry: aligned_with reads need it
         self.publisher: EpochPublisher = self._publisher()
         self.ingest = IngestLoop(
             self.store,
@@ -100,7 +103,10 @@ class Daemon:
             return NoRegistry()
         from epochstate.daemon.ingest.registry_publisher import RegistryPublisher
 
-        return RegistryPublisher.connect(self.settings, version=__version__)
+        publisher = RegistryPublisher.connect(self.settings, version=__version__)
+        # Aligned reads use the publisher's session: one ZooKeeper connection per daemon.
+        self.subjects = SubjectView(publisher.registry.client, self.settings.zookeeper_root)
+        return publisher
 
     def _ingested(self, job: str, stats: IngestStats) -> None:
         m = self.metrics
@@ -118,7 +124,8 @@ class Daemon:
         self.metrics.epoch_problems.labels(job).set(len(self.catalog.get(job).problems))
 
     def start(self) -> None:
-        service = EpochStateService(self.store, self.catalog, self.ingest)
+        alignment = None if self.subjects is None else SubjectAlignment(self.subjects)
+        service = EpochStateService(self.store, self.catalog, self.ingest, alignment)
         add_to_server(service, self.server, self.metrics)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
@@ -153,6 +160,8 @@ class Daemon:
             log.info("shutting down")
             self.health.enter_graceful_shutdown()
             self.catalog.close()  # wakes waiting reads; they fail UNAVAILABLE
+            if self.subjects is not None:
+                self.subjects.close()  # so do reads waiting for an aligned epoch
             self.server.stop(self.settings.shutdown_grace).wait()
             self.ingest.stop()
             self.store.close()

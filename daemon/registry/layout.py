@@ -6,6 +6,10 @@
     <root>/jobs/<job>                      checkpoint location, query id, operators
     <root>/jobs/<job>/epochs/<epoch>       written once: one committed epoch
     <root>/jobs/<job>/replicas/<node>      ephemeral: a node's newest and oldest epoch
+    <root>/subjects/<topic>/epochs/<k>     written once: subject epoch k's offset ranges
+    <root>/subjects/<topic>/sources/<job>  a job reading the subject: mode, its epochs -> subject epochs
+
+What the subject znodes hold: :mod:`epochstate.daemon.registry.subject_records`.
 
 Epoch znode names are the epoch zero-padded to 19 digits (every non-negative
 64-bit value fits), so ZooKeeper's lexical order is numeric order.
@@ -90,3 +94,22 @@ class Layout:
 
     def replica(self, job: str, node: str) -> str:
         return f"{self.replicas(job)}/{check_name('node', node)}"
+
+    @property
+    def subjects(self) -> str:
+        return f"{self._prefix}/subjects"
+
+    def subject(self, topic: str) -> str:
+        return f"{self.subjects}/{check_name('topic', topic)}"
+
+    def subject_epochs(self, topic: str) -> str:
+        return f"{self.subject(topic)}/epochs"
+
+    def subject_epoch(self, topic: str, epoch: int) -> str:
+        return f"{self.subject_epochs(topic)}/{epoch_name(epoch)}"
+
+    def subject_sources(self, topic: str) -> str:
+        return f"{self.subject(topic)}/sources"
+
+    def subject_source(self, topic: str, job: str) -> str:
+        return f"{self.subject_sources(topic)}/{check_name('job', job)}"

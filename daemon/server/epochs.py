@@ -6,12 +6,19 @@ the caller reads from. Errors say why no such epoch exists:
 * :class:`EpochRetired` — older than retention (OUT_OF_RANGE);
 * :class:`EpochNotReady` — not committed or not ingested yet (FAILED_PRECONDITION);
 * :class:`EpochWaitTimedOut` — waited until the deadline (DEADLINE_EXCEEDED);
-* :class:`EpochUnavailable` — committed, but its files cannot be read (DATA_LOSS).
+* :class:`EpochUnavailable` — committed, but its files cannot be read (DATA_LOSS);
+* :class:`NoSuchEpoch` — no epoch can ever satisfy the selector (FAILED_PRECONDITION).
+
+``aligned_with`` is resolved in two steps: the registry names the epoch
+(``AlignedEpochs``, :mod:`epochstate.daemon.server.aligned`), then it is read like
+``exact`` with ``wait``, within what is left of the same deadline.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Protocol
 
 from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry
@@ -148,20 +155,55 @@ def _range_text(p: JobProgress) -> str:
     return f"queryable epochs are {p.oldest}..{p.newest}"
 
 
+class AlignedEpochs(Protocol):
+    """Where ``aligned_with`` selectors are resolved: the subjects in ZooKeeper."""
+
+    def epoch_of(self, entry: JobEntry, aligned: pb.AlignedWith, timeout: float | None) -> int:
+        """The epoch of ``entry``'s job aligned with ``aligned`` (it may not be queryable yet)."""
+        ...
+
+
+def _resolve_aligned(
+    store: VersionedStore,
+    catalog: Catalog,
+    entry: JobEntry,
+    aligned: pb.AlignedWith,
+    timeout: float | None,
+    alignment: AlignedEpochs | None,
+) -> Pinned:
+    name = entry.descriptor.name
+    if alignment is None:
+        raise NoSuchEpoch(
+            f"aligned_with needs the subject registry, but this daemon runs without ZooKeeper "
+            f"(set zookeeper); cannot align job {name!r} with job {aligned.job!r}"
+        )
+    deadline = None if timeout is None else time.monotonic() + timeout
+    epoch = alignment.epoch_of(entry, aligned, timeout)
+    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+    try:
+        return resolve(store, catalog, entry, pb.EpochSelector(exact=epoch, wait=True), remaining)
+    except EpochError as error:
+        raise type(error)(f"(aligned with epoch {aligned.epoch} of job {aligned.job!r}) {error}") from error
+
+
 def resolve(
     store: VersionedStore,
     catalog: Catalog,
     entry: JobEntry,
     selector: pb.EpochSelector,
     timeout: float | None,
+    alignment: AlignedEpochs | None = None,
 ) -> Pinned:
     """Pin a read of ``entry`` to the epoch ``selector`` names, waiting if it allows.
 
     ``timeout`` is the time left until the call's deadline (None: no deadline).
+    ``alignment`` resolves ``aligned_with`` selectors (None: no ZooKeeper, they fail).
     """
     kind = selector.WhichOneof("kind") or "latest"
     if kind == "covers":
         return _resolve_covers(store, catalog, entry, selector.covers, timeout)
+    if kind == "aligned_with":
+        return _resolve_aligned(store, catalog, entry, selector.aligned_with, timeout, alignment)
     name = entry.descriptor.name
     job_id = entry.descriptor.job_id
     if kind in ("exact", "at_least") and getattr(selector, kind) < 0:

@@ -124,10 +124,17 @@ class _Codecs:
 class EpochStateService:
     """Epoch-pinned reads over the daemon's store."""
 
-    def __init__(self, store: VersionedStore, catalog: Catalog, ingest: IngestControl) -> None:
+    def __init__(
+        self,
+        store: VersionedStore,
+        catalog: Catalog,
+        ingest: IngestControl,
+        alignment: epochs.AlignedEpochs | None = None,
+    ) -> None:
         self._store = store
         self._catalog = catalog
         self._ingest = ingest
+        self._alignment = alignment
         self._codecs = _Codecs()
 
     # -- helpers -------------------------------------------------------------
@@ -139,7 +146,7 @@ class EpochStateService:
         if remaining is not None:
             # Answer before the deadline so the caller gets our reason, not a bare timeout.
             remaining = max(0.0, remaining - DEADLINE_MARGIN)
-        return epochs.resolve(self._store, self._catalog, entry, selector, remaining)
+        return epochs.resolve(self._store, self._catalog, entry, selector, remaining, self._alignment)
 
     def _handle(self, ref: pb.StoreRef) -> tuple[JobEntry, StoreHandle]:
         if not ref.job:

@@ -10,6 +10,7 @@ import grpc
 
 from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import JobNotFound, ShuttingDown, StoreNotFound
+from epochstate.daemon.registry.errors import InvalidRecord, RegistryUnavailable
 from epochstate.daemon.server.epochs import (
     BadSelector,
     EpochNotReady,
@@ -37,6 +38,9 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (EpochRetired, grpc.StatusCode.OUT_OF_RANGE),
     (EpochUnavailable, grpc.StatusCode.DATA_LOSS),
     (ShuttingDown, grpc.StatusCode.UNAVAILABLE),
+    # Reads that consult ZooKeeper (aligned_with): the client retries UNAVAILABLE.
+    (RegistryUnavailable, grpc.StatusCode.UNAVAILABLE),
+    (InvalidRecord, grpc.StatusCode.DATA_LOSS),
 )
 
 

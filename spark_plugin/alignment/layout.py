@@ -7,7 +7,9 @@
     <root>/subjects/<topic>/sources/<job>          a reading job: mode, its epochs -> subject epochs
 
 Epoch names are zero-padded to 19 digits like the registry's job epochs, so
-ZooKeeper's lexical order of children is numeric order.
+ZooKeeper's lexical order of children is numeric order. The paths are the
+registry's own (:class:`epochstate.daemon.registry.layout.Layout`), which the
+daemon reads; this class adds the checks of the data source's options.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from epochstate.daemon.registry.layout import DEFAULT_ROOT, EPOCH_DIGITS, MAX_EPOCH, parse_epoch_name
+from epochstate.daemon.registry.layout import DEFAULT_ROOT, EPOCH_DIGITS, MAX_EPOCH, Layout, parse_epoch_name
 from epochstate.spark_plugin.alignment.errors import InvalidOption, InvalidSubjectName
 
 __all__ = ["DEFAULT_ROOT", "SubjectLayout", "check_topic", "epoch_name", "parse_epoch_name"]
@@ -59,20 +61,24 @@ class SubjectLayout:
             raise InvalidOption(f"zookeeperRoot must be an absolute path without trailing '/': {root!r}")
 
     @property
+    def _paths(self) -> Layout:
+        return Layout(self.root)
+
+    @property
     def subjects(self) -> str:
-        return f"{'' if self.root == '/' else self.root}/subjects"
+        return self._paths.subjects
 
     def subject(self, topic: str) -> str:
-        return f"{self.subjects}/{check_topic(topic)}"
+        return self._paths.subject(check_topic(topic))
 
     def epochs(self, topic: str) -> str:
-        return f"{self.subject(topic)}/epochs"
+        return self._paths.subject_epochs(check_topic(topic))
 
     def epoch(self, topic: str, epoch: int) -> str:
         return f"{self.epochs(topic)}/{epoch_name(epoch)}"
 
     def sources(self, topic: str) -> str:
-        return f"{self.subject(topic)}/sources"
+        return self._paths.subject_sources(check_topic(topic))
 
     def source(self, topic: str, job: str) -> str:
-        return f"{self.sources(topic)}/{check_job(job)}"
+        return self._paths.subject_source(check_topic(topic), check_job(job))

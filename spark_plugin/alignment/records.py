@@ -1,23 +1,22 @@
 """What the subject znodes hold: a subject epoch's ranges, a source's mode, mapping, command and report.
 
-Payloads are canonical JSON (the registry's ``encode``): the same record always
-has the same bytes.
+The format itself is defined once, in :mod:`epochstate.daemon.registry.subject_records`
+(the daemon reads it too); these are its values as the sink and source use them.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from typing import Any
 
-from epochstate.daemon.registry.records import encode
+from epochstate.daemon.registry.errors import InvalidRecord
+from epochstate.daemon.registry.subject_records import MODES, Mode, SubjectEpochRecord, SubjectSourceRecord
 from epochstate.spark_plugin.alignment.commands import Command, Report
 from epochstate.spark_plugin.alignment.errors import CorruptSubjectRecord
 from epochstate.spark_plugin.kafka.ranges import OffsetRange
 
-Mode = Literal["aligned", "unaligned"]
-MODES: tuple[Mode, ...] = ("aligned", "unaligned")
+__all__ = ["MODES", "Mode", "SourceRecord", "SubjectEpoch"]
 
 
 @dataclass(frozen=True)
@@ -58,37 +57,31 @@ class SubjectEpoch:
         return {r.partition: r.end for r in self.ranges}
 
     def encode(self) -> bytes:
-        return encode(
-            {
-                "partitions": {str(r.partition): [r.start, r.end] for r in self.ranges},
-                "writer": self.writer,
-                "query_id": self.query_id,
-                "committed_at_ms": self.committed_at_ms,
-                "end_position": {str(p): o for p, o in sorted(self.end_position.items())},
-            }
-        )
+        return SubjectEpochRecord(
+            {r.partition: (r.start, r.end) for r in self.ranges},
+            self.writer,
+            self.query_id,
+            self.committed_at_ms,
+            self.end_position,
+        ).encode()
 
     @classmethod
     def decode(cls, topic: str, epoch: int, data: bytes | None) -> SubjectEpoch:
         """The record in the znode of epoch ``epoch``; CorruptSubjectRecord if it is not one."""
-        record = _object(data, f"epoch {epoch} of subject {topic!r}")
         try:
-            ranges = tuple(
-                OffsetRange(topic, int(partition), int(bounds[0]), int(bounds[1]))
-                for partition, bounds in record["partitions"].items()
-            )
-            query_id = record.get("query_id")
+            record = SubjectEpochRecord.decode(data)
+            ranges = tuple(OffsetRange(topic, p, start, end) for p, (start, end) in record.partitions.items())
             return cls(
-                topic=topic,
-                epoch=epoch,
-                ranges=ranges,
-                writer=str(record["writer"]),
-                query_id=None if query_id is None else str(query_id),
-                committed_at_ms=int(record["committed_at_ms"]),
-                end_position={int(p): int(o) for p, o in record.get("end_position", {}).items()},
+                topic,
+                epoch,
+                ranges,
+                record.writer,
+                record.query_id,
+                record.committed_at_ms,
+                record.end_position,
             )
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
-            raise CorruptSubjectRecord(f"epoch {epoch} of subject {topic!r}: {error!r}") from error
+        except (InvalidRecord, ValueError) as error:
+            raise CorruptSubjectRecord(f"epoch {epoch} of subject {topic!r}: {error}") from error
 
 
 @dataclass(frozen=True)
@@ -119,47 +112,28 @@ class SourceRecord:
         return replace(self, mode=mode, updated_at_ms=now_ms)
 
     def encode(self) -> bytes:
-        fields: dict[str, Any] = {
-            **self.other,
-            "mode": self.mode,
-            "mapping": {str(source): subject for source, subject in sorted(self.mapping.items())},
-            "updated_at_ms": self.updated_at_ms,
-        }
+        other: dict[str, Any] = dict(self.other)
         if self.command is not None:
-            fields["command"] = self.command.to_json()
+            other["command"] = self.command.to_json()
         if self.report is not None:
-            fields["report"] = self.report.to_json()
-        return encode(fields)
+            other["report"] = self.report.to_json()
+        return SubjectSourceRecord(self.mode, self.mapping, self.updated_at_ms, other).encode()
 
     @classmethod
     def decode(cls, topic: str, job: str, data: bytes | None) -> SourceRecord:
         """The record in the znode of source ``job``; CorruptSubjectRecord if it is not one."""
-        record = _object(data, f"source {job!r} of subject {topic!r}")
         try:
-            mode = record.pop("mode")
-            if mode not in MODES:
-                raise ValueError(f"mode {mode!r} is none of {MODES}")
-            mapping = {int(source): int(subject) for source, subject in record.pop("mapping", {}).items()}
-            updated = int(record.pop("updated_at_ms", 0))
-            command = record.pop("command", None)
-            report = record.pop("report", None)
+            record = SubjectSourceRecord.decode(data)
+            other = dict(record.other)
+            command = other.pop("command", None)
+            report = other.pop("report", None)
             return cls(
-                cast(Mode, mode),
-                mapping,
-                updated,
-                record,
+                record.mode,
+                dict(record.mapping),
+                record.updated_at_ms,
+                other,
                 None if command is None else Command.from_json(command),
                 None if report is None else Report.from_json(report),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            raise CorruptSubjectRecord(f"source {job!r} of subject {topic!r}: {error!r}") from error
-
-
-def _object(data: bytes | None, what: str) -> dict[str, Any]:
-    try:
-        value = json.loads(data or b"")
-    except ValueError as error:
-        raise CorruptSubjectRecord(f"{what}: not JSON: {error}") from error
-    if not isinstance(value, dict):
-        raise CorruptSubjectRecord(f"{what}: not a JSON object")
-    return value
+        except (InvalidRecord, KeyError, TypeError, ValueError, AttributeError) as error:
+            raise CorruptSubjectRecord(f"source {job!r} of subject {topic!r}: {error}") from error

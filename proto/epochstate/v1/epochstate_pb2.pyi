@@ -171,6 +171,7 @@ class EpochSelector(_message.Message):
     LATEST_FIELD_NUMBER: _builtins.int
     AT_LEAST_FIELD_NUMBER: _builtins.int
     COVERS_FIELD_NUMBER: _builtins.int
+    ALIGNED_WITH_FIELD_NUMBER: _builtins.int
     WAIT_FIELD_NUMBER: _builtins.int
     exact: _builtins.int
     """Exactly this epoch. FAILED_PRECONDITION if it has not committed and been
@@ -195,6 +196,12 @@ class EpochSelector(_message.Message):
         OUT_OF_RANGE when that epoch is older than retention.
         """
 
+    @_builtins.property
+    def aligned_with(self) -> Global___AlignedWith:
+        """The epoch of this job aligned with epoch `epoch` of job `job`, through a
+        subject (a Kafka topic with registered epochs) both touch. See AlignedWith.
+        """
+
     def __init__(
         self,
         *,
@@ -202,17 +209,63 @@ class EpochSelector(_message.Message):
         latest: _builtins.bool = ...,
         at_least: _builtins.int = ...,
         covers: Global___Position | None = ...,
+        aligned_with: Global___AlignedWith | None = ...,
         wait: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["at_least", b"at_least", "covers", b"covers", "exact", b"exact", "kind", b"kind", "latest", b"latest"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["aligned_with", b"aligned_with", "at_least", b"at_least", "covers", b"covers", "exact", b"exact", "kind", b"kind", "latest", b"latest"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_least", b"at_least", "covers", b"covers", "exact", b"exact", "kind", b"kind", "latest", b"latest", "wait", b"wait"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aligned_with", b"aligned_with", "at_least", b"at_least", "covers", b"covers", "exact", b"exact", "kind", b"kind", "latest", b"latest", "wait", b"wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["exact", "latest", "at_least", "covers"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["exact", "latest", "at_least", "covers", "aligned_with"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___EpochSelector: _TypeAlias = EpochSelector  # noqa: Y015
+
+@_typing.final
+class AlignedWith(_message.Message):
+    """"The epoch of the read's job (A) aligned with epoch `epoch` of job `job` (B)".
+
+    Each job touching a subject T maps its epochs onto T's subject epochs: T's
+    writer's epoch n is subject epoch n; an aligned reader's epoch m read exactly
+    one subject epoch k (recorded by the aligned source). B's epoch m and A's epoch
+    n are aligned when they map to the same subject epoch k of T. When A writes T
+    and B reads it, A's epoch is k: the read sees A's state right after the epoch
+    that emitted the records B's epoch m processes (state store version k + 1),
+    neither older nor newer. When both read T aligned, it is A's epoch that read
+    the same subject epoch k; when B writes T and A reads it, A's epoch that read k = m.
+
+    Waits (up to the call's deadline) while B's epoch m or A's aligned epoch is not
+    yet known, or A's epoch is not yet queryable. FAILED_PRECONDITION when no such
+    epoch can ever exist: the jobs share no subject, one of them reads it
+    unaligned, they share several subjects and `subject` is empty, or the daemon
+    has no ZooKeeper. OUT_OF_RANGE when the aligned epoch (or the mapping entry
+    naming it) is older than retention.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    job: _builtins.str
+    epoch: _builtins.int
+    subject: _builtins.str
+    """The subject (Kafka topic) to align through; empty: the one subject both share."""
+    def __init__(
+        self,
+        *,
+        job: _builtins.str = ...,
+        epoch: _builtins.int = ...,
+        subject: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "job", b"job", "subject", b"subject"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlignedWith: _TypeAlias = AlignedWith  # noqa: Y015
 
 @_typing.final
 class Position(_message.Message):

@@ -1,0 +1,124 @@
+"""The daemon's view of the subjects and the aligned-epoch resolution, against a real ZooKeeper.
+
+Records are written in the shared format (``subject_records``), as the aligned
+Kafka sink and source write them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from epochstate.daemon.ingest.catalog import JobEntry
+from epochstate.daemon.registry import Layout, RegistryUnavailable
+from epochstate.daemon.registry.subject_records import SubjectEpochRecord, SubjectSourceRecord
+from epochstate.daemon.registry.subject_view import SubjectView
+from epochstate.daemon.server.aligned import SubjectAlignment
+from epochstate.daemon.server.epochs import EpochRetired, EpochWaitTimedOut, NoSuchEpoch
+from epochstate.daemon.store.descriptors import JobDescriptor
+from epochstate.v1 import epochstate_pb2 as pb
+
+LAYOUT = Layout()
+
+
+def job(name: str, query_id: str = "") -> JobEntry:
+    return JobEntry(JobDescriptor(name, 1, f"/checkpoints/{name}", query_id or f"q-{name}"))
+
+
+def write_epochs(client: KazooClient, topic: str, epochs: range, writer: str, query_id: str) -> None:
+    for k in epochs:
+        record = SubjectEpochRecord({0: (k, k + 1)}, writer, query_id, 1)
+        client.create(LAYOUT.subject_epoch(topic, k), record.encode(), makepath=True)
+
+
+def write_source(
+    client: KazooClient, topic: str, reader: str, mapping: dict[int, int], mode: str = "aligned"
+) -> None:
+    path = LAYOUT.subject_source(topic, reader)
+    data = SubjectSourceRecord(mode, mapping, 1).encode()  # type: ignore[arg-type]
+    if client.exists(path):
+        client.set(path, data)
+    else:
+        client.create(path, data, makepath=True)
+
+
+@pytest.fixture
+def alignment(zk_client: KazooClient) -> Iterator[SubjectAlignment]:
+    view = SubjectView(zk_client)
+    yield SubjectAlignment(view)
+    view.close()
+
+
+def aligned(other: str, epoch: int, subject: str = "") -> pb.AlignedWith:
+    return pb.AlignedWith(job=other, epoch=epoch, subject=subject)
+
+
+def test_writer_readers_and_a_reader_of_the_writer_line_up(
+    zk_client: KazooClient, alignment: SubjectAlignment
+) -> None:
+    write_epochs(zk_client, "t", range(4), "orders", "q-orders")
+    write_source(zk_client, "t", "enrich", {10: 0, 11: 1, 12: 2, 13: 3})  # started at its batch 10
+    write_source(zk_client, "t", "audit", {0: 2, 1: 3})  # started at subject epoch 2
+    orders, enrich, audit = job("orders"), job("enrich"), job("audit")
+
+    assert alignment.epoch_of(orders, aligned("enrich", 12), 1.0) == 2  # the epoch that wrote what 12 reads
+    assert alignment.epoch_of(enrich, aligned("orders", 3), 1.0) == 13
+    assert alignment.epoch_of(audit, aligned("enrich", 13), 1.0) == 1  # both read subject epoch 3
+    assert alignment.epoch_of(orders, aligned("orders", 7), 1.0) == 7
+    with pytest.raises(EpochRetired):
+        alignment.epoch_of(audit, aligned("enrich", 10), 1.0)  # audit never read subject epoch 0
+    with pytest.raises(NoSuchEpoch, match="share no subject"):
+        alignment.epoch_of(job("orders", "another-query"), aligned("enrich", 12), 1.0)
+
+
+def test_a_waiting_resolution_wakes_when_the_mapping_is_recorded(
+    zk_client: KazooClient, alignment: SubjectAlignment
+) -> None:
+    write_epochs(zk_client, "t", range(2), "orders", "q-orders")
+    write_source(zk_client, "t", "enrich", {0: 0})
+    orders = job("orders")
+    with pytest.raises(EpochWaitTimedOut, match="did not read its epoch 1"):
+        alignment.epoch_of(orders, aligned("enrich", 1), 0.3)
+
+    recorded_at: list[float] = []
+
+    def record() -> None:
+        recorded_at.append(time.monotonic())
+        write_source(zk_client, "t", "enrich", {0: 0, 1: 1})
+
+    timer = threading.Timer(0.3, record)
+    timer.start()
+    assert alignment.epoch_of(orders, aligned("enrich", 1), 10.0) == 1
+    timer.join()
+    woke_after = time.monotonic() - recorded_at[0]
+    print(f"resolved {woke_after * 1000:.0f} ms after the mapping was recorded")
+    assert woke_after < 2.0
+
+    write_source(zk_client, "t", "enrich", {0: 0, 1: 1}, mode="unaligned")
+    with pytest.raises(NoSuchEpoch, match="unaligned"):
+        alignment.epoch_of(orders, aligned("enrich", 2), 10.0)
+
+
+def test_closing_the_view_wakes_waiting_resolutions(zk_client: KazooClient) -> None:
+    write_epochs(zk_client, "t", range(1), "orders", "q-orders")
+    write_source(zk_client, "t", "enrich", {0: 0})
+    view = SubjectView(zk_client)
+    errors: list[BaseException] = []
+
+    def resolve() -> None:
+        try:
+            SubjectAlignment(view).epoch_of(job("orders"), aligned("enrich", 5), None)
+        except BaseException as error:
+            errors.append(error)
+
+    waiter = threading.Thread(target=resolve)
+    waiter.start()
+    time.sleep(0.2)
+    view.close()
+    waiter.join(5)
+    assert not waiter.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], RegistryUnavailable)
