@@ -30,6 +30,7 @@ def test_demo_chain_runs_and_aligned_lookups_explain_every_batch(tmp_path: Path)
         env={**os.environ, "COLUMNS": "200"},
     )
     output = result.stdout
+    print(output)  # the trace, for -s
     assert result.returncode == 0, output[-3000:] + result.stderr[-3000:]
     summary = re.search(
         r"(\d+) batches of job 2 \((\d+) pull-request updates\) checked .*: (\d+) mismatch", output
