@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest proto bench bench-ingest clean
+.PHONY: demo demo-chain test lint typecheck pytest proto bench bench-ingest bench-alignment clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/epochstate demo $(DEMO_ARGS)
+
+demo-chain: $(STAMP)
+	$(BIN)/epochstate demo-chain $(DEMO_ARGS)
 
 test: lint typecheck pytest
 
@@ -36,6 +39,9 @@ bench: $(STAMP)
 
 bench-ingest: $(STAMP)
 	$(BIN)/python bench/ingest.py $(BENCH_ARGS)
+
+bench-alignment: $(STAMP)
+	$(BIN)/python bench/alignment.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var build *.egg-info

@@ -430,6 +430,20 @@ def demo(
     raise typer.Exit(run(DemoOptions(workdir=workdir, duration=duration, interval=interval)))
 
 
+@app.command("demo-chain")
+def demo_chain(
+    duration: Annotated[float, typer.Option(help="seconds to follow job 2 after its first batch")] = 60.0,
+    trigger: Annotated[float, typer.Option(help="job 1's trigger interval in seconds")] = 2.0,
+    workdir: Annotated[Path, typer.Option(help="where the demo keeps its files")] = Path("var/demo-chain"),
+) -> None:
+    """Two chained jobs with aligned epochs (hot issues -> pull-request hotness) and lookups across them."""
+    try:
+        from epochstate.spark_plugin.chain_demo.run import ChainDemoOptions, run
+    except ImportError as error:
+        raise _fail(f"the demo needs the spark extra: pip install 'epochstate[spark]' ({error})", 1) from None
+    raise typer.Exit(run(ChainDemoOptions(workdir=workdir, duration=duration, trigger_seconds=trigger)))
+
+
 def main() -> None:
     try:
         app()

@@ -1,0 +1,42 @@
+"""``epochstate demo-chain`` runs end to end: every batch of job 2 agrees with job 1's aligned state."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.timeout(600)
+def test_demo_chain_runs_and_aligned_lookups_explain_every_batch(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "epochstate.client.cli",
+            "demo-chain",
+            "--duration",
+            "10",
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=560,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    output = result.stdout
+    print(output)  # the trace, for -s
+    assert result.returncode == 0, output[-3000:] + result.stderr[-3000:]
+    summary = re.search(
+        r"(\d+) batches of job 2 \((\d+) pull-request updates\) checked .*: (\d+) mismatch", output
+    )
+    assert summary is not None, output[-3000:]
+    batches, updates, mismatches = map(int, summary.groups())
+    assert batches >= 1 and updates >= 1 and mismatches == 0
+    assert output.count("= pinned lookup ✓") == updates
+    assert "✗" not in output
