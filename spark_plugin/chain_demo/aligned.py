@@ -1,15 +1,16 @@
 """The demo's third step: job 1's state, pinned to the epoch aligned with a batch of job 2.
 
-Kept in one place so that the read selector "epoch of job A aligned with epoch m
-of job B" can replace it: today it resolves the epoch through the subject's
-mapping in ZooKeeper and then reads job 1's state at that exact epoch.
+The read is pinned with the daemon's ``aligned_with`` selector ("the epoch of job 1
+aligned with batch m of job 2"). Job 2 also reads pull-request comments, so some of
+its batches read nothing of the subject; such a batch has no aligned epoch of its
+own and stands where the newest batch before it that read the subject ended.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from epochstate.client import EpochStateClient, Lookup
+from epochstate.client import AlignedWith, EpochStateClient, Lookup
 from epochstate.spark_plugin.alignment import SubjectRegistry
 
 
@@ -22,16 +23,14 @@ class AlignedState:
     comments: dict[int, int]
 
 
-def aligned_epoch(registry: SubjectRegistry, subject: str, reader: str, batch: int) -> int | None:
-    """The subject epoch (= the writing job's epoch) that batch ``batch`` of ``reader`` had read up to.
+def subject_batch(registry: SubjectRegistry, subject: str, reader: str, batch: int) -> int | None:
+    """The newest batch up to ``batch`` of ``reader`` that read an epoch of ``subject``.
 
-    A batch in which the subject had nothing new (the reader's other source had)
-    has no entry of its own; it stands where the newest mapped batch before it
-    ended. None when no batch up to ``batch`` read the subject yet.
+    None when no batch up to ``batch`` read the subject yet.
     """
     source = registry.get_source(subject, reader)
     mapped = [b for b in (source.mapping if source else {}) if b <= batch]
-    return source.mapping[max(mapped)] if source and mapped else None
+    return max(mapped) if mapped else None
 
 
 def issue_comments_aligned(
@@ -52,11 +51,15 @@ def issue_comments_aligned(
     Raises:
         EpochStateClientError: the daemon could not answer (see epochstate.client.errors).
     """
-    epoch = aligned_epoch(registry, subject, reader, batch)
-    if epoch is None:
+    pinned_to = subject_batch(registry, subject, reader, batch)
+    if pinned_to is None:
         return None
-    found = client.multi_get(writer, [[i] for i in issues], epoch=epoch, wait=True, timeout=timeout)
-    return AlignedState(batch, epoch, comments_by_issue(issues, found))
+    aligned = AlignedWith(reader, pinned_to, subject)
+    if not issues:
+        epoch = client.pinned_epoch(writer, aligned_with=aligned, timeout=timeout)
+        return AlignedState(batch, epoch, {})
+    found = client.multi_get(writer, [[i] for i in issues], aligned_with=aligned, timeout=timeout)
+    return AlignedState(batch, found[0].epoch, comments_by_issue(issues, found))
 
 
 def comments_by_issue(issues: list[int], found: list[Lookup]) -> dict[int, int]:
