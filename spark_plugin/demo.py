@@ -7,8 +7,6 @@ epochs and "latest" moves on.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +17,7 @@ from rich.table import Table
 
 from epochstate.client import EpochStateClient, Lookup
 from epochstate.client.local_daemon import LocalDaemon
+from epochstate.spark_plugin.session import local_session
 
 console = Console()
 
@@ -36,20 +35,7 @@ class DemoOptions:
 
 
 def _spark(workdir: Path) -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("epochstate-demo")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_session("epochstate-demo", conf={"spark.sql.session.timeZone": "UTC"})
 
 
 def _start_query(spark: Any, checkpoint: Path, options: DemoOptions) -> Any:

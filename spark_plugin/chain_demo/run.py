@@ -9,9 +9,7 @@ explains job 2's output exactly, while "latest" may already be ahead.
 
 from __future__ import annotations
 
-import os
 import queue
-import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -32,6 +30,7 @@ from epochstate.spark_plugin.chain_demo.jobs import (
     start_pr_hotness,
 )
 from epochstate.spark_plugin.chain_demo.workload import CommentWriter, Workload
+from epochstate.spark_plugin.session import local_session
 
 console = Console(highlight=False, soft_wrap=True)
 FIRST_BATCH_TIMEOUT = 300.0  # Spark, two queries and their Python workers on a busy machine
@@ -87,19 +86,7 @@ class Jobs:
 
 
 def _spark() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("epochstate-demo-chain")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_session("epochstate-demo-chain")
 
 
 def run(options: ChainDemoOptions) -> int:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from epochstate.daemon.sources.checkpoint import Checkpoint
+from epochstate.spark_plugin.session import local_session
 
 FORMAT = "epochstate-kafka"
 TRIGGER = "200 milliseconds"
@@ -142,22 +143,18 @@ class JobProcess:
 
 
 def _spark() -> Any:
-    from pyspark.sql import SparkSession
-
     from epochstate.spark_plugin.alignment import register
 
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("epochstate-exactly-once-job")
-        .config("spark.driver.memory", "512m")
-        # A JVM that starts fast: the test restarts these jobs several times.
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
+    spark = local_session(
+        "epochstate-exactly-once-job",
+        cores=1,
+        conf={
+            "spark.driver.memory": "512m",
+            # A JVM that starts fast: the test restarts these jobs several times.
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        },
+        log_level="WARN",
     )
-    spark.sparkContext.setLogLevel("WARN")
     register(spark)
     return spark
 
