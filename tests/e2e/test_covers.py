@@ -55,6 +55,9 @@ def test_covers_pins_the_earliest_epoch_that_has_read_that_far(
         .outputMode("update")
         .queryName("words")
         .option("checkpointLocation", str(checkpoint))
+        # A slow trigger, so the records produced for one epoch (two partitions, two
+        # produce calls) land in one batch instead of racing the next trigger.
+        .trigger(processingTime="3 seconds")
         .start()
     )
     daemon = daemon_factory({"words": str(checkpoint)})
