@@ -97,31 +97,13 @@ class SubjectRegistry:
         With ``watch``, ZooKeeper calls it once when the znode is created (or
         changes or goes away); it runs on kazoo's event thread and must not block.
         """
-        path = self.layout.epoch(topic, epoch)
-
-        def read() -> SubjectEpoch | None:
-            if wait(self.client.exists_async(path, watch=watch), self.timeout) is None:
-                return None
-            try:
-                data, _ = wait(self.client.get_async(path), self.timeout)
-            except NoNodeError:
-                return None
-            return SubjectEpoch.decode(topic, epoch, data)
-
-        return self._call(read)
+        data = self._call(lambda: self._read(self.layout.epoch(topic, epoch), watch))
+        return None if data is None else SubjectEpoch.decode(topic, epoch, data)
 
     def epochs(self, topic: str) -> list[int]:
         """The registered epochs of ``topic``, ascending (none for an unknown subject)."""
-        path = self.layout.epochs(topic)
-
-        def children() -> list[int]:
-            try:
-                names: list[str] = wait(self.client.get_children_async(path), self.timeout)
-            except NoNodeError:
-                return []
-            return sorted(epoch for name in names if (epoch := parse_epoch_name(name)) is not None)
-
-        return self._call(children)
+        names = self._call(lambda: self._children(self.layout.epochs(topic)))
+        return sorted(epoch for name in names if (epoch := parse_epoch_name(name)) is not None)
 
     # Sources.
 
@@ -131,31 +113,30 @@ class SubjectRegistry:
         With ``watch``, ZooKeeper calls it once when the znode changes (a new
         command) or appears; it runs on kazoo's event thread and must not block.
         """
-        path = self.layout.source(topic, job)
-
-        def read() -> SourceRecord | None:
-            if wait(self.client.exists_async(path, watch=watch), self.timeout) is None:
-                return None
-            try:
-                data, _ = wait(self.client.get_async(path), self.timeout)
-            except NoNodeError:
-                return None
-            return SourceRecord.decode(topic, job, data)
-
-        return self._call(read)
+        data = self._call(lambda: self._read(self.layout.source(topic, job), watch))
+        return None if data is None else SourceRecord.decode(topic, job, data)
 
     def sources(self, topic: str) -> list[str]:
         """The jobs that registered as sources of ``topic``, sorted (none for an unknown subject)."""
-        path = self.layout.sources(topic)
+        return sorted(self._call(lambda: self._children(self.layout.sources(topic))))
 
-        def children() -> list[str]:
-            try:
-                names: list[str] = wait(self.client.get_children_async(path), self.timeout)
-            except NoNodeError:
-                return []
-            return sorted(names)
+    def _read(self, path: str, watch: Watch | None) -> bytes | None:
+        """The data of ``path`` (None if it does not exist), setting ``watch`` on it."""
+        if wait(self.client.exists_async(path, watch=watch), self.timeout) is None:
+            return None
+        try:
+            data: bytes = wait(self.client.get_async(path), self.timeout)[0]
+        except NoNodeError:
+            return None
+        return data
 
-        return self._call(children)
+    def _children(self, path: str) -> list[str]:
+        """The child names of ``path`` (none if it does not exist)."""
+        try:
+            names: list[str] = wait(self.client.get_children_async(path), self.timeout)
+        except NoNodeError:
+            return []
+        return names
 
     def exists(self, topic: str) -> bool:
         """Whether subject ``topic`` has a znode (an epoch or a source registered once)."""
