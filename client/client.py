@@ -343,15 +343,19 @@ class EpochStateClient:
         page_size: int = 1000,
         limit: int | None = None,
         timeout: float | None = None,
+        covers: Mapping[tuple[str, int], int] | None = None,
+        aligned_with: Aligned | None = None,
     ) -> Iterator[Lookup]:
         """Every live key (starting with ``prefix``) at one epoch, in key order.
 
-        All pages are pinned to the epoch of the first page.
+        The epoch is chosen as for :meth:`get`; all pages are pinned to the epoch
+        the first page resolved to (the page token carries it), however far the
+        job has moved on since.
         """
         schema = self._store(job, operator_id, store)
         request = pb.ScanRequest(
             store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
-            epoch=selector(epoch),
+            epoch=selector(epoch, covers=covers, aligned_with=aligned_with),
             prefix=to_row(prefix, schema.at(_exact(epoch)).key, partial=True),
             limit=page_size,
         )

@@ -12,6 +12,7 @@ plugin. Where the znodes live: :class:`epochstate.daemon.registry.layout.Layout`
                                              "end_position": {"<p>": offset}}
     <root>/subjects/<topic>/sources/<job>   {"mode": "aligned" | "unaligned",
                                              "mapping": {"<source epoch>": k}, "updated_at_ms": ms,
+                                             "retired": {"source_epoch": j, "subject_epoch": k} (optional),
                                              ...fields of others (a coordinator), kept as they are}
 
 Payloads are canonical JSON (:func:`encode`): the same record always has the same bytes.
@@ -91,6 +92,35 @@ class SubjectEpochRecord:
         return self.query_id is None or query_id is None or self.query_id == query_id
 
 
+RETIRED = "retired"
+
+
+@dataclass(frozen=True)
+class Retired:
+    """What the subject's retention removed from a source's mapping (see ``alignment.retention``).
+
+    Every mapping entry whose source epoch is below ``source_epoch`` or whose subject
+    epoch is below ``subject_epoch`` was deleted, and so were the subject epochs
+    below ``subject_epoch``: an alignment through them can no longer be resolved.
+    """
+
+    source_epoch: int
+    subject_epoch: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"source_epoch": self.source_epoch, "subject_epoch": self.subject_epoch}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Retired | None:
+        """The bounds in ``value``; None when it holds none (InvalidRecord if malformed)."""
+        if value is None:
+            return None
+        try:
+            return cls(int(value["source_epoch"]), int(value["subject_epoch"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise InvalidRecord(f"not retired bounds: {value!r}") from error
+
+
 @dataclass(frozen=True)
 class SubjectSourceRecord:
     """A job reading a subject: its mode, and which subject epoch each of its epochs read.
@@ -129,6 +159,11 @@ class SubjectSourceRecord:
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise InvalidRecord(f"not a subject source record: {error!r}") from error
         return cls(cast(Mode, mode), mapping, updated, record)
+
+    @property
+    def retired(self) -> Retired | None:
+        """What the subject's retention removed from the mapping; None if it removed nothing yet."""
+        return Retired.from_json(self.other.get(RETIRED))
 
     def source_epoch_of(self, subject_epoch: int) -> int | None:
         """The source epoch that read ``subject_epoch``, if the mapping holds it."""

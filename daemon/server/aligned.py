@@ -46,7 +46,7 @@ class Role:
         assert self.source is not None
         found = self.source.mapping.get(epoch)
         if found is None:
-            self._never(epoch, sorted(self.source.mapping), f"its epoch {epoch}")
+            self._never(epoch, sorted(self.source.mapping), f"its epoch {epoch}", subject=False)
         return found
 
     def epoch_of(self, subject_epoch: int) -> int | None:
@@ -57,13 +57,19 @@ class Role:
         found = self.source.source_epoch_of(subject_epoch)
         if found is None:
             read = sorted(self.source.mapping.values())
-            self._never(subject_epoch, read, f"an epoch reading subject epoch {subject_epoch}")
+            self._never(subject_epoch, read, f"an epoch reading subject epoch {subject_epoch}", subject=True)
         return found
 
-    def _never(self, wanted: int, known: list[int], what: str) -> None:
-        """Raise if ``wanted`` can never be recorded; return if it may still be."""
+    def _never(self, wanted: int, known: list[int], what: str, *, subject: bool) -> None:
+        """Raise if ``wanted`` (a subject epoch if ``subject``) can never be recorded; return if it may be."""
         assert self.source is not None
         recorded = f"job {self.job!r}'s mapping of subject {self.topic!r}"
+        retired = self.source.retired
+        if retired is not None and wanted < (retired.subject_epoch if subject else retired.source_epoch):
+            raise EpochRetired(
+                f"{what} is older than the retention of subject {self.topic!r}, which keeps subject "
+                f"epochs from {retired.subject_epoch} and {recorded} from epoch {retired.source_epoch}"
+            )
         if known and wanted < known[0]:
             raise EpochRetired(
                 f"{what} is not in {recorded} (it holds {known[0]}..{known[-1]}): older than the "

@@ -18,6 +18,7 @@ from epochstate.spark_plugin.alignment.records import MODES, Mode
 
 KAFKA_PREFIX = "kafka."
 DEFAULT_MAPPING_RETENTION = 100
+DEFAULT_SUBJECT_RETENTION = 100
 End = Literal["earliest", "latest"]
 ENDS: tuple[End, ...] = ("earliest", "latest")
 StartingEpoch = End | int
@@ -60,10 +61,12 @@ class RegistryOptions:
 
 @dataclass(frozen=True)
 class SinkOptions:
-    """``topic``, ``bootstrap``, ``zookeeper`` [, ``zookeeperRoot``, ``job``, ``idempotent``].
+    """``topic``, ``bootstrap``, ``zookeeper`` [, ``zookeeperRoot``, ``job``, ``idempotent``,
+    ``subjectRetention``].
 
     ``job`` defaults to the query name. ``checkpointLocation`` is Spark's own and
-    tells the commit the query id when no task did.
+    tells the commit the query id when no task did. ``subjectRetention`` is the
+    number of newest subject epochs always kept (``alignment.retention``).
     """
 
     kafka: KafkaOptions
@@ -71,6 +74,7 @@ class SinkOptions:
     job: str
     idempotent: bool = True
     checkpoint: str | None = None
+    subject_retention: int = DEFAULT_SUBJECT_RETENTION
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SinkOptions:
@@ -84,6 +88,7 @@ class SinkOptions:
             job=check_job(job),
             idempotent=_boolean(options, "idempotent", True),
             checkpoint=options.get("checkpointlocation"),
+            subject_retention=_at_least(options, "subjectretention", 2) or DEFAULT_SUBJECT_RETENTION,
         )
 
 
@@ -167,14 +172,18 @@ def _boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def _positive(options: Mapping[str, str], name: str) -> int | None:
+    return _at_least(options, name, 1)
+
+
+def _at_least(options: Mapping[str, str], name: str, least: int) -> int | None:
     if name not in options:
         return None
     try:
         value = int(options[name])
     except ValueError:
         raise InvalidOption(f"option {name!r} must be an integer, not {options[name]!r}") from None
-    if value < 1:
-        raise InvalidOption(f"option {name!r} must be at least 1, not {value}")
+    if value < least:
+        raise InvalidOption(f"option {name!r} must be at least {least}, not {value}")
     return value
 
 

@@ -26,7 +26,8 @@ from epochstate.spark_plugin.alignment.connections import shared_registry
 from epochstate.spark_plugin.alignment.errors import AlignmentError, InvalidOption, TooFewPartitions
 from epochstate.spark_plugin.alignment.options import SinkOptions
 from epochstate.spark_plugin.alignment.records import SubjectEpoch
-from epochstate.spark_plugin.alignment.subjects import wall_clock_ms
+from epochstate.spark_plugin.alignment.retention import SubjectRetention
+from epochstate.spark_plugin.alignment.subjects import SubjectRegistry, wall_clock_ms
 from epochstate.spark_plugin.kafka.admin import TopicAdmin
 from epochstate.spark_plugin.kafka.producer import PartitionWriter
 from epochstate.spark_plugin.kafka.ranges import OffsetRange
@@ -162,6 +163,17 @@ class SubjectStreamWriter(DataSourceStreamWriter):
                 epoch.topic,
                 ", ".join(map(str, epoch.ranges)) or "none",
             )
+        self._prune(registry, batchId)
+
+    def _prune(self, registry: SubjectRegistry, batch: int) -> None:
+        """Apply the subject's retention every tenth of ``subjectRetention`` epochs; never fail the batch."""
+        keep = self.options.subject_retention
+        if batch % max(1, keep // 10) != 0:
+            return
+        try:
+            SubjectRetention(registry, keep).prune(self.options.kafka.topic)
+        except AlignmentError as error:
+            log.warning("retention of subject %r did not run: %s", self.options.kafka.topic, error)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Register nothing: the rows written by the batch's tasks are never read."""

@@ -8,6 +8,7 @@ a timeout (whose request may have run anyway) ends in the same state.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -19,6 +20,8 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 from kazoo.retry import ForceRetryError, KazooRetry
 
+from epochstate.daemon.registry.layout import Layout
+from epochstate.daemon.registry.records import decode
 from epochstate.daemon.registry.session import CONNECTION_ERRORS, wait
 from epochstate.spark_plugin.alignment.errors import (
     EpochWrittenByAnotherQuery,
@@ -104,6 +107,40 @@ class SubjectRegistry:
         """The registered epochs of ``topic``, ascending (none for an unknown subject)."""
         names = self._call(lambda: self._children(self.layout.epochs(topic)))
         return sorted(epoch for name in names if (epoch := parse_epoch_name(name)) is not None)
+
+    def delete_epochs(self, topic: str, epochs: Iterable[int]) -> None:
+        """Delete the znodes of ``epochs`` of ``topic``, oldest first (retention; gone ones are skipped).
+
+        The requests are pipelined; ZooKeeper runs one session's requests in order,
+        so the lowest registered epoch only ever moves up.
+        """
+        paths = [self.layout.epoch(topic, epoch) for epoch in sorted(epochs)]
+
+        def delete() -> None:
+            for request in [self.client.delete_async(path) for path in paths]:
+                with contextlib.suppress(NoNodeError):
+                    wait(request, self.timeout)
+
+        if paths:
+            self._call(delete)
+
+    def oldest_retained(self, job: str) -> int | None:
+        """The oldest epoch of ``job`` that a live daemon replica retains; None without replicas.
+
+        Reads the daemons' ephemeral ``<root>/jobs/<job>/replicas/<node>`` znodes.
+        """
+        replicas = Layout(self.layout.root).replicas(job)
+
+        def oldest() -> int | None:
+            found = []
+            for name in self._children(replicas):
+                data = self._read(f"{replicas}/{name}", None)
+                record = decode(data)
+                if record is not None and isinstance(record.get("oldest_epoch"), int):
+                    found.append(record["oldest_epoch"])
+            return min(found, default=None)
+
+        return self._call(oldest)
 
     # Sources.
 
