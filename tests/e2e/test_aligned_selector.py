@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from kazoo.exceptions import NoNodeError
 
@@ -27,7 +28,10 @@ from epochstate.client import AlignedWith, DeadlineExceeded, EpochNotReady, Epoc
 from epochstate.daemon.embedded.zookeeper import EmbeddedZooKeeper
 from epochstate.spark_plugin.alignment import SubjectRegistry, register
 from epochstate.spark_plugin.alignment.connections import close_shared_clients
+from epochstate.spark_plugin.alignment.retention import SubjectRetention
 from epochstate.spark_plugin.lookup import AlignedLookup
+from epochstate.v1 import epochstate_pb2 as pb
+from epochstate.v1.epochstate_pb2_grpc import EpochStateStub
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.kafka import KafkaBroker
 from tests.fixtures.oracle import canon, spark_store
@@ -197,13 +201,21 @@ def chain(
         temporary.rename(inputs / f"part-{batch:05d}.json")
         orders.processAllAvailable()
 
-    daemon = DaemonProcess(directory / "daemon", {"orders": str(checkpoint)}, zookeeper=connect).start()
+    # Two retained epochs: the subject's retention test needs a daemon that lets go of old ones.
+    # The node name is the replica znode's: a second daemon on this host must not share it.
+    daemon = DaemonProcess(
+        directory / "daemon",
+        {"orders": str(checkpoint)},
+        zookeeper=connect,
+        env={"EPOCHSTATE_RETENTION_EPOCHS": "2", "EPOCHSTATE_NODE": "chain"},
+    ).start()
     lookup = AlignedLookup(daemon.target, job="orders", reader="enrich", timeout=60)
     enrich = Enrich(spark, directory / "enrich", topic, kafka_broker.bootstrap, connect, lookup)
     try:
         feed(0)
         feed(1)
         enrich.start()
+        enrich.wait_for_batch(1)  # before `orders` moves on: the daemon keeps only two epochs
         feed(2)
         enrich.wait_for_batch(2)
         enrich.stop()
@@ -321,3 +333,62 @@ def test_cli_reads_at_the_aligned_epoch(chain: Chain) -> None:
         {"user": "alice"},
         {"count": 4, "sum": 20},
     )
+
+
+def test_scan_pages_stay_at_the_aligned_epoch(spark: Any, chain: Chain) -> None:
+    batch = max(chain.enrich.runs) - 1
+    pinned = chain.enrich.runs[batch][-1].epoch
+    aligned = AlignedWith("enrich", batch, chain.topic)
+    oracle = spark_store(spark, chain.orders_checkpoint, [pinned]).states[pinned]
+    with chain.daemon.client() as client:
+        latest = client.get("orders", ["alice"]).epoch
+        rows = list(client.scan("orders", aligned_with=aligned, page_size=1))
+    assert len(rows) == len(oracle) > 1 and {row.epoch for row in rows} == {pinned} and latest > pinned
+    assert {canon(row.key): row.value for row in rows} == {
+        key: value for key, (_, value, _) in oracle.items()
+    }
+    # The page token pins the resolved epoch: a later page ignores the request's selector.
+    with grpc.insecure_channel(chain.daemon.target) as channel:
+        stub = EpochStateStub(channel)
+        request = pb.ScanRequest(
+            store=pb.StoreRef(job="orders"),
+            epoch=pb.EpochSelector(
+                aligned_with=pb.AlignedWith(job="enrich", epoch=batch, subject=chain.topic)
+            ),
+            limit=1,
+        )
+        first = stub.Scan(request, timeout=30)
+        request.page_token = first.next_page_token
+        request.epoch.CopyFrom(pb.EpochSelector(latest=True))
+        assert first.epoch == stub.Scan(request, timeout=30).epoch == pinned
+
+
+def test_subject_retention_keeps_what_aligned_reads_need(chain: Chain) -> None:
+    registry, topic = chain.registry, chain.topic
+    retention = SubjectRetention(registry, keep=2)
+    before = registry.epochs(topic)
+    source = registry.get_source(topic, "enrich")
+    oldest = registry.oldest_retained("orders")
+    assert source is not None and oldest is not None
+    last_read = max(source.mapping.values())
+    with chain.daemon.client(timeout=30) as client:
+        before_last = AlignedWith("enrich", last_read - 1, topic)
+        kept = client.get("orders", ["alice"], aligned_with=before_last)
+
+        pruned = retention.prune(topic)
+
+        # The floor (2 newest), enrich (runs its newest batch again) and the daemon (its oldest epoch).
+        assert pruned.plan.horizon == min(before[-1] - 1, last_read - 1, oldest) == last_read - 1
+        assert registry.epochs(topic) == [e for e in before if e >= pruned.plan.horizon]
+        assert pruned.epochs and pruned.mapping_entries == {"enrich": 1}, pruned
+        after = registry.get_source(topic, "enrich")
+        assert after is not None
+        assert after.mapping == {j: k for j, k in source.mapping.items() if k >= pruned.plan.horizon}
+        assert retention.prune(topic).epochs == ()
+        # What a daemon still retains resolves as before; what was pruned is OUT_OF_RANGE.
+        assert (
+            client.get("orders", ["alice"], aligned_with=AlignedWith("enrich", last_read - 1, topic)) == kept
+        )
+        gone = min(j for j, k in source.mapping.items() if k < pruned.plan.horizon)
+        with pytest.raises(EpochRetired, match=f"older than the retention of subject '{topic}'"):
+            client.get("orders", ["alice"], aligned_with=AlignedWith("enrich", gone, topic))

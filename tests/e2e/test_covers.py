@@ -91,6 +91,10 @@ def test_covers_pins_the_earliest_epoch_that_has_read_that_far(
             with pytest.raises(DeadlineExceeded, match="covering"):
                 client.get("words", ["a"], covers={(topic, 0): 6}, timeout=1.0)
 
+            # A scan pinned by covers: its later pages stay at epoch 1 after the job moves on.
+            pages = client.scan("words", covers={(topic, 0): 4}, page_size=1)
+            scanned = [next(pages)]
+
             # A read that waits: the covering epoch commits while it is pending.
             def feed_more() -> None:
                 produce(0, ["z"])
@@ -102,5 +106,9 @@ def test_covers_pins_the_earliest_epoch_that_has_read_that_far(
                 assert client.get("words", ["z"], covers={(topic, 0): 6}, timeout=60).epoch == 3
             finally:
                 feeder.join()
+            scanned += pages
+            assert {row.epoch for row in scanned} == {1}
+            counts = {word: row.value for row in scanned for word in row.key.values()}
+            assert counts == {w: {"count": n} for w, n in [("a", 3), ("b", 1), ("c", 1), ("d", 1)]}, scanned
     finally:
         query.stop()
