@@ -7,9 +7,11 @@ trigger a second:
 1. Upstream writes epochs 0-2. The reader starts unaligned.
 2. CatchUp, and Abort while the reader is still catching up.
 3. CatchUp again until Ready; ``epochstate align align --epoch 4`` through the CLI.
-   The reader holds until epoch 3 is registered, reads up to the start of epoch 4
-   in one unaligned batch, then epoch 4 in one batch.
-4. The reader is stopped while aligned, epoch 5 is written, the reader restarts.
+   The reader holds until epoch 3 is registered, and is restarted while it holds;
+   then it reads up to the start of epoch 4 in one unaligned batch, then epoch 4
+   in one batch.
+4. The reader is stopped while aligned and loses its commit of the batch that read
+   epoch 4 (as if the driver died mid-way); epoch 5 is written, the reader restarts.
 5. Abort while aligned; epoch 6 is read unaligned.
 """
 
@@ -38,7 +40,14 @@ from epochstate.spark_plugin.alignment import (
 from epochstate.spark_plugin.alignment.commands import Command, Report
 from epochstate.spark_plugin.alignment.coordinator import AlignmentCoordinator
 from epochstate.spark_plugin.alignment.planned import PlannedOffsets
-from tests.alignment.conftest import DownstreamJob, ReadRow, UpstreamJob, fresh_topic, read_epoch
+from tests.alignment.conftest import (
+    DownstreamJob,
+    ReadRow,
+    UpstreamJob,
+    forget_commit,
+    fresh_topic,
+    read_epoch,
+)
 from tests.fixtures.kafka import KafkaBroker
 from tests.fixtures.zookeeper import eventually
 
@@ -93,6 +102,7 @@ class ProtocolRun:
     cli: dict[str, Any]  # step -> what the CLI printed and returned
     planned: dict[int, SubjectOffset]  # the reader's end offset of each batch
     first_after: dict[str, int]  # step -> the reader's first batch planned after it
+    reran: int  # the aligned batch whose commit was lost
     record: SourceRecord
     watermarks: dict[int, int]
 
@@ -158,12 +168,22 @@ def protocol_run(
         commands["align"] = align
         reports.wait_for(lambda r: r.answers == commands["align"].id and r.state == "aligning")
         mark("align")
+        # Restarted while it holds for epoch 3: the command is in ZooKeeper, so it holds again
+        # (a first trigger of the new run has asked the source and planned nothing).
+        reader.query.processAllAvailable()
+        reader.stop()
+        reader.start()
+        assert eventually(lambda: reader.query.lastProgress is not None, TIMEOUT)
+        mark("holding-restart")
         feed(3)
         coordinator.wait(topic, JOB, commands["align"], TIMEOUT)
         feed(4)
         assert eventually(read_everything, TIMEOUT)
 
+        reader.query.processAllAvailable()
         reader.stop()
+        reran = planned_batches()[-1]
+        forget_commit(reader.checkpoint, reran)
         feed(5)
         mark("restart")
         reader.start()
@@ -190,6 +210,7 @@ def protocol_run(
             cli=cli,
             planned={b: log.offset(b) for b in planned_batches()},
             first_after=first_after,
+            reran=reran,
             record=record,
             watermarks=kafka_broker.admin.high_watermarks(topic),
         )
@@ -243,6 +264,26 @@ def test_align_reads_up_to_the_epoch_start_then_one_epoch_per_batch(
     assert [run.planned[b].epoch for b in aligned] == [ALIGN_AT]
     assert rows_of(run, aligned[0]) == read_epoch(kafka_broker, run.epochs[ALIGN_AT])
     assert run.record.mapping[aligned[0]] == ALIGN_AT
+
+
+def test_restart_while_holding_for_the_epoch_before_align(protocol_run: ProtocolRun) -> None:
+    run = protocol_run
+    assert batches_from(run, "align", "holding-restart") == [], "nothing is read while it holds"
+    transition = batches_from(run, "holding-restart", "restart")[0]
+    assert run.planned[transition].epoch == ALIGN_AT - 1, "the first batch after it ends at epoch 4's start"
+    # The restarted run carried out the command given to the run before it.
+    aligned = run.reports.wait_for(lambda r: r.answers == run.commands["align"].id and r.state == "aligned")
+    assert aligned.subject_epoch == ALIGN_AT - 1 and aligned.batch == transition
+
+
+def test_restart_mid_batch_while_aligned_reads_the_same_epoch_again(
+    protocol_run: ProtocolRun, kafka_broker: KafkaBroker
+) -> None:
+    run = protocol_run
+    first, again = run.reader.runs[run.reran]
+    assert run.planned[run.reran].epoch == ALIGN_AT
+    assert first.rows == again.rows == read_epoch(kafka_broker, run.epochs[ALIGN_AT])
+    assert run.record.mapping[run.reran] == ALIGN_AT, "the mapping is unchanged"
 
 
 def test_restart_while_aligned_goes_on_aligned(protocol_run: ProtocolRun, kafka_broker: KafkaBroker) -> None:

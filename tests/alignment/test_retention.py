@@ -71,7 +71,10 @@ def test_pruning_keeps_every_epoch_a_reader_or_a_daemon_still_needs(zk_client: K
     source = registry.get_source(TOPIC, "reader")
     assert source is not None
     record = SubjectSourceRecord.decode(source.encode())
-    assert record.retired is not None and record.retired.to_json() == {"source_epoch": 104, "subject_epoch": 4}
+    assert record.retired is not None and record.retired.to_json() == {
+        "source_epoch": 104,
+        "subject_epoch": 4,
+    }
     assert source.report == Report("aligned", {0: 20}, 9, 109, None), "the source's fields stay"
 
     zk_client.delete(writer_replica)
