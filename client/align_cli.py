@@ -214,3 +214,44 @@ def abort(
 ) -> None:
     """Abort: the source reads unaligned again, from where its newest batch ended."""
     _send(zookeeper, root, timeout, wait, topic, job, lambda c: c.abort(topic, job))
+
+
+@align_app.command()
+def prune(
+    topic: Topic,
+    keep: Annotated[int, typer.Option("--keep", min=2, help="the newest subject epochs always kept")] = 100,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="only show what would be kept and why")] = False,
+    zookeeper: ZooKeeperOpt = "127.0.0.1:2181",
+    root: RootOpt = "/epochstate",
+    timeout: TimeoutOpt = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of text")] = False,
+) -> None:
+    """Apply the subject's retention: delete epochs (and mapping entries) no source or daemon needs.
+
+    The aligned sink does this itself as it writes (option subjectRetention).
+    """
+    from epochstate.spark_plugin.alignment.errors import SubjectNotFound
+    from epochstate.spark_plugin.alignment.retention import SubjectRetention
+
+    with _coordinator(zookeeper, root, timeout) as coordinator:
+        if not coordinator.registry.exists(topic):
+            raise SubjectNotFound(f"no subject {topic!r}: no epoch or source was ever registered")
+        retention = SubjectRetention(coordinator.registry, keep)
+        deleted: tuple[int, ...] = ()
+        entries: dict[str, int] = {}
+        if dry_run:
+            plan = retention.plan(topic)
+        else:
+            pruned = retention.prune(topic)
+            plan, deleted, entries = pruned.plan, pruned.epochs, dict(pruned.mapping_entries)
+    if as_json:
+        holds = [{"epoch": h.epoch, "reason": h.reason} for h in plan.holds]
+        answer = {"horizon": plan.horizon, "holds": holds, "deleted": list(deleted)}
+        out.print_json(json.dumps(answer | {"mapping_entries": entries}))
+        return
+    out.print(f"subject {topic!r} keeps epochs from {plan.horizon}: {plan.binding.reason}", highlight=False)
+    for hold in sorted(plan.holds, key=lambda h: h.epoch):
+        out.print(f"  from {hold.epoch}: {hold.reason}", highlight=False)
+    if not dry_run:
+        span = f"{deleted[0]}..{deleted[-1]}" if deleted else "none"
+        out.print(f"deleted epochs {span}, {sum(entries.values())} mapping entries", highlight=False)

@@ -117,7 +117,7 @@ def cli(*args: str) -> tuple[int, str]:
 
 
 def test_cli_help_renders() -> None:
-    for command in ("status", "catch-up", "align", "abort"):
+    for command in ("status", "catch-up", "align", "abort", "prune"):
         code, output = cli(command, "--help")
         assert code == 0 and "EPOCHSTATE_ZOOKEEPER" in output, output
 
@@ -167,3 +167,19 @@ def test_cli_commands_status_and_exit_codes(registry: SubjectRegistry, zk_connec
     assert cli("abort", TOPIC, *z)[0] == 2, "no job"
     assert cli("status", TOPIC, *z, "--root", "relative")[0] == 2
     assert cli("status", TOPIC, "-z", f"127.0.0.1:{free_port()}", "--timeout", "1")[0] == 6
+
+    # Retention: the refused align(3) is the newest command, so epoch 2 (its start) stays.
+    for k in (2, 3, 4):
+        before = registry.get_epoch(TOPIC, k - 1)
+        assert before is not None
+        registry.register_epoch(SubjectEpoch(TOPIC, k, (), "up", "q", k, before.end_position))
+    code, output = cli("prune", TOPIC, *z, "--keep", "2", "--dry-run", "--json")
+    assert code == 0 and json.loads(output)["deleted"] == [], output
+    assert json.loads(output)["horizon"] == 2 and registry.epochs(TOPIC) == [0, 1, 2, 3, 4], output
+    code, output = cli("prune", TOPIC, *z, "--keep", "2")
+    assert code == 0 and "waits to align at 3" in output and "deleted epochs 0..1" in output, output
+    assert cli("abort", TOPIC, JOB, *z)[0] == 0
+    code, output = cli("prune", TOPIC, *z, "--keep", "2")
+    assert code == 0 and "the 2 newest epochs are kept" in output and registry.epochs(TOPIC) == [3, 4], output
+    assert cli("prune", "unknown", *z)[0] == 3
+    assert cli("prune", TOPIC, *z, "--keep", "1")[0] == 2
