@@ -80,6 +80,7 @@ class UpstreamJob:
     zookeeper: str
     job: str = "upstream"
     tasks: int = 2
+    options: dict[str, str] = field(default_factory=dict)  # more options of the sink
     query: Any = None
     files: int = 0
     fed: list[list[str]] = field(default_factory=list)
@@ -98,9 +99,9 @@ class UpstreamJob:
             .load(str(inputs))
             .repartition(self.tasks)
         )
+        writer = frame.writeStream.format(FORMAT).options(**self.options)
         self.query = (
-            frame.writeStream.format(FORMAT)
-            .queryName(self.job)
+            writer.queryName(self.job)
             .trigger(processingTime="100 milliseconds")  # a file source polling at 100 Hz costs CPU
             .option("topic", self.topic)
             .option("bootstrap", self.broker.bootstrap)

@@ -7,6 +7,8 @@ write; each step adds or removes one hold and checks what the pruner removes.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -14,11 +16,13 @@ from kazoo.client import KazooClient
 from epochstate.daemon.registry.layout import Layout
 from epochstate.daemon.registry.records import ReplicaState
 from epochstate.daemon.registry.subject_records import SubjectSourceRecord
-from epochstate.spark_plugin.alignment import SubjectEpoch, SubjectRegistry
+from epochstate.spark_plugin.alignment import SubjectEpoch, SubjectRegistry, register
 from epochstate.spark_plugin.alignment.commands import Command, Report
 from epochstate.spark_plugin.alignment.errors import InvalidOption
 from epochstate.spark_plugin.alignment.retention import SubjectRetention
 from epochstate.spark_plugin.kafka import OffsetRange
+from tests.alignment.conftest import UpstreamJob, fresh_topic
+from tests.fixtures.kafka import KafkaBroker
 
 TOPIC = "t"
 
@@ -97,3 +101,34 @@ def test_the_floor_keeps_at_least_two_epochs(zk_client: KazooClient) -> None:
         SubjectRetention(SubjectRegistry(zk_client), keep=1)
     registry = SubjectRegistry(zk_client)
     assert SubjectRetention(registry, keep=2).prune("nothing").epochs == ()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_the_sink_prunes_as_it_writes(
+    spark: Any,
+    kafka_broker: KafkaBroker,
+    subjects_zookeeper: tuple[str, KazooClient],
+    tmp_path: Path,
+) -> None:
+    register(spark)
+    connect, client = subjects_zookeeper
+    topic = fresh_topic(kafka_broker, 1)
+    registry = SubjectRegistry(client)
+    # A reader that read subject epoch 1 last: it holds epoch 0 (and everything after).
+    registry.record_mapping(topic, "reader", "aligned", [(5, 1)], keep=100)
+    upstream = UpstreamJob(
+        spark, tmp_path, topic, kafka_broker, connect, tasks=1, options={"subjectRetention": "2"}
+    ).start()
+    try:
+        for batch in range(4):
+            upstream.feed([f"b{batch}"])
+        assert registry.epochs(topic) == [0, 1, 2, 3]
+        registry.record_mapping(topic, "reader", "aligned", [(6, 2), (7, 3)], keep=100)
+        upstream.feed(["b4"])
+    finally:
+        upstream.stop()
+    # The floor keeps 3 and 4, the reader (which reads epoch 3 again if it restarts) 2 on.
+    assert registry.epochs(topic) == [2, 3, 4]
+    source = registry.get_source(topic, "reader")
+    assert source is not None and source.mapping == {6: 2, 7: 3}
