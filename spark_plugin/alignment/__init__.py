@@ -11,7 +11,9 @@ optionally ``key`` (binary or string). Options: ``topic``; ``bootstrap`` (or
 ``kafka.bootstrap.servers``; other ``kafka.*`` options go to the producer);
 ``zookeeper`` (``host:port[/chroot]``); ``zookeeperRoot`` (default
 ``/epochstate``); ``job`` (default: the query name); ``idempotent`` (default
-true). Write task ``i`` writes only Kafka partition ``i``: the topic needs at
+true); ``subjectRetention`` (the newest subject epochs always kept, default 100,
+at least 2: older ones go once no source or daemon needs them, ``retention``).
+Write task ``i`` writes only Kafka partition ``i``: the topic needs at
 least as many partitions as the batch has tasks. Batch ``n`` registers subject
 epoch ``n`` once, empty batches included; rows of failed or re-executed attempts
 are never read.
@@ -48,7 +50,8 @@ ZooKeeper (``<root>`` = ``zookeeperRoot``)::
     <root>/subjects/<topic>/sources/<job>  {"mode": "aligned"|"unaligned", "mapping": {"<batch>": k},
                                             "command": {"name", "id", "epoch", "issued_at_ms"},
                                             "report": {"state", "position", "subject_epoch", "batch",
-                                                       "answers", "refused"}, "updated_at_ms": ms}
+                                                       "answers", "refused"}, "updated_at_ms": ms,
+                                            "retired": {"source_epoch", "subject_epoch"} (after pruning)}
 """
 
 from epochstate.spark_plugin.alignment.datasource import FORMAT, EpochStateKafka, register
