@@ -106,7 +106,7 @@ class AlignmentCoordinator:
                 )
             if epoch is None:
                 return boundaries.first_not_passed(report.position)
-            passed = boundaries.passed(report.position, epoch)
+            passed = boundaries.retired(epoch) or boundaries.passed(report.position, epoch)
             if passed is not None:
                 raise InvalidTransition(f"source {job!r} cannot align at subject epoch {epoch}: {passed}")
             return epoch

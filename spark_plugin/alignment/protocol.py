@@ -69,6 +69,22 @@ class Boundaries:
         before = self.epoch(k - 1)
         return None if before is None else before.end_position
 
+    def retired(self, k: int) -> str | None:
+        """Why the start of epoch ``k`` can never be known (None: it is, or it may still be).
+
+        Epoch ``k - 1`` is older than the oldest registered epoch: it was registered
+        once (epochs are written in order from 0) and retention deleted it.
+        """
+        if k == 0 or self.epoch(k - 1) is not None:
+            return None
+        registered = self.registered()
+        if registered and k - 1 < registered[0]:
+            return (
+                f"subject epoch {k - 1}, whose end is where epoch {k} starts, is older than the "
+                f"subject's retention (its oldest epoch is {registered[0]})"
+            )
+        return None
+
     def passed(self, position: Position, k: int) -> str | None:
         """Why ``position`` has passed epoch ``k`` (None: it has not, or ``k``'s start is not known yet)."""
         start = self.start_of(k)
@@ -159,11 +175,15 @@ def decide(
     k = command.epoch
     start = boundaries.start_of(k)
     if start is None:
-        return Decision("hold", "aligning")
-    refused = boundaries.passed(current.positions, k)
+        refused = boundaries.retired(k)
+        if refused is None:
+            return Decision("hold", "aligning")  # until epoch k - 1 is registered
+    else:
+        refused = boundaries.passed(current.positions, k)
     if refused is not None:
         caught = _catching_up(current, boundaries, ready_before=True)
         return Decision(caught.step, caught.state, subject_epoch=caught.subject_epoch, refused=refused)
+    assert start is not None
     end = SubjectOffset(current.subject, k - 1, {**current.positions, **start})
     return Decision("transition", "aligning", end=end)
 

@@ -18,7 +18,10 @@ from epochstate.daemon.registry.records import ReplicaState
 from epochstate.daemon.registry.subject_records import SubjectSourceRecord
 from epochstate.spark_plugin.alignment import SubjectEpoch, SubjectRegistry, register
 from epochstate.spark_plugin.alignment.commands import Command, Report
-from epochstate.spark_plugin.alignment.errors import InvalidOption
+from epochstate.spark_plugin.alignment.coordinator import AlignmentCoordinator
+from epochstate.spark_plugin.alignment.errors import InvalidOption, InvalidTransition
+from epochstate.spark_plugin.alignment.offsets import SubjectOffset
+from epochstate.spark_plugin.alignment.protocol import Boundaries, decide
 from epochstate.spark_plugin.alignment.retention import SubjectRetention
 from epochstate.spark_plugin.kafka import OffsetRange
 from tests.alignment.conftest import UpstreamJob, fresh_topic
@@ -88,6 +91,18 @@ def test_pruning_keeps_every_epoch_a_reader_or_a_daemon_still_needs(zk_client: K
     horizon, epochs, mapping = prune()
     assert (horizon, epochs, mapping) == (7, [7, 8, 9], {107: 7, 108: 8, 109: 9})
     assert retention.prune(TOPIC).epochs == (), "a second run removes nothing"
+
+    # Align at an epoch whose start was retired: the coordinator and the source refuse it.
+    registry.update_source(TOPIC, "late", lambda r: replace(r, report=Report("ready", {0: 0}, None, 1, 2)))
+    with pytest.raises(InvalidTransition, match="older than the subject's retention"):
+        AlignmentCoordinator(registry).align(TOPIC, "late", 5)
+    registry.update_source(TOPIC, "late", lambda r: replace(r, command=Command("align", 3, 5)))
+    at = SubjectOffset(TOPIC, None, {0: 0})
+    decision = decide(at, Command("align", 3, 5), Boundaries(registry, TOPIC), ready_before=True)
+    assert (decision.step, decision.state) == ("unaligned", "ready")
+    assert decision.refused is not None
+    assert "subject epoch 4" in decision.refused and "oldest epoch is 7" in decision.refused
+    registry.update_source(TOPIC, "late", lambda r: replace(r, command=Command("abort", 4)))
 
     # The reader moves on and registers more: only the floor holds.
     register_epochs(registry, 14)
