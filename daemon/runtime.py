@@ -97,6 +97,7 @@ class Daemon:
         self.port = 0
         self.address = ""
         self.unix_target = ""  # "unix:///path" while the Unix socket listener serves
+        self.service: EpochStateService | None = None
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
 
@@ -127,8 +128,8 @@ class Daemon:
 
     def start(self) -> None:
         alignment = None if self.subjects is None else SubjectAlignment(self.subjects)
-        service = EpochStateService(self.store, self.catalog, self.ingest, alignment)
-        add_to_server(service, self.server, self.metrics)
+        self.service = EpochStateService(self.store, self.catalog, self.ingest, alignment)
+        add_to_server(self.service, self.server, self.metrics)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (
@@ -186,6 +187,8 @@ class Daemon:
             if self.unix_target and self.settings.unix_socket is not None:
                 unix_socket.remove(self.settings.unix_socket)
             self.ingest.stop()
+            if self.service is not None:
+                self.service.close()
             self.store.close()
             close = getattr(self.publisher, "close", None)
             if close is not None:
