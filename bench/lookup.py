@@ -323,7 +323,7 @@ def main() -> None:
         header = ("measurement", "p50 (µs)", "p99 (µs)", "throughput", "unit")
         widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(5)]
         for row in [header, tuple("-" * w for w in widths), *rows]:
-            print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
+            print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         print()
         print("targets (each transport against the echo floor over the same transport):")
         for transport in transports:
