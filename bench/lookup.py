@@ -12,12 +12,18 @@ p50 is the floor; (b) our Get pinned to an epoch; (c) MultiGet of 100 keys, from
 one caller and from ``--streams`` concurrent client processes; (d) Spark's own
 statestore reader answering the same point lookup; (e) freshness: from Spark's
 commit of a batch to that epoch being queryable.
+
+(a)-(c) run over both transports the daemon serves: TCP on loopback and its Unix
+socket (the echo server listens on both as well); every target on latency is
+judged per transport, against the echo floor of the same transport. Rows compared
+with each other (each transport; echo and Get) are timed in interleaved rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import random
@@ -27,9 +33,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -38,11 +44,14 @@ time.tzset()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from epochstate.client import EpochStateClient  # noqa: E402
+from epochstate.client.client import CHANNEL_OPTIONS  # noqa: E402
 from epochstate.client.local_daemon import LocalDaemon  # noqa: E402
 from epochstate.v1 import epochstate_pb2 as pb  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from streams import run_streams  # noqa: E402
+
+K = TypeVar("K")
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
@@ -61,16 +70,46 @@ def timed(call: Callable[[], Any], count: int, warmup: int = 200) -> list[float]
     return out
 
 
-def echo_server(*options: str) -> tuple[subprocess.Popen[str], str]:
-    """Start bench/echo_server.py as its own process, as the daemon is."""
+def interleaved(
+    calls: Mapping[K, Callable[[], Any]], count: int, warmup: int = 200, rounds: int = 4
+) -> dict[K, list[float]]:
+    """``count`` timed calls of each, taken in ``rounds`` alternating slices so that a
+    change in the machine's load falls on every one alike."""
+    samples: dict[K, list[float]] = {name: [] for name in calls}
+    for call in calls.values():
+        for _ in range(warmup):
+            call()
+    for turn in range(rounds):
+        order = list(calls.items()) if turn % 2 == 0 else list(calls.items())[::-1]
+        for name, call in order:
+            samples[name] += timed(call, count // rounds, warmup=0)
+    return samples
+
+
+def cycle_calls(method: Callable[[Any], Any], requests: list[Any]) -> Callable[[], Any]:
+    """A call of ``method`` with the next of ``requests`` each time, round robin."""
+    turns = itertools.cycle(requests)
+    return lambda: method(next(turns))
+
+
+def echo_server(unix_socket: Path, *options: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """Start bench/echo_server.py as its own process, as the daemon is, on TCP and on a
+    Unix socket; returns it and its two targets."""
+    unix_socket.unlink(missing_ok=True)
     process = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("echo_server.py")), *options],
+        [
+            sys.executable,
+            str(Path(__file__).with_name("echo_server.py")),
+            "--unix",
+            str(unix_socket),
+            *options,
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert process.stdout is not None
-    return process, f"127.0.0.1:{process.stdout.readline().strip()}"
+    return process, [f"127.0.0.1:{process.stdout.readline().strip()}", f"unix://{unix_socket}"]
 
 
 def build_state(spark: Any, workdir: Path, keys: int, epochs: int, changed: int) -> Path:
@@ -190,16 +229,8 @@ def main() -> None:
         spark.stop()
 
         load_before = os.getloadavg()[0]
-        echo_p50 = float("inf")
-        for name, options in (("thread pool", ()), ("asyncio", ("--asyncio",))):
-            server, echo_target = echo_server(*options)
-            echo = grpc.insecure_channel(echo_target).unary_unary("/bench.Echo/Echo", None, None)
-            p50, _, _ = add(f"(a) gRPC echo, {name}", timed(functools.partial(echo, b"x" * 40), args.calls))
-            echo_p50 = min(echo_p50, p50)
-            server.stdin.close()  # type: ignore[union-attr]
-            server.wait(10)
-
-        stub = client.stub
+        transports = {"TCP": target, "Unix socket": daemon.unix_target}
+        clients = {transport: EpochStateClient(address) for transport, address in transports.items()}
         rng = random.Random(1)
         requests = [
             pb.GetRequest(
@@ -209,10 +240,38 @@ def main() -> None:
             )
             for _ in range(1000)
         ]
-        it = iter(range(10**9))
-        get_p50, _, _ = add(
-            "(b) Get, pinned epoch", timed(lambda: stub.Get(requests[next(it) % 1000]), args.calls)
-        )
+        # Rows by (what, transport). The thread-pool echo (the daemon's server model) is
+        # timed in the same interleaved rounds as Get, so the two see the same load.
+        timings: dict[tuple[str, str], list[float]] = {}
+        for name, options in (("asyncio", ("--asyncio",)), ("thread pool", ())):
+            server, echo_targets = echo_server(workdir / "echo.sock", *options)
+            calls: dict[tuple[str, str], Callable[[], Any]] = {
+                # The client's channel options, so that the floor is what our client could reach.
+                (f"(a) gRPC echo, {name}", transport): functools.partial(
+                    grpc.insecure_channel(address, options=CHANNEL_OPTIONS).unary_unary(
+                        "/bench.Echo/Echo", None, None
+                    ),
+                    b"x" * 40,
+                )
+                for transport, address in zip(transports, echo_targets, strict=True)
+            }
+            if name == "thread pool":
+                calls.update(
+                    (("(b) Get, pinned epoch", transport), cycle_calls(c.stub.Get, requests))
+                    for transport, c in clients.items()
+                )
+            timings.update(interleaved(calls, args.calls))
+            server.stdin.close()  # type: ignore[union-attr]
+            server.wait(10)
+        echo_floor: dict[str, float] = {}
+        get_p50: dict[str, float] = {}
+        for what in ("(a) gRPC echo, thread pool", "(a) gRPC echo, asyncio", "(b) Get, pinned epoch"):
+            for transport in transports:
+                p50 = add(f"{what}, {transport}", timings[what, transport])[0]
+                if what.startswith("(a)"):
+                    echo_floor[transport] = min(echo_floor.get(transport, float("inf")), p50)
+                else:
+                    get_p50[transport] = p50
         multis = [
             pb.MultiGetRequest(
                 store=pb.StoreRef(job="bench"),
@@ -221,35 +280,38 @@ def main() -> None:
             )
             for _ in range(20)
         ]
-        m = iter(range(10**9))
-        _, _, multi_rate = add(
-            "(c) MultiGet, 100 keys, 1 caller",
-            timed(lambda: stub.MultiGet(multis[next(m) % 20]), args.calls // 10, 20),
-            unit_per_call=100,
-        )
-        multi_streams = 1
-        for streams in (int(n) for n in args.streams.split(",") if n):
-            result = run_streams(
-                target,
-                "/epochstate.v1.EpochState/MultiGet",
-                [r.SerializeToString() for r in multis],
-                "epochstate.v1.MultiGetResponse",
-                streams,
-                args.seconds,
-            )
-            rate = 100 * result.calls_per_second
-            p50, p99 = percentiles(result.latencies)
-            rows.append(
-                (
-                    f"(c) MultiGet, 100 keys, {streams} client processes",
-                    f"{p50 * 1e6:,.0f}",
-                    f"{p99 * 1e6:,.0f}",
-                    f"{rate:,.0f}",
-                    "keys/s",
-                )
-            )
+        multi_calls = {
+            f"(c) MultiGet, 100 keys, 1 caller, {transport}": cycle_calls(c.stub.MultiGet, multis)
+            for transport, c in clients.items()
+        }
+        multi_rate, multi_best = 0.0, ""
+        for label, samples in interleaved(multi_calls, args.calls // 10, warmup=20).items():
+            rate = add(label, samples, unit_per_call=100)[2]
             if rate > multi_rate:
-                multi_rate, multi_streams = rate, streams
+                multi_rate, multi_best = rate, label.split(", ", 1)[1]
+        for streams in (int(n) for n in args.streams.split(",") if n):
+            for transport, address in transports.items():
+                result = run_streams(
+                    address,
+                    "/epochstate.v1.EpochState/MultiGet",
+                    [r.SerializeToString() for r in multis],
+                    "epochstate.v1.MultiGetResponse",
+                    streams,
+                    args.seconds,
+                )
+                rate = 100 * result.calls_per_second
+                p50, p99 = percentiles(result.latencies)
+                rows.append(
+                    (
+                        f"(c) MultiGet, 100 keys, {streams} client processes, {transport}",
+                        f"{p50 * 1e6:,.0f}",
+                        f"{p99 * 1e6:,.0f}",
+                        f"{rate:,.0f}",
+                        "keys/s",
+                    )
+                )
+                if rate > multi_rate:
+                    multi_rate, multi_best = rate, f"100 keys, {streams} client processes, {transport}"
         load_after = os.getloadavg()[0]
 
         print()
@@ -261,29 +323,33 @@ def main() -> None:
         header = ("measurement", "p50 (µs)", "p99 (µs)", "throughput", "unit")
         widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(5)]
         for row in [header, tuple("-" * w for w in widths), *rows]:
-            print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
+            print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         print()
-        print("targets:")
-        print(
-            f"  Get p50 within 1.5x of echo floor:   {get_p50 / echo_p50:.2f}x  "
-            f"{'met' if get_p50 <= 1.5 * echo_p50 else 'NOT met'} (floor: the lower echo p50)"
-        )
+        print("targets (each transport against the echo floor over the same transport):")
+        for transport in transports:
+            ratio = get_p50[transport] / echo_floor[transport]
+            print(
+                f"  Get p50 within 1.5x of echo floor, {transport + ':':12s} {ratio:.2f}x  "
+                f"{'met' if ratio <= 1.5 else 'NOT met'} (floor: the lower echo p50)"
+            )
         verdict = "met" if multi_rate >= 50_000 else "NOT met"
         print(
-            f"  MultiGet >= 50,000 keys/s:           {multi_rate:,.0f} "
-            f"({multi_streams} client process{'es' if multi_streams > 1 else ''})  {verdict}"
+            f"  MultiGet >= 50,000 keys/s:                       {multi_rate:,.0f} ({multi_best})  {verdict}"
         )
-        print(
-            f"  >= 1000x faster than Spark's reader: {spark_p50 / get_p50:,.0f}x  "
-            f"{'met' if spark_p50 / get_p50 >= 1000 else 'NOT met'}"
-        )
+        for transport in transports:
+            speedup = spark_p50 / get_p50[transport]
+            print(
+                f"  >= 1000x faster than Spark's reader, {transport + ':':12s} {speedup:,.0f}x  "
+                f"{'met' if speedup >= 1000 else 'NOT met'} (Get p50 {get_p50[transport] * 1e6:,.0f} µs)"
+            )
         verdict = "met" if fresh_p50 <= 0.5 else "NOT met"
-        print(f"  freshness p50 <= 0.5 s:              {fresh_p50:.3f} s  {verdict}")
+        print(f"  freshness p50 <= 0.5 s:                          {fresh_p50:.3f} s  {verdict}")
         print(
             f"  (listener reports sent: {reporter.sent}, dropped: {reporter.dropped}; "
             f"statistics.mean freshness {statistics.mean(lags):.3f} s)"
         )
-        client.close()
+        for c in clients.values():
+            c.close()
     finally:
         daemon.stop()
         spark.stop()

@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -48,7 +48,12 @@ _EXIT_BY_CODE = {
 
 TargetOpt = Annotated[
     str,
-    typer.Option("--target", "-t", envvar="EPOCHSTATE_TARGET", help="daemon address host:port"),
+    typer.Option(
+        "--target",
+        "-t",
+        envvar="EPOCHSTATE_TARGET",
+        help="daemon address: host:port or unix:///path/to/socket",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 EpochOpt = Annotated[str, typer.Option("--epoch", "-e", help="an epoch number, or 'latest'")]
@@ -357,11 +362,17 @@ def watch(
 def daemon(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON config file")] = None,
     listen: Annotated[str | None, typer.Option(help="gRPC listen address host:port")] = None,
+    listen_unix: Annotated[
+        str | None,
+        typer.Option(help="gRPC Unix socket, relative to --data-dir ('': none; default epochstate.sock)"),
+    ] = None,
     data_dir: Annotated[Path | None, typer.Option(help="directory for the store")] = None,
     zookeeper: Annotated[str | None, typer.Option(help="ZooKeeper connect string")] = None,
     node: Annotated[str | None, typer.Option(help="node name in ZooKeeper")] = None,
     job: Annotated[list[str] | None, typer.Option(help="NAME=CHECKPOINT to follow (repeatable)")] = None,
-    address_file: Annotated[Path | None, typer.Option(help="write host:port here once serving")] = None,
+    address_file: Annotated[
+        Path | None, typer.Option(help="write host:port (and unix:///path) here, one a line, once serving")
+    ] = None,
     poll_interval: Annotated[float | None, typer.Option(help="seconds between checkpoint looks")] = None,
     retention_epochs: Annotated[int | None, typer.Option(help="how many epochs to keep")] = None,
     log_level: Annotated[str, typer.Option(envvar="EPOCHSTATE_LOG_LEVEL")] = "INFO",
@@ -383,6 +394,7 @@ def daemon(
         settings = load_settings(
             config,
             listen=listen,
+            listen_unix=listen_unix,
             data_dir=data_dir,
             zookeeper=zookeeper,
             node=node,
@@ -393,10 +405,10 @@ def daemon(
     except ConfigError as error:
         raise _fail(str(error), 2) from None
 
-    def announce(address: str) -> None:
+    def announce(targets: Sequence[str]) -> None:
         if address_file is not None:
             tmp = address_file.with_suffix(".tmp")
-            tmp.write_text(address + "\n")
+            tmp.write_text("".join(t + "\n" for t in targets))
             os.replace(tmp, address_file)
 
     try:

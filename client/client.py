@@ -30,6 +30,13 @@ EpochArg = int | Literal["latest"] | None
 _FIRST_BACKOFF = 0.05
 _MAX_BACKOFF = 1.0
 
+# gRPC's own retry layer is off: the client retries UNAVAILABLE itself (above), and
+# the layer's per-call bookkeeping cost 10-30 µs of client CPU per call, measured.
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+    ("grpc.enable_retries", 0),
+)
+
 
 @dataclass(frozen=True)
 class Lookup:
@@ -131,15 +138,16 @@ def selector(
 
 
 class EpochStateClient:
-    """A connection to one daemon. Thread-safe; close it (or use ``with``)."""
+    """A connection to one daemon. Thread-safe; close it (or use ``with``).
+
+    ``target`` is ``host:port`` or, for a daemon on the same node, its Unix socket
+    ``unix:///path/to/epochstate.sock`` (by default in the daemon's data directory).
+    """
 
     def __init__(self, target: str, *, timeout: float = 10.0) -> None:
         self.target = target
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(
-            target,
-            options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)],
-        )
+        self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.EpochStateStub(self._channel)
         self._schemas: dict[str, JobDescription] = {}
 

@@ -1,8 +1,8 @@
 """A daemon as a child process (``epochstate daemon``), for the demo, benchmarks and tests.
 
-It starts the real daemon on loopback (a random port unless ``listen`` names one),
-waits until it serves, and can kill (SIGKILL, a crash) and restart it with the same
-data directory.
+It starts the real daemon on loopback (a random port unless ``listen`` names one)
+and on its Unix socket in the data directory, waits until it serves, and can kill
+(SIGKILL, a crash) and restart it with the same data directory.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class LocalDaemon:
         self.extra_args = extra_args or []
         self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
-        self.target = ""
+        self.target = ""  # TCP host:port
+        self.unix_target = ""  # unix:///path of its Unix socket ("" when it has none)
         self.log_path = data_dir / "daemon.log"
 
     def start(self, timeout: float = 30.0) -> LocalDaemon:
@@ -72,7 +73,9 @@ class LocalDaemon:
                 self.kill()
                 raise RuntimeError(f"daemon did not start within {timeout}s:\n{self.log_tail()}")
             time.sleep(0.05)
-        self.target = address_file.read_text().strip()
+        targets = address_file.read_text().split()
+        self.target = targets[0]
+        self.unix_target = next((t for t in targets[1:] if t.startswith("unix:")), "")
         return self
 
     def log_tail(self, lines: int = 40) -> str:

@@ -1,7 +1,8 @@
 """Daemon settings: defaults, then a YAML/JSON config file, then environment.
 
-Environment variables are ``EPOCHSTATE_<FIELD>`` (``EPOCHSTATE_LISTEN=0.0.0.0:7070``);
-jobs can be given as JSON in ``EPOCHSTATE_JOBS``.
+Environment variables are ``EPOCHSTATE_<FIELD>`` (``EPOCHSTATE_LISTEN=0.0.0.0:7070``,
+``EPOCHSTATE_LISTEN_UNIX=""`` for no Unix socket); jobs can be given as JSON in
+``EPOCHSTATE_JOBS``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ class DaemonSettings(BaseSettings):
 
     node: str = Field(default_factory=socket.gethostname, description="this node's name in ZooKeeper")
     listen: str = Field(default="127.0.0.1:7070", description="gRPC listen address host:port")
+    listen_unix: str = Field(
+        default="epochstate.sock",
+        description="gRPC Unix socket for clients on this node; relative to data_dir; '': none",
+    )
     advertise: str | None = Field(default=None, description="address others use; default: listen")
     data_dir: Path = Field(default=Path("var/epochstate"), description="where the RocksDB store lives")
     zookeeper: str | None = Field(default=None, description="ZooKeeper connect string; None: no registry")
@@ -49,6 +54,13 @@ class DaemonSettings(BaseSettings):
     @property
     def advertised(self) -> str:
         return self.advertise or self.listen
+
+    @property
+    def unix_socket(self) -> Path | None:
+        """Where the Unix socket listener binds (None: no such listener)."""
+        if not self.listen_unix:
+            return None
+        return (self.data_dir / self.listen_unix).absolute()
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> DaemonSettings:

@@ -11,7 +11,7 @@ import logging
 import shutil
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from types import FrameType
 
@@ -27,6 +27,7 @@ from epochstate.daemon.ingest.catalog import Catalog, JobEntry
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
 from epochstate.daemon.ingest.loop import IngestLoop
 from epochstate.daemon.registry.subject_view import SubjectView
+from epochstate.daemon.server import unix_socket
 from epochstate.daemon.server.aligned import SubjectAlignment
 from epochstate.daemon.server.handlers import add_to_server
 from epochstate.daemon.server.metrics import DaemonMetrics
@@ -95,6 +96,8 @@ class Daemon:
         )
         self.port = 0
         self.address = ""
+        self.unix_target = ""  # "unix:///path" while the Unix socket listener serves
+        self.service: EpochStateService | None = None
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
 
@@ -125,8 +128,8 @@ class Daemon:
 
     def start(self) -> None:
         alignment = None if self.subjects is None else SubjectAlignment(self.subjects)
-        service = EpochStateService(self.store, self.catalog, self.ingest, alignment)
-        add_to_server(service, self.server, self.metrics)
+        self.service = EpochStateService(self.store, self.catalog, self.ingest, alignment)
+        add_to_server(self.service, self.server, self.metrics)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (
@@ -139,6 +142,7 @@ class Daemon:
         self.port = self.server.add_insecure_port(self.settings.listen)
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
+        self._listen_unix()
         for job in self.settings.jobs:
             self.ingest.follow(job.name, job.checkpoint)
         self.ingest.start()
@@ -151,7 +155,24 @@ class Daemon:
         self.address = f"{host}:{self.port}"
         advertised = self.settings.advertise or self.address
         self.publisher.node_serving(advertised)
-        log.info("epochstate %s serving on %s:%d (node %s)", __version__, host, self.port, self.settings.node)
+        targets = " and ".join(self.targets)
+        log.info("epochstate %s serving on %s (node %s)", __version__, targets, self.settings.node)
+
+    def _listen_unix(self) -> None:
+        path = self.settings.unix_socket
+        if path is None:
+            return
+        address = unix_socket.prepare(path)
+        try:
+            self.server.add_insecure_port(address)
+        except RuntimeError as error:  # gRPC says only "failed to bind"
+            raise unix_socket.UnixSocketUnusable(f"cannot serve on Unix socket {path}: {error}") from error
+        self.unix_target = address
+
+    @property
+    def targets(self) -> list[str]:
+        """The addresses clients can use: TCP ``host:port``, then the Unix socket if any."""
+        return [t for t in (self.address, self.unix_target) if t]
 
     def stop(self) -> None:
         with self._stop_lock:
@@ -163,7 +184,11 @@ class Daemon:
             if self.subjects is not None:
                 self.subjects.close()  # so do reads waiting for an aligned epoch
             self.server.stop(self.settings.shutdown_grace).wait()
+            if self.unix_target and self.settings.unix_socket is not None:
+                unix_socket.remove(self.settings.unix_socket)
             self.ingest.stop()
+            if self.service is not None:
+                self.service.close()
             self.store.close()
             close = getattr(self.publisher, "close", None)
             if close is not None:
@@ -178,8 +203,9 @@ class DaemonStartFailed(EpochStateError):
     """The daemon could not start (port taken, checkpoint unreadable, ...)."""
 
 
-def run(settings: DaemonSettings, on_serving: Callable[[str], None] | None = None) -> None:
-    """Run a daemon until SIGTERM or SIGINT; ``on_serving`` gets its address once it serves."""
+def run(settings: DaemonSettings, on_serving: Callable[[Sequence[str]], None] | None = None) -> None:
+    """Run a daemon until SIGTERM or SIGINT; ``on_serving`` gets its targets once it serves
+    (TCP ``host:port``, then ``unix:///path`` when the Unix socket listener is on)."""
     daemon = Daemon(settings)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -193,5 +219,5 @@ def run(settings: DaemonSettings, on_serving: Callable[[str], None] | None = Non
         daemon.stop()
         raise DaemonStartFailed(f"daemon failed to start: {error}") from error
     if on_serving is not None:
-        on_serving(daemon.address)
+        on_serving(daemon.targets)
     daemon.wait()

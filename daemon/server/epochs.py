@@ -23,9 +23,17 @@ from typing import Protocol
 from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry
 from epochstate.daemon.server.positions import Position, covers, describe, end_position, start_position
-from epochstate.daemon.store.descriptors import JobProgress
-from epochstate.daemon.store.versioned import StoreView, VersionedStore
+from epochstate.daemon.store.descriptors import EpochRecord, JobProgress
+from epochstate.daemon.store.versioned import StoreView
 from epochstate.v1 import epochstate_pb2 as pb
+
+
+class EpochStore(Protocol):
+    """What resolving reads of the store: views (each a consistent state) and epoch records."""
+
+    def view(self) -> StoreView: ...
+
+    def epochs(self, job_id: int, from_epoch: int = 0, limit: int = 0) -> list[EpochRecord]: ...
 
 
 class EpochError(EpochStateError):
@@ -68,7 +76,7 @@ def _wanted(position: pb.Position) -> Position:
 
 
 def _covering(
-    store: VersionedStore,
+    store: EpochStore,
     name: str,
     job_id: int,
     progress: JobProgress,
@@ -111,7 +119,7 @@ def _covering(
 
 
 def _resolve_covers(
-    store: VersionedStore,
+    store: EpochStore,
     catalog: Catalog,
     entry: JobEntry,
     position: pb.Position,
@@ -164,7 +172,7 @@ class AlignedEpochs(Protocol):
 
 
 def _resolve_aligned(
-    store: VersionedStore,
+    store: EpochStore,
     catalog: Catalog,
     entry: JobEntry,
     aligned: pb.AlignedWith,
@@ -187,7 +195,7 @@ def _resolve_aligned(
 
 
 def resolve(
-    store: VersionedStore,
+    store: EpochStore,
     catalog: Catalog,
     entry: JobEntry,
     selector: pb.EpochSelector,

@@ -25,6 +25,7 @@ from epochstate.daemon.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs
 from epochstate.daemon.server.status import BadRequest, status_for
 from epochstate.daemon.server.values import KeyEncoder, key_from_proto
+from epochstate.daemon.server.views import ReadViews
 from epochstate.daemon.sources.sparktypes import StructType, type_to_json
 from epochstate.daemon.store import keycodec, layout
 from epochstate.daemon.store.descriptors import EpochRecord
@@ -132,6 +133,7 @@ class EpochStateService:
         alignment: epochs.AlignedEpochs | None = None,
     ) -> None:
         self._store = store
+        self._views = ReadViews(store)
         self._catalog = catalog
         self._ingest = ingest
         self._alignment = alignment
@@ -146,7 +148,11 @@ class EpochStateService:
         if remaining is not None:
             # Answer before the deadline so the caller gets our reason, not a bare timeout.
             remaining = max(0.0, remaining - DEADLINE_MARGIN)
-        return epochs.resolve(self._store, self._catalog, entry, selector, remaining, self._alignment)
+        return epochs.resolve(self._views, self._catalog, entry, selector, remaining, self._alignment)
+
+    def close(self) -> None:
+        """Let go of the store's snapshots held for reads (before the store closes)."""
+        self._views.clear()
 
     def _handle(self, ref: pb.StoreRef) -> tuple[JobEntry, StoreHandle]:
         if not ref.job:
@@ -202,6 +208,7 @@ class EpochStateService:
         keys = [request.key]
         pinned, schema, encoded = self._pinned_keys(entry, handle, keys, request.epoch, context)
         found = pinned.view.payloads(handle.descriptor.store_id, encoded, pinned.epoch)
+        self._views.done(pinned.view)
         return response_bytes(pinned.epoch, self._records(handle, schema, keys, found))
 
     @_domain_errors
@@ -213,6 +220,7 @@ class EpochStateService:
             raise BadRequest(f"{len(keys)} keys in one call; the limit is {MAX_KEYS_PER_CALL}")
         pinned, schema, encoded = self._pinned_keys(entry, handle, keys, request.epoch, context)
         found = pinned.view.payloads(handle.descriptor.store_id, encoded, pinned.epoch)
+        self._views.done(pinned.view)
         return response_bytes(pinned.epoch, self._records(handle, schema, keys, found))
 
     @_domain_errors
@@ -237,6 +245,7 @@ class EpochStateService:
             pinned = self._pin(entry, selector, context)
             lower, upper = _scan_bounds(request, handle.schema_at(pinned.epoch))
         versions = pinned.view.scan(handle.descriptor.store_id, pinned.epoch, lower, upper, limit, after)
+        self._views.done(pinned.view)
         token = b""
         if len(versions) == limit:
             token = _TOKEN.pack(pinned.epoch) + versions[-1].encoded_key
