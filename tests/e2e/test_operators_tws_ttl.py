@@ -1,0 +1,133 @@
+"""transformWithStateInPandas with state TTL (processing time), on the RocksDB provider
+with changelog checkpointing and UnsafeRow rows, and without it with Avro rows,
+followed by the real daemon: every variable equals Spark's reader at every epoch,
+expired entries included, and Spark's TTL index families stay hidden as they are
+from Spark's reader."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.streams import FileStream
+from tests.fixtures.tws_oracle import (
+    LIST,
+    MAP,
+    TIMER,
+    TIMERS,
+    VALUE,
+    assert_variables_served,
+    run_batches,
+    spark_variables,
+)
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+SCHEMA = "user string, v long, tag string"
+TTL_MS = 10_000
+VARIABLES = {"count": VALUE, "events": LIST, "tags": MAP, TIMERS: TIMER}
+# Job -> (changelog checkpointing, state encoding), as in test_operators_tws.
+RUNS = {"changelog": (True, "unsaferow"), "snapshots-avro": (False, "avro")}
+# Batch 1 touches a again (a new expiry for its value, a list element of its own);
+# the pause before batch 2 outlasts every expiry set so far, so batch 2 removes
+# them all; batch 3 follows at once.
+BATCHES = [
+    [("a", "x"), ("b", "y"), ("a", "y")],
+    [("a", "z"), ("c", "x")],
+    [("d", "x")],
+    [("e", "y"), ("d", "z")],
+]
+
+
+def _processor() -> Any:
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class Expiring(StatefulProcessor):
+        """Per user: a count, the events and per tag a count, each with a TTL; a
+        processing-time timer one TTL after each batch that saw the user."""
+
+        def init(self, handle: Any) -> None:
+            self.handle = handle
+            self.count = handle.getValueState("count", "n long", TTL_MS)
+            self.events = handle.getListState("events", "v long, tag string", TTL_MS)
+            self.tags = handle.getMapState("tags", "tag string", "n long", TTL_MS)
+
+        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+            import pandas as pd  # type: ignore[import-untyped]
+
+            n = self.count.get()[0] if self.count.exists() else 0
+            for frame in rows:
+                for row in frame.itertuples():
+                    n += 1
+                    self.events.appendValue((int(row.v), row.tag))
+                    seen = self.tags.getValue((row.tag,)) if self.tags.containsKey((row.tag,)) else (0,)
+                    self.tags.updateValue((row.tag,), (seen[0] + 1,))
+            self.count.update((n,))
+            self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + TTL_MS)
+            yield pd.DataFrame({"user": [key[0]], "n": [n]})
+
+        def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+            import pandas as pd
+
+            yield pd.DataFrame({"user": [key[0]], "n": [-1]})
+
+        def close(self) -> None:
+            pass
+
+    return Expiring()
+
+
+def expiring(frame: Any) -> Any:
+    return frame.groupBy("user").transformWithStateInPandas(
+        _processor(), "user string, n long", "update", "ProcessingTime"
+    )
+
+
+def rows(batch: int) -> list[dict[str, Any]]:
+    return [{"user": u, "v": batch * 10 + i, "tag": t} for i, (u, t) in enumerate(BATCHES[batch])]
+
+
+def _pause_before_expiry(batch: int) -> None:
+    if batch == 2:
+        time.sleep(TTL_MS / 1000 + 1)
+
+
+@pytest.mark.timeout(900)
+def test_state_variables_with_ttl_equal_spark_reader(
+    spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    checkpoints = {job: tmp_path / job / "cp" for job in RUNS}
+    streams = {}
+    for job, (changelog, encoding) in RUNS.items():
+        session = spark.newSession()
+        session.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        session.conf.set(
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", str(changelog).lower()
+        )
+        session.conf.set("spark.sql.streaming.stateStore.encodingFormat", encoding)
+        session.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        streams[job] = FileStream(
+            session, tmp_path / job / "in", checkpoints[job], expiring, SCHEMA, "update"
+        )
+    for stream in streams.values():
+        run_batches(stream, [rows(b) for b in range(len(BATCHES))], before=_pause_before_expiry)
+    daemon = daemon_factory({job: str(cp) for job, cp in checkpoints.items()})
+    epochs = {job: stream.committed() for job, stream in streams.items()}
+    assert all(e == list(range(len(BATCHES))) for e in epochs.values())
+    for job in RUNS:
+        daemon.wait_for_epoch(job, len(BATCHES) - 1)
+    oracles = spark_variables(spark, checkpoints, epochs, VARIABLES)
+    with daemon.client() as client:
+        for job in RUNS:
+            for store, oracle in oracles[job].items():
+                assert oracle.states[1], f"{job}: {store} is empty at epoch 1"
+                expired = set(oracle.states[1]) & set(oracle.states[2])
+                assert not expired, f"{job}: {store} kept {expired} past its TTL"
+                if store != TIMERS:
+                    # Every value carries its expiry, as Spark's reader shows it.
+                    assert "ttlExpirationMs:bigint" in oracle.value_type, oracle.value_type
+            assert_variables_served(client, job, "transformWithStateInPandasExec", oracles[job], VARIABLES)
