@@ -2,12 +2,14 @@
 with changelog checkpointing and UnsafeRow rows, and without it with Avro rows,
 followed by the real daemon: every variable equals Spark's reader at every epoch,
 expired entries included, and Spark's TTL index families stay hidden as they are
-from Spark's reader."""
+from Spark's reader. One variable holds every data type, in both encodings."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,34 @@ from tests.fixtures.tws_oracle import (
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 SCHEMA = "user string, v long, tag string"
 TTL_MS = 10_000
-VARIABLES = {"count": VALUE, "events": LIST, "tags": MAP, TIMERS: TIMER}
+VARIABLES = {"count": VALUE, "events": LIST, "tags": MAP, "kinds": VALUE, TIMERS: TIMER}
+# Every type a state row can hold (Avro encodes each its own way); the row of an
+# even event holds values, of an odd one nulls.
+KINDS = (
+    "i int, f float, b boolean, bin binary, d decimal(10,2), big decimal(30,5), dt date, ts timestamp, "
+    "xs array<bigint>, rows array<struct<x: int, y: string>>, m map<string, bigint>, s string"
+)
+
+
+def kinds(v: int) -> tuple[Any, ...]:
+    if v % 2:
+        return (None,) * 12
+    return (
+        v,
+        1.5,
+        True,
+        bytes([0, v]),
+        Decimal(-v) / 100,
+        Decimal("123456789012345678901.12345") * v,
+        date(2024, 2, 29),
+        datetime(2024, 1, 1, 12, 0, v, 123456),
+        [1, -v, 3],
+        [(v, "one"), (2, None)],
+        {"k": v, "j": -7},
+        "héllo",
+    )
+
+
 # Job -> (changelog checkpointing, state encoding), as in test_operators_tws.
 RUNS = {"changelog": (True, "unsaferow"), "snapshots-avro": (False, "avro")}
 # Batch 1 touches a again (a new expiry for its value, a list element of its own);
@@ -47,14 +76,16 @@ def _processor() -> Any:
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     class Expiring(StatefulProcessor):
-        """Per user: a count, the events and per tag a count, each with a TTL; a
-        processing-time timer one TTL after each batch that saw the user."""
+        """Per user: a count, the events, per tag a count and the last event's
+        :func:`kinds`, each with a TTL; a processing-time timer one TTL after each
+        batch that saw the user."""
 
         def init(self, handle: Any) -> None:
             self.handle = handle
             self.count = handle.getValueState("count", "n long", TTL_MS)
             self.events = handle.getListState("events", "v long, tag string", TTL_MS)
             self.tags = handle.getMapState("tags", "tag string", "n long", TTL_MS)
+            self.kinds = handle.getValueState("kinds", KINDS, TTL_MS)
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
             import pandas as pd  # type: ignore[import-untyped]
@@ -66,6 +97,7 @@ def _processor() -> Any:
                     self.events.appendValue((int(row.v), row.tag))
                     seen = self.tags.getValue((row.tag,)) if self.tags.containsKey((row.tag,)) else (0,)
                     self.tags.updateValue((row.tag,), (seen[0] + 1,))
+                    self.kinds.update(kinds(int(row.v)))
             self.count.update((n,))
             self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + TTL_MS)
             yield pd.DataFrame({"user": [key[0]], "n": [n]})
