@@ -11,11 +11,12 @@ The schema id (little-endian) is the column family's key or value schema id in t
 v3 schema file. A datum is Avro binary of the struct as a record whose every field
 is the union ``[null, T]`` (branch 0: null; branch 1: the value), whatever the
 field's nullability; a ``void`` field takes no bytes. Inside an array or a map, an
-element that is a struct, an array or a map is such a union too, any other element
-is not (Spark cannot write a null one). Arrays and maps are Avro blocks (a count,
-negated when a byte size follows; a count of 0 ends them); map keys are strings (the
-only keys Spark writes). A decimal is a fixed of the fewest bytes that hold its
-precision, its unscaled value big-endian two's complement. Values decode to the
+element that is a struct, an array or a map is such a union too; any other element
+is written bare (its Avro schema has no null). Arrays and maps are Avro blocks (a
+count, negated when a byte size follows; a count of 0 ends them); map keys are
+strings (the only keys Spark's Avro conversion accepts). A decimal is a fixed of
+the fewest bytes that hold its precision, its unscaled value big-endian two's
+complement. Values decode to the
 same Python values as :mod:`unsaferow` gives (dates as days, timestamps as
 microseconds, decimals as :class:`decimal.Decimal`, maps as :class:`MapValue`).
 """
