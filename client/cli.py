@@ -262,7 +262,7 @@ def describe(
 
     with EpochStateClient(target, timeout=timeout) as client:
         d = _run(lambda: client.describe(job, refresh=True))
-    stores = [
+    stores: list[dict[str, Any]] = [
         {
             "operator": s.operator_id,
             "operator_name": s.operator_name,
@@ -271,6 +271,16 @@ def describe(
             "partitions": s.num_partitions,
             "key": type_to_simple_string(s.key),
             "value": type_to_simple_string(s.value),
+            "from_epoch": s.first_epoch,
+            # Schemas of earlier epochs, oldest first (a restart with a changed schema).
+            "earlier": [
+                {
+                    "from_epoch": e.first_epoch,
+                    "key": type_to_simple_string(e.key),
+                    "value": type_to_simple_string(e.value),
+                }
+                for e in s.earlier
+            ],
         }
         for s in d.stores
     ]
@@ -294,9 +304,14 @@ def describe(
     out.print(f"checkpoint {d.checkpoint}", highlight=False)
     for problem in d.problems:
         out.print(f"[red]epoch {problem.epoch} cannot be served:[/red] {problem.reason}", highlight=False)
-    table = Table("operator", "name", "store", "kind", "partitions", "key schema", "value schema")
+    headers = ("operator", "name", "store", "kind", "partitions", "from epoch", "key schema", "value schema")
+    columns = ("operator", "operator_name", "store", "kind", "partitions", "from_epoch", "key", "value")
+    table = Table(*headers)
     for s in stores:
-        table.add_row(*(str(v) for v in s.values()))
+        table.add_row(*(str(s[c]) for c in columns))
+        # An earlier schema version gets a row of its own under its store, newest first.
+        for e in reversed(s["earlier"]):
+            table.add_row("", "", "", "", "", str(e["from_epoch"]), str(e["key"]), str(e["value"]))
     out.print(table)
 
 

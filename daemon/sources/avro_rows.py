@@ -10,20 +10,35 @@ column family id:
 The schema id (little-endian) is the column family's key or value schema id in the
 v3 schema file. A datum is Avro binary of the struct as a record whose every field
 is the union ``[null, T]`` (branch 0: null; branch 1: the value), whatever the
-field's nullability; a ``void`` field takes no bytes. Values decode to the same
-Python values as :mod:`unsaferow` gives (dates as days, timestamps as microseconds).
-Arrays, maps and decimals are refused: their Avro form is not pinned down here.
+field's nullability; a ``void`` field takes no bytes. Inside an array or a map, an
+element that is a struct, an array or a map is such a union too; any other element
+is written bare (its Avro schema has no null). Arrays and maps are Avro blocks (a
+count, negated when a byte size follows; a count of 0 ends them); map keys are
+strings (the only keys Spark's Avro conversion accepts). A decimal is a fixed of
+the fewest bytes that hold its precision, its unscaled value big-endian two's
+complement. Values decode to the
+same Python values as :mod:`unsaferow` gives (dates as days, timestamps as
+microseconds, decimals as :class:`decimal.Decimal`, maps as :class:`MapValue`).
 """
 
 from __future__ import annotations
 
+import decimal
 import struct
 from collections.abc import Callable
 from typing import Any
 
 from epochstate.daemon.sources.errors import CorruptRow, UnsupportedCheckpoint
 from epochstate.daemon.sources.schemafile import PREFIX_SCAN, ColumnFamilySchema
-from epochstate.daemon.sources.sparktypes import AtomicType, SparkType, StructType
+from epochstate.daemon.sources.sparktypes import (
+    ArrayType,
+    AtomicType,
+    DecimalType,
+    MapType,
+    MapValue,
+    SparkType,
+    StructType,
+)
 
 # Reads one datum at ``pos`` of ``buf``; returns it and the position after it.
 Reader = Callable[[bytes, int], tuple[Any, int]]
@@ -89,6 +104,21 @@ def _null(buf: bytes, pos: int) -> tuple[Any, int]:
 def _reader(t: SparkType) -> Reader:
     if isinstance(t, StructType):
         return _record(t)
+    if isinstance(t, DecimalType):
+        return _decimal(t)
+    if isinstance(t, ArrayType):
+        return _blocks(_element(t.element), list)
+    if isinstance(t, MapType):
+        if t.key != AtomicType("string"):
+            raise UnsupportedCheckpoint(f"Avro state encoding of {t}: Spark writes only string map keys")
+        value = _element(t.value)
+
+        def entry(buf: bytes, pos: int) -> tuple[Any, int]:
+            key, pos = _string(buf, pos)
+            item, pos = value(buf, pos)
+            return (key, item), pos
+
+        return _blocks(entry, lambda items: MapValue(tuple(items)))
     if isinstance(t, AtomicType):
         if t.name in _INTEGRAL:
             return _varlong
@@ -103,6 +133,57 @@ def _reader(t: SparkType) -> Reader:
         if t.name in simple:
             return simple[t.name]
     raise UnsupportedCheckpoint(f"Avro state encoding of {t} is not readable")
+
+
+def _decimal(t: DecimalType) -> Reader:
+    width = next(n for n in range(1, 18) if 2 ** (8 * n - 1) >= 10**t.precision)
+    context = decimal.Context(prec=80)
+
+    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+        end = pos + width
+        if end > len(buf):
+            raise CorruptRow(f"Avro decimal cut off at byte {pos}")
+        unscaled = int.from_bytes(buf[pos:end], "big", signed=True)
+        return decimal.Decimal(unscaled).scaleb(-t.scale, context), end
+
+    return read
+
+
+def _element(t: SparkType) -> Reader:
+    """An array element or map value: nested structs, arrays and maps are nullable
+    unions, other types are not."""
+    if not isinstance(t, (StructType, ArrayType, MapType)):
+        return _reader(t)
+    inner = _reader(t)
+
+    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+        branch, pos = _varlong(buf, pos)
+        if branch == 0:
+            return None, pos
+        if branch != 1:
+            raise CorruptRow(f"Avro union branch {branch} of a nullable element")
+        return inner(buf, pos)
+
+    return read
+
+
+def _blocks(item: Reader, build: Callable[[list[Any]], Any]) -> Reader:
+    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+        items: list[Any] = []
+        while True:
+            count, pos = _varlong(buf, pos)
+            if count == 0:
+                return build(items), pos
+            if count < 0:
+                count = -count
+                _, pos = _varlong(buf, pos)  # the block's byte size
+            if count > len(buf) - pos:
+                raise CorruptRow(f"Avro block of {count} items at byte {pos} overruns the datum")
+            for _ in range(count):
+                value, pos = item(buf, pos)
+                items.append(value)
+
+    return read
 
 
 def _record(schema: StructType) -> Reader:

@@ -82,10 +82,6 @@ def open_store_reader(
     """
     variable = _state_variable(checkpoint, operator_id, store_name)
     if variable is not None:
-        if variable.ttl:
-            raise UnsupportedCheckpoint(
-                f"{checkpoint.root}: operator {operator_id}'s state variable {store_name!r} has a TTL"
-            )
         if checkpoint.provider_kind(epoch) != "rocksdb":
             raise UnsupportedCheckpoint(f"{checkpoint.root}: state variables outside the RocksDB provider")
         if (key_schema, value_schema) != (variable.key_schema, variable.value_schema):

@@ -26,8 +26,24 @@ The timers (``readRegisteredTimers`` in Spark's reader) are the store ``$timers`
 (``$`` cannot start a variable's name, so it never clashes): key ``struct<key:
 grouping key, expiration_timestamp_ms: bigint>``, value an empty struct; a timer
 exists while its key does. A scan with a grouping-key prefix lists one key's map
-entries or timers. Spark's internal column families (the timers' second index, list
-row counters, TTL indexes) are not served.
+entries or timers.
+
+A variable with a TTL (``ttlEnabled``) stores every value as ``struct<value: the
+value, ttlExpirationMs: bigint>`` (for a list, each element; for a map, each entry)
+and its schema file entry says so, so it is served with that value schema, as
+Spark's reader shows it. Spark removes expired entries at the end of the batch whose
+(processing-time) timestamp reaches their expiry, so an epoch never holds an entry
+expired before its batch started; entries are served as stored, never filtered by
+time. The TTL's secondary indexes are column families of their own: ``$ttl_<name>``
+(``struct<expirationMs, elementKey>`` -> nothing, range-scan ordered by expiry; the
+element key is the grouping key, or ``struct<key, userKey>`` for a map), and for a
+list ``$min_<name>`` (grouping key -> ``struct<expirationMs>``, the list's earliest
+expiry) and ``$count_<name>`` (grouping key -> ``struct<count>``).
+
+Spark's internal column families (the timers' second index, list row counters, the
+TTL indexes, the Scala API's ``default``) are not served: Spark's reader refuses
+them as ``stateVarName`` and the operator metadata does not list them, and every
+fact they hold (an expiry, a list's length) is in the variable's own rows.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ variable, and the timers, at every committed epoch equal Spark's own reader
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,12 +13,22 @@ from typing import Any
 import pytest
 
 from tests.fixtures.daemon import DaemonProcess
-from tests.fixtures.oracle import StoreOracle, assert_store_equals_oracle, canon, plain
+from tests.fixtures.oracle import assert_store_equals_oracle
 from tests.fixtures.streams import FileStream
+from tests.fixtures.tws_oracle import (
+    LIST,
+    MAP,
+    TIMER,
+    TIMERS,
+    VALUE,
+    assert_variables_served,
+    run_batches,
+    scanned_by_prefix,
+    spark_variables,
+)
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 SCHEMA = "user string, v long, tag string, ts timestamp"
-TIMERS = "$timers"
 
 
 def at(second: int) -> str:
@@ -101,109 +110,7 @@ def tagged_rows(batch: int) -> list[dict[str, Any]]:
     return [{"user": u, "v": batch * 10 + i, "tag": t, "ts": at(s)} for i, (u, t, s) in enumerate(rows)]
 
 
-def run_to_end(stream: FileStream, attempts: int = 3) -> None:
-    """Feed every batch. Spark gives a new Python worker a bounded time to connect back,
-    which a loaded machine can miss; the query then fails and is restarted from its
-    checkpoint (the failed batch runs again, as after any task failure)."""
-    from pyspark.errors import StreamingQueryException
-
-    stream.start()
-    batch = 0
-    try:
-        while batch < BATCHES:
-            try:
-                if stream.files == batch:
-                    stream.feed(tagged_rows(batch))
-                else:
-                    stream.query.processAllAvailable()
-                batch += 1
-            except StreamingQueryException as err:
-                attempts -= 1
-                if "connect back" not in str(err) or attempts == 0:
-                    raise
-                stream.stop()
-                stream.start(fresh=False)
-    finally:
-        stream.stop()
-
-
-def _read(
-    spark: Any, epochs: dict[str, list[int]], checkpoints: dict[str, Path], **options: str
-) -> tuple[Any, list[Any]]:
-    """One reader over every job's epochs (one Spark job): its schema, and rows with
-    ``_job`` and ``_epoch``."""
-    from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
-
-    frames = []
-    for job, job_epochs in epochs.items():
-        for epoch in job_epochs:
-            reader = spark.read.format("statestore").option("batchId", epoch)
-            for name, value in options.items():
-                reader = reader.option(name, value)
-            frame = reader.load(str(checkpoints[job]))
-            frames.append(frame.withColumn("_job", F.lit(job)).withColumn("_epoch", F.lit(epoch)))
-    return frames[0].schema, functools.reduce(DataFrame.unionByName, frames).collect()
-
-
-def _oracles(
-    store: str, key_type: str, value_type: str, epochs: dict[str, list[int]], rows: list[Any], row_of: Any
-) -> dict[str, StoreOracle]:
-    states: dict[str, dict[int, dict[str, tuple[Any, Any, int]]]] = {
-        job: {e: {} for e in job_epochs} for job, job_epochs in epochs.items()
-    }
-    for r in rows:
-        key, value = row_of(r)
-        state = states[r["_job"]][r["_epoch"]]
-        assert canon(key) not in state, f"{store}: {key} twice at {r['_job']} {r['_epoch']}"
-        state[canon(key)] = (key, value, r.partition_id)
-    return {job: StoreOracle(0, store, key_type, value_type, s) for job, s in states.items()}
-
-
-def spark_variables(
-    spark: Any, checkpoints: dict[str, Path], epochs: dict[str, list[int]]
-) -> dict[str, dict[str, StoreOracle]]:
-    """Per job, Spark's reader of each variable and of the timers, in our representation."""
-    schema, rows = _read(spark, epochs, checkpoints, stateVarName="count")
-    grouping = schema["key"].dataType.simpleString()
-    count = _oracles(
-        "count",
-        grouping,
-        schema["value"].dataType.simpleString(),
-        epochs,
-        rows,
-        lambda r: (plain(r.key), plain(r.value)),
-    )
-    schema, rows = _read(spark, epochs, checkpoints, stateVarName="events", flattenCollectionTypes="false")
-    events = _oracles(
-        "events",
-        grouping,
-        f"struct<list_value:{schema['list_value'].dataType.simpleString()}>",
-        epochs,
-        rows,
-        lambda r: (plain(r.key), {"list_value": plain(r.list_value)}),
-    )
-    schema, rows = _read(spark, epochs, checkpoints, stateVarName="tags")
-    tags = _oracles(
-        "tags",
-        f"struct<key:{grouping},user_map_key:{schema['user_map_key'].dataType.simpleString()}>",
-        schema["user_map_value"].dataType.simpleString(),
-        epochs,
-        rows,
-        lambda r: ({"key": plain(r.key), "user_map_key": plain(r.user_map_key)}, plain(r.user_map_value)),
-    )
-    _, rows = _read(spark, epochs, checkpoints, readRegisteredTimers="true")
-    timers = _oracles(
-        TIMERS,
-        f"struct<key:{grouping},expiration_timestamp_ms:bigint>",
-        "struct<>",
-        epochs,
-        rows,
-        lambda r: ({"key": plain(r.key), "expiration_timestamp_ms": r.expiration_timestamp_ms}, {}),
-    )
-    return {job: {o[job].store: o[job] for o in (count, events, tags, timers)} for job in epochs}
-
-
+VARIABLES = {"count": VALUE, "events": LIST, "tags": MAP, TIMERS: TIMER}
 # Job -> (changelog checkpointing, state encoding): each checkpointing mode and each
 # encoding once (a query costs minutes on a loaded machine).
 RUNS = {"changelog": (True, "unsaferow"), "snapshots-avro": (False, "avro")}
@@ -215,8 +122,6 @@ def test_transform_with_state_variables_equal_spark_reader(
 ) -> None:
     """Two queries (changelog checkpointing on with UnsafeRow rows, off with Avro
     rows), without no-data batches: the last batch fires the first batches' timers."""
-    from epochstate.daemon.sources.sparktypes import type_to_simple_string
-
     checkpoints = {job: tmp_path / job / "cp" for job in RUNS}
     streams = {}
     for job, (changelog, encoding) in RUNS.items():
@@ -231,13 +136,13 @@ def test_transform_with_state_variables_equal_spark_reader(
     # One after the other: Python workers of concurrent queries time out connecting
     # back on a loaded machine. The daemon then follows both from their first epoch.
     for stream in streams.values():
-        run_to_end(stream)
+        run_batches(stream, [tagged_rows(b) for b in range(BATCHES)])
     daemon = daemon_factory({job: str(cp) for job, cp in checkpoints.items()})
     epochs = {job: stream.committed() for job, stream in streams.items()}
     assert all(e == list(range(BATCHES)) for e in epochs.values())
     for job in RUNS:
         daemon.wait_for_epoch(job, BATCHES - 1)
-    oracles = spark_variables(spark, checkpoints, epochs)
+    oracles = spark_variables(spark, checkpoints, epochs, VARIABLES)
     (metadata,) = spark.read.format("state-metadata").load(str(checkpoints["snapshots-avro"])).collect()
     declared = {
         TIMERS if v["stateVariableType"] == "TimerState" else v["stateName"]: v["stateVariableType"]
@@ -252,26 +157,13 @@ def test_transform_with_state_variables_equal_spark_reader(
     with daemon.client() as client:
         for job in RUNS:
             assert all(o.removes() for o in oracles[job].values()), f"{job}: every variable should lose keys"
-            described = client.describe(job, refresh=True)
-            assert not described.problems
-            kinds = {s.store: s.kind for s in described.stores if s.operator_name == metadata.operatorName}
-            assert kinds == {"count": "value", "events": "list", "tags": "map", TIMERS: "timers"}
-            for oracle in oracles[job].values():
-                schema = described.store(0, oracle.store)
-                assert type_to_simple_string(schema.key) == oracle.key_type, oracle.store
-                assert type_to_simple_string(schema.value) == oracle.value_type, oracle.store
-                assert_store_equals_oracle(client, job, oracle)
+            assert_variables_served(client, job, metadata.operatorName, oracles[job], VARIABLES)
             # One user's map entries and timers, by a grouping-key prefix.
             for store in ("tags", TIMERS):
                 oracle = oracles[job][store]
                 for epoch in epochs[job]:
                     expected = {k: v for k, v in oracle.states[epoch].items() if v[0]["key"] == {"user": "a"}}
-                    scanned = {
-                        canon(lk.key): (plain(lk.key), plain(lk.value), lk.partition)
-                        for lk in client.scan(
-                            job, prefix=[{"user": "a"}], epoch=epoch, store=store, page_size=2
-                        )
-                    }
+                    scanned = scanned_by_prefix(client, job, store, {"user": "a"}, epoch)
                     assert scanned == expected, f"{job}: {store} of a at {epoch}"
     late = daemon_factory(
         {"changelog": str(checkpoints["changelog"])}, name="late", extra_args=["--retention-epochs", "2"]

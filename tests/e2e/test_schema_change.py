@@ -10,6 +10,11 @@ a rewritten schema file is a new schema from the run's first epoch on.
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -106,6 +111,7 @@ def test_restart_with_changed_schema_serves_each_epoch_with_its_own(
         (old,) = store.earlier
         assert old.first_epoch == 0 and old.key.names == ("user",) and old.key.fields[0].nullable
         assert old.value == store.value
+        _assert_cli_describes(daemon, store.key)
 
         for epoch in (3, 4):  # Spark's reader reads new epochs with the new schema
             assert _scanned(client, "evolve", epoch) == spark_state(spark, checkpoint, epoch)
@@ -132,3 +138,39 @@ def test_restart_with_changed_schema_serves_each_epoch_with_its_own(
         (store,) = client.describe("evolve", refresh=True).stores
         assert [s.first_epoch for s in store.earlier] == [0] and store.first_epoch == 3
         assert _scanned(client, "evolve", 1) == before[1]
+
+
+def _assert_cli_describes(daemon: DaemonProcess, newest_key: Any) -> None:
+    """``epochstate describe`` shows both schema versions with the epoch each starts at."""
+    from epochstate.daemon.sources.sparktypes import type_to_simple_string
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "epochstate.client.cli",
+                "describe",
+                "evolve",
+                "--target",
+                daemon.target,
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "COLUMNS": "400"},  # one table row per line
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    (store,) = json.loads(cli("--json"))["stores"]
+    assert store["from_epoch"] == 3 and store["key"] == type_to_simple_string(newest_key)
+    assert [(e["from_epoch"], e["key"]) for e in store["earlier"]] == [(0, "struct<user:string>")]
+    rows = [re.split("[│|]", line) for line in cli().splitlines() if "struct<" in line]
+    cells = [[c.strip() for c in row] for row in rows]
+    # The store's row (from epoch 3, newest key), then its earlier version's (from 0).
+    assert [(c[6], c[7]) for c in cells] == [
+        ("3", type_to_simple_string(newest_key)),
+        ("0", "struct<user:string>"),
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+from decimal import Decimal
 
 import pytest
 
@@ -23,7 +24,7 @@ from epochstate.daemon.sources.schemafile import (
     ColumnFamilySchema,
     parse_column_family_schemas,
 )
-from epochstate.daemon.sources.sparktypes import parse_struct, type_to_json
+from epochstate.daemon.sources.sparktypes import MapValue, parse_struct, type_to_json
 from epochstate.daemon.sources.tws_reader import split_list
 
 GROUPING = parse_struct({"type": "struct", "fields": [{"name": "user", "type": "string", "nullable": True}]})
@@ -138,8 +139,44 @@ def test_avro_rows_decode_like_unsaferow() -> None:
     older = b"\0" + struct.pack("<h", 2) + value[3:]
     with pytest.raises(UnsupportedCheckpoint, match="schema id 2"):
         decoder.value(older)
-    listed = parse_struct(
-        {"type": "struct", "fields": [{"name": "xs", "type": {"type": "array", "elementType": "long"}}]}
+
+
+def test_avro_rows_decode_arrays_maps_and_decimals() -> None:
+    value_schema = parse_struct(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": "xs", "type": {"type": "array", "elementType": "long", "containsNull": True}},
+                {
+                    "name": "m",
+                    "type": {
+                        "type": "map",
+                        "keyType": "string",
+                        "valueType": {"type": "struct", "fields": [{"name": "z", "type": "double"}]},
+                        "valueContainsNull": True,
+                    },
+                },
+                {"name": "d", "type": "decimal(10,2)"},
+            ],
+        }
     )
-    with pytest.raises(UnsupportedCheckpoint, match="Avro"):
-        AvroStateDecoder(ColumnFamilySchema("xs", GROUPING, listed, NO_PREFIX))
+    decoder = AvroStateDecoder(ColumnFamilySchema("v", GROUPING, value_schema, NO_PREFIX))
+    # Arrays and maps come in blocks (a negative count is followed by the block's
+    # byte size; 0 ends them); a struct element is a [null, T] union, a long is not;
+    # decimal(10, 2) is a 5-byte big-endian fixed.
+    xs = zigzag(1) + zigzag(2) + zigzag(1) + zigzag(-2) + zigzag(-1) + zigzag(1) + zigzag(3) + zigzag(0)
+    m = zigzag(1) + zigzag(2) + avro_string("q") + zigzag(1) + zigzag(1) + struct.pack("<d", 2.5)
+    m += avro_string("r") + zigzag(0) + zigzag(0)
+    d = zigzag(1) + (-1234).to_bytes(5, "big", signed=True)
+    row = b"\0" + struct.pack("<h", 0) + xs + m + d
+    assert decoder.value(row) == ([1, -2, 3], MapValue((("q", (2.5,)), ("r", None))), Decimal("-12.34"))
+    with pytest.raises(CorruptRow):
+        decoder.value(row[:-2])
+    keyed = parse_struct(
+        {
+            "type": "struct",
+            "fields": [{"name": "m", "type": {"type": "map", "keyType": "integer", "valueType": "long"}}],
+        }
+    )
+    with pytest.raises(UnsupportedCheckpoint, match="string map keys"):
+        AvroStateDecoder(ColumnFamilySchema("m", GROUPING, keyed, NO_PREFIX))
