@@ -14,7 +14,7 @@ from kazoo.client import KazooClient
 
 from epochstate.daemon.alignment.commands import Command
 from epochstate.daemon.alignment.coordinator import AlignmentCoordinator, SourceStatus
-from epochstate.daemon.alignment.errors import InvalidTransition
+from epochstate.daemon.alignment.errors import InvalidTransition, RegistryUnavailable
 from epochstate.daemon.alignment.retention import DEFAULT_KEEP, Hold, SubjectRetention
 from epochstate.daemon.alignment.subjects import SubjectRegistry
 from epochstate.daemon.server.handlers import add_to_server
@@ -75,6 +75,9 @@ class AlignmentAdminService:
     def coordinator(self) -> AlignmentCoordinator:
         if self._coordinator is None:
             raise NoZooKeeper("the daemon runs without ZooKeeper (--zookeeper): there are no subjects")
+        # Without a session every request would only retry until its timeout: answer at once.
+        if not self._coordinator.registry.client.connected:
+            raise RegistryUnavailable("the daemon is not connected to ZooKeeper")
         return self._coordinator
 
     @domain_errors

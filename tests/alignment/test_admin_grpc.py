@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from epochstate.client import EpochStateClient
 from epochstate.client.cli import app
 from epochstate.client.errors import EpochStateClientError
+from epochstate.daemon.embedded.zookeeper import EmbeddedZooKeeper
 from epochstate.spark_plugin.alignment import register
 from epochstate.v1 import epochstate_pb2 as pb
 from tests.alignment.conftest import DownstreamJob, UpstreamJob, fresh_topic
@@ -44,6 +45,9 @@ class AdminRun:
     aligned: pb.SubjectAlignment
     cli_aligned: list[dict[str, Any]]
     catch_up_while_aligned: EpochStateClientError
+    dry_run: pb.PruneSubjectResponse
+    kept: pb.SubjectAlignment  # status with keep=2, while aligned
+    pruned: pb.PruneSubjectResponse
     abort: pb.AlignmentCommandResponse
     reflected: set[str]
 
@@ -98,6 +102,9 @@ def admin_run(
         cli = CliRunner().invoke(app, ["align", "status", topic, "-z", connect, "--json"])
         assert cli.exit_code == 0, cli.output
         while_aligned = refused(lambda: client.alignment.catch_up(topic, JOB))
+        dry_run = client.alignment.prune(topic, keep=2, dry_run=True)
+        (kept,) = client.alignment.status(topic, keep=2)
+        pruned = client.alignment.prune(topic, keep=2)
         abort = client.alignment.abort(topic, JOB, wait=TIMEOUT)
         with grpc.insecure_channel(daemon.target) as channel:
             stub = reflection_pb2_grpc.ServerReflectionStub(channel)
@@ -113,6 +120,9 @@ def admin_run(
             aligned,
             json.loads(cli.output),
             while_aligned,
+            dry_run,
+            kept,
+            pruned,
             abort,
             reflected,
         )
@@ -181,10 +191,25 @@ def test_errors_map_to_status_codes(admin_run: AdminRun) -> None:
     assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_prune_dry_run_keeps_what_a_source_holds(admin_run: AdminRun) -> None:
-    admin, topic = admin_run.client.alignment, admin_run.topic
-    dry = admin.prune(topic, keep=2, dry_run=True)
-    assert dry.horizon == min(h.epoch for h in dry.holds) and not dry.deleted_epochs
-    assert any(JOB in h.reason for h in dry.holds)
-    (subject,) = admin.status(topic, keep=2)
-    assert (subject.retention_horizon, list(subject.holds)) == (dry.horizon, list(dry.holds))
+def test_prune_keeps_what_the_aligned_source_holds(admin_run: AdminRun) -> None:
+    run = admin_run
+    # Epochs 0-4; the source read epoch 4 last (a restart reads it again: 3 must stay), keep=2: 3 and 4.
+    assert run.dry_run.horizon == 3 and not run.dry_run.deleted_epochs
+    assert any(f"source {JOB!r} read epoch 4 last" == h.reason and h.epoch == 3 for h in run.dry_run.holds)
+    assert (run.kept.retention_horizon, list(run.kept.holds)) == (
+        run.dry_run.horizon,
+        list(run.dry_run.holds),
+    )
+    assert (run.pruned.horizon, list(run.pruned.deleted_epochs)) == (3, [0, 1, 2])
+
+
+def test_zookeeper_down_is_unavailable(
+    private_zookeeper_server: EmbeddedZooKeeper, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    server = private_zookeeper_server
+    daemon = daemon_factory({}, zookeeper=server.connect_string)
+    with EpochStateClient(daemon.target, timeout=3) as client:
+        assert client.alignment.status() == []  # no subject yet
+        server.kill()
+        error = refused(lambda: client.alignment.status())
+    assert error.code == grpc.StatusCode.UNAVAILABLE
