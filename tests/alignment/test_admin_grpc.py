@@ -8,8 +8,12 @@ with the daemon's. Then the error cases, each with its status code.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -18,6 +22,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from kazoo.client import KazooClient
 from typer.testing import CliRunner
 
+import epochstate
 from epochstate.client import EpochStateClient
 from epochstate.client.cli import app
 from epochstate.client.errors import EpochStateClientError
@@ -213,3 +218,16 @@ def test_zookeeper_down_is_unavailable(
         server.kill()
         error = refused(lambda: client.alignment.status())
     assert error.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_the_daemon_serves_alignment_without_importing_spark_or_the_plugin() -> None:
+    probe = (
+        "import sys, epochstate.daemon.runtime, epochstate.daemon.server.alignment_admin\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'confluent_kafka')"
+        " or m.startswith('epochstate.spark_plugin')))"
+    )
+    # The epochstate under test, whatever the environment's path says.
+    env = {**os.environ, "PYTHONPATH": str(Path(epochstate.__file__).resolve().parents[1])}
+    command = [sys.executable, "-c", probe]
+    loaded = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    assert loaded.stdout.strip() == "[]"
