@@ -1,7 +1,7 @@
 """``epochstate align``: move sources of Kafka subjects between unaligned and aligned.
 
 Talks to ZooKeeper directly (the coordinator is a recipe on the source znodes,
-``epochstate.spark_plugin.alignment.coordinator``). Exit codes as the rest of
+``epochstate.daemon.alignment.coordinator``). Exit codes as the rest of
 the CLI: 0 success; 2 bad usage; 3 unknown subject or source; 4 a command the
 source's state does not allow (or a bad name); 5 the source did not answer
 within ``--wait``; 6 ZooKeeper unavailable.
@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from epochstate.spark_plugin.alignment.commands import Command
-    from epochstate.spark_plugin.alignment.coordinator import AlignmentCoordinator, SourceStatus
+    from epochstate.daemon.alignment.commands import Command
+    from epochstate.daemon.alignment.coordinator import AlignmentCoordinator, SourceStatus
 
 align_app = typer.Typer(
     name="align",
@@ -52,7 +52,7 @@ Job = Annotated[str, typer.Argument(help="the reading job (the source's option j
 
 
 def _exit_code(error: Exception) -> int:
-    from epochstate.spark_plugin.alignment import errors
+    from epochstate.daemon.alignment import errors
 
     table: list[tuple[type[Exception], int]] = [
         (errors.SubjectNotFound, 3),
@@ -75,11 +75,11 @@ def _coordinator(zookeeper: str, root: str, timeout: float) -> Iterator[Alignmen
     try:
         from kazoo.handlers.threading import KazooTimeoutError
 
+        from epochstate.daemon.alignment.coordinator import AlignmentCoordinator
+        from epochstate.daemon.alignment.errors import AlignmentError
+        from epochstate.daemon.alignment.layout import SubjectLayout
+        from epochstate.daemon.alignment.subjects import SubjectRegistry
         from epochstate.daemon.registry.client import new_client
-        from epochstate.spark_plugin.alignment.coordinator import AlignmentCoordinator
-        from epochstate.spark_plugin.alignment.errors import AlignmentError
-        from epochstate.spark_plugin.alignment.layout import SubjectLayout
-        from epochstate.spark_plugin.alignment.subjects import SubjectRegistry
     except ImportError as error:
         raise _fail(f"align needs the spark extra: pip install 'epochstate[spark]' ({error})", 1) from None
     try:
@@ -230,12 +230,10 @@ def prune(
 
     The aligned sink does this itself as it writes (option subjectRetention).
     """
-    from epochstate.spark_plugin.alignment.errors import SubjectNotFound
-    from epochstate.spark_plugin.alignment.retention import SubjectRetention
+    from epochstate.daemon.alignment.retention import SubjectRetention
 
     with _coordinator(zookeeper, root, timeout) as coordinator:
-        if not coordinator.registry.exists(topic):
-            raise SubjectNotFound(f"no subject {topic!r}: no epoch or source was ever registered")
+        coordinator.require_subject(topic)
         retention = SubjectRetention(coordinator.registry, keep)
         deleted: tuple[int, ...] = ()
         entries: dict[str, int] = {}

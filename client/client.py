@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 
 import grpc
 
+from epochstate.client.alignment_admin import AlignmentAdmin
 from epochstate.client.errors import DeadlineExceeded, InvalidArgument, from_rpc_error
 from epochstate.client.values import from_row, to_row
 from epochstate.daemon.sources.sparktypes import StructType, parse_struct
@@ -159,6 +160,11 @@ class EpochStateClient:
 
     def close(self) -> None:
         self._channel.close()
+
+    @property
+    def alignment(self) -> AlignmentAdmin:
+        """The daemon's alignment control (``AlignmentAdmin``): status, catch-up, align, abort, prune."""
+        return AlignmentAdmin(self._channel, self._call)
 
     @property
     def stub(self) -> pb_grpc.EpochStateStub:

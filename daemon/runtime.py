@@ -29,6 +29,7 @@ from epochstate.daemon.ingest.loop import IngestLoop
 from epochstate.daemon.registry.subject_view import SubjectView
 from epochstate.daemon.server import unix_socket
 from epochstate.daemon.server.aligned import SubjectAlignment
+from epochstate.daemon.server.alignment_admin import add_alignment_admin
 from epochstate.daemon.server.handlers import add_to_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.service import EpochStateService
@@ -131,9 +132,12 @@ class Daemon:
         self.service = EpochStateService(self.store, self.catalog, self.ingest, alignment)
         add_to_server(self.service, self.server, self.metrics)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        zk = None if self.subjects is None else self.subjects.client
+        admin = add_alignment_admin(self.server, zk, self.settings.zookeeper_root, self.metrics)
         reflection.enable_server_reflection(
             (
                 SERVICE_NAME,
+                admin,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                 reflection.SERVICE_NAME,
             ),

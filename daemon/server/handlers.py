@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
 from epochstate.daemon.server.metrics import DaemonMetrics
@@ -24,10 +25,12 @@ SERVICE = pb.DESCRIPTOR.services_by_name["EpochState"]
 RAW_RESPONSES = frozenset({"Get", "MultiGet", "Scan"})
 
 
-def method_handlers(servicer: object, metrics: DaemonMetrics) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
-    """The handler of each rpc of ``epochstate.v1.EpochState``, by method name."""
+def method_handlers(
+    servicer: object, metrics: DaemonMetrics, service: ServiceDescriptor = SERVICE
+) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+    """The handler of each rpc of ``service`` (default ``epochstate.v1.EpochState``), by method name."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
-    for method in SERVICE.methods:
+    for method in service.methods:
         behavior: Callable[[Any, grpc.ServicerContext], Any] = getattr(servicer, method.name)
         request = GetMessageClass(method.input_type).FromString
         response: Callable[[Any], bytes] | None = GetMessageClass(method.output_type).SerializeToString
@@ -48,9 +51,11 @@ def method_handlers(servicer: object, metrics: DaemonMetrics) -> dict[str, grpc.
     return handlers
 
 
-def add_to_server(servicer: object, server: grpc.Server, metrics: DaemonMetrics) -> None:
-    """Serve ``servicer`` as ``epochstate.v1.EpochState`` on ``server``."""
-    handlers = method_handlers(servicer, metrics)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
+def add_to_server(
+    servicer: object, server: grpc.Server, metrics: DaemonMetrics, service: ServiceDescriptor = SERVICE
+) -> None:
+    """Serve ``servicer`` as ``service`` (default ``epochstate.v1.EpochState``) on ``server``."""
+    handlers = method_handlers(servicer, metrics, service)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
     # Registered methods are matched by the gRPC core, without a per-call handler lookup.
-    server.add_registered_method_handlers(SERVICE.full_name, handlers)  # type: ignore[attr-defined]
+    server.add_registered_method_handlers(service.full_name, handlers)  # type: ignore[attr-defined]

@@ -6,8 +6,13 @@ the codes back to typed exceptions (``epochstate.client.errors``).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import grpc
 
+from epochstate.daemon.alignment import errors as alignment
 from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import JobNotFound, ShuttingDown, StoreNotFound
 from epochstate.daemon.registry.errors import InvalidRecord, RegistryUnavailable
@@ -26,6 +31,10 @@ class BadRequest(EpochStateError):
     """A request that is malformed apart from its key (limits, tokens, names)."""
 
 
+class NoZooKeeper(EpochStateError):
+    """The daemon runs without ZooKeeper (no ``--zookeeper``): it cannot reach the alignment registry."""
+
+
 STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (JobNotFound, grpc.StatusCode.NOT_FOUND),
     (StoreNotFound, grpc.StatusCode.NOT_FOUND),
@@ -41,6 +50,15 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     # Reads that consult ZooKeeper (aligned_with): the client retries UNAVAILABLE.
     (RegistryUnavailable, grpc.StatusCode.UNAVAILABLE),
     (InvalidRecord, grpc.StatusCode.DATA_LOSS),
+    # AlignmentAdmin.
+    (alignment.SubjectNotFound, grpc.StatusCode.NOT_FOUND),
+    (alignment.SourceNotFound, grpc.StatusCode.NOT_FOUND),
+    (alignment.InvalidTransition, grpc.StatusCode.FAILED_PRECONDITION),
+    (alignment.InvalidOption, grpc.StatusCode.INVALID_ARGUMENT),
+    (alignment.NotAnswered, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (alignment.RegistryUnavailable, grpc.StatusCode.UNAVAILABLE),
+    (alignment.CorruptSubjectRecord, grpc.StatusCode.DATA_LOSS),
+    (NoZooKeeper, grpc.StatusCode.FAILED_PRECONDITION),
 )
 
 
@@ -49,3 +67,23 @@ def status_for(error: EpochStateError) -> grpc.StatusCode:
         if isinstance(error, kind):
             return code
     return grpc.StatusCode.INTERNAL
+
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+
+def domain_errors(
+    handler: Callable[[Any, Req, grpc.ServicerContext], Resp],
+) -> Callable[[Any, Req, grpc.ServicerContext], Resp]:
+    """Wrap a servicer method: a domain error it raises ends the call with its status code."""
+
+    @functools.wraps(handler)
+    def wrapper(self: Any, request: Req, context: grpc.ServicerContext) -> Resp:
+        try:
+            return handler(self, request, context)
+        except EpochStateError as error:
+            context.abort(status_for(error), str(error))
+            raise  # unreachable: abort raises
+
+    return wrapper

@@ -54,6 +54,9 @@ ZooKeeper (``<root>`` = ``zookeeperRoot``)::
                                             "retired": {"source_epoch", "subject_epoch"} (after pruning)}
 """
 
+from epochstate.daemon.alignment.layout import SubjectLayout
+from epochstate.daemon.alignment.records import SourceRecord, SubjectEpoch
+from epochstate.daemon.alignment.subjects import SubjectRegistry
 from epochstate.spark_plugin.alignment.datasource import FORMAT, EpochStateKafka, register
 from epochstate.spark_plugin.alignment.errors import (
     AlignmentError,
@@ -69,10 +72,7 @@ from epochstate.spark_plugin.alignment.errors import (
     SubjectNotFound,
     TooFewPartitions,
 )
-from epochstate.spark_plugin.alignment.layout import SubjectLayout
 from epochstate.spark_plugin.alignment.offsets import SubjectOffset
-from epochstate.spark_plugin.alignment.records import SourceRecord, SubjectEpoch
-from epochstate.spark_plugin.alignment.subjects import SubjectRegistry
 
 __all__ = [
     "FORMAT",

@@ -9,14 +9,14 @@ from collections.abc import Callable
 
 from kazoo.protocol.states import WatchedEvent
 
+from epochstate.daemon.alignment.boundaries import Boundaries
+from epochstate.daemon.alignment.records import SubjectEpoch
+from epochstate.daemon.alignment.subjects import SubjectRegistry
 from epochstate.spark_plugin.alignment.errors import AlignmentError
 from epochstate.spark_plugin.alignment.offsets import SubjectOffset
 from epochstate.spark_plugin.alignment.options import SourceOptions
 from epochstate.spark_plugin.alignment.partitions import SubjectPartition
 from epochstate.spark_plugin.alignment.planned import PlannedOffsets
-from epochstate.spark_plugin.alignment.protocol import Boundaries
-from epochstate.spark_plugin.alignment.records import SubjectEpoch
-from epochstate.spark_plugin.alignment.subjects import SubjectRegistry
 
 log = logging.getLogger(__name__)
 

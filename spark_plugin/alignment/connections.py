@@ -13,10 +13,10 @@ import threading
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
+from epochstate.daemon.alignment.subjects import SubjectRegistry
 from epochstate.daemon.registry.client import new_client
 from epochstate.spark_plugin.alignment.errors import RegistryUnavailable
 from epochstate.spark_plugin.alignment.options import RegistryOptions
-from epochstate.spark_plugin.alignment.subjects import SubjectRegistry
 
 _clients: dict[str, KazooClient] = {}
 _registries: dict[tuple[str, str], SubjectRegistry] = {}

@@ -18,15 +18,16 @@ from dataclasses import replace
 
 from kazoo.protocol.states import WatchedEvent
 
+from epochstate.daemon.alignment.boundaries import Boundaries
+from epochstate.daemon.alignment.commands import Command, Report
+from epochstate.daemon.alignment.records import Mode, SourceRecord
+from epochstate.daemon.alignment.subjects import SubjectRegistry, wall_clock_ms
 from epochstate.spark_plugin.alignment.aligned import RECHECK_SECONDS, AlignedPlanner
-from epochstate.spark_plugin.alignment.commands import Command, Report
 from epochstate.spark_plugin.alignment.offsets import SubjectOffset
 from epochstate.spark_plugin.alignment.options import SourceOptions
 from epochstate.spark_plugin.alignment.partitions import SubjectPartition
 from epochstate.spark_plugin.alignment.planned import PlannedOffsets
-from epochstate.spark_plugin.alignment.protocol import Boundaries, Decision, decide
-from epochstate.spark_plugin.alignment.records import Mode, SourceRecord
-from epochstate.spark_plugin.alignment.subjects import SubjectRegistry, wall_clock_ms
+from epochstate.spark_plugin.alignment.protocol import Decision, decide
 from epochstate.spark_plugin.alignment.unaligned import UnalignedPlanner
 from epochstate.spark_plugin.kafka.admin import TopicAdmin
 

@@ -1,20 +1,39 @@
-"""Errors of the aligned Kafka sink and source and of the subject registry."""
+"""Errors of the aligned Kafka sink and source.
+
+The registry's and the coordinator's errors live with them in
+``epochstate.daemon.alignment.errors`` and are re-exported here: the sink and
+source raise them too, under the same root ``AlignmentError``.
+"""
 
 from __future__ import annotations
 
-from epochstate.daemon.errors import EpochStateError
+from epochstate.daemon.alignment.errors import (
+    AlignmentError,
+    CorruptSubjectRecord,
+    EpochWrittenByAnotherQuery,
+    InvalidOption,
+    InvalidSubjectName,
+    InvalidTransition,
+    NotAnswered,
+    RegistryUnavailable,
+    SourceNotFound,
+    SubjectNotFound,
+)
 
-
-class AlignmentError(EpochStateError):
-    """Root of the errors ``epochstate.spark_plugin.alignment`` raises on purpose."""
-
-
-class InvalidOption(AlignmentError):
-    """An option of the ``epochstate-kafka`` data source is missing or malformed."""
-
-
-class InvalidSubjectName(InvalidOption):
-    pass
+__all__ = [
+    "AlignmentError",
+    "CheckpointMismatch",
+    "CorruptSubjectRecord",
+    "EpochWrittenByAnotherQuery",
+    "InvalidOption",
+    "InvalidSubjectName",
+    "InvalidTransition",
+    "NotAnswered",
+    "RegistryUnavailable",
+    "SourceNotFound",
+    "SubjectNotFound",
+    "TooFewPartitions",
+]
 
 
 class TooFewPartitions(AlignmentError):
@@ -27,42 +46,9 @@ class TooFewPartitions(AlignmentError):
     """
 
 
-class EpochWrittenByAnotherQuery(AlignmentError):
-    """The subject epoch a batch would register was written by another query.
-
-    Subject epochs are the writing query's batch ids, so one subject takes the
-    epochs of one upstream query. A new query (a fresh checkpoint) must write to
-    a topic of its own.
-    """
-
-
-class RegistryUnavailable(AlignmentError):
-    """ZooKeeper could not be reached in time; the call may be repeated."""
-
-
-class CorruptSubjectRecord(AlignmentError):
-    """A znode of the subject registry does not hold the record its path promises."""
-
-
 class CheckpointMismatch(AlignmentError):
     """The ``checkpointLocation`` given to the source is not the query's own.
 
     The aligned source learns where the query stands from the query's offsets
     log, so the option must name the same path as the query's checkpoint.
     """
-
-
-class SourceNotFound(AlignmentError):
-    """The subject has no source of that job (it never ran with options zookeeper and job)."""
-
-
-class SubjectNotFound(AlignmentError):
-    """No epoch or source of the subject was ever registered."""
-
-
-class InvalidTransition(AlignmentError):
-    """The command does not apply to the source's state (Align before Ready, or at a passed epoch)."""
-
-
-class NotAnswered(AlignmentError):
-    """The source did not answer the command in time (the query may be stopped or busy)."""

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from epochstate.daemon.alignment.ranges import OffsetRange
+from epochstate.daemon.alignment.records import SubjectEpoch
 from epochstate.spark_plugin.alignment.errors import CorruptSubjectRecord
-from epochstate.spark_plugin.alignment.records import SubjectEpoch
-from epochstate.spark_plugin.kafka.ranges import OffsetRange
 
 
 @dataclass(frozen=True)

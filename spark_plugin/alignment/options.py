@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from epochstate.daemon.alignment.layout import DEFAULT_ROOT, SubjectLayout, check_job, check_topic
+from epochstate.daemon.alignment.records import MODES, Mode
 from epochstate.spark_plugin.alignment.errors import InvalidOption
-from epochstate.spark_plugin.alignment.layout import DEFAULT_ROOT, SubjectLayout, check_job, check_topic
-from epochstate.spark_plugin.alignment.records import MODES, Mode
 
 KAFKA_PREFIX = "kafka."
 DEFAULT_MAPPING_RETENTION = 100

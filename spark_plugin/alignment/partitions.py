@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from epochstate.spark_plugin.kafka.ranges import OffsetRange
+from epochstate.daemon.alignment.ranges import OffsetRange
 from epochstate.spark_plugin.kafka.reader import read_range
 
 # The columns of the rows the source returns, in order.

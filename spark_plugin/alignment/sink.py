@@ -20,17 +20,17 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from epochstate.daemon.alignment.ranges import OffsetRange
+from epochstate.daemon.alignment.records import SubjectEpoch
+from epochstate.daemon.alignment.retention import SubjectRetention
+from epochstate.daemon.alignment.subjects import SubjectRegistry, wall_clock_ms
 from epochstate.daemon.sources.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import SourceError
 from epochstate.spark_plugin.alignment.connections import shared_registry
 from epochstate.spark_plugin.alignment.errors import AlignmentError, InvalidOption, TooFewPartitions
 from epochstate.spark_plugin.alignment.options import SinkOptions
-from epochstate.spark_plugin.alignment.records import SubjectEpoch
-from epochstate.spark_plugin.alignment.retention import SubjectRetention
-from epochstate.spark_plugin.alignment.subjects import SubjectRegistry, wall_clock_ms
 from epochstate.spark_plugin.kafka.admin import TopicAdmin
 from epochstate.spark_plugin.kafka.producer import PartitionWriter
-from epochstate.spark_plugin.kafka.ranges import OffsetRange
 
 log = logging.getLogger(__name__)
 

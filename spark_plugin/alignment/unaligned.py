@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
+from epochstate.daemon.alignment.subjects import SubjectRegistry
 from epochstate.spark_plugin.alignment.offsets import SubjectOffset, limited
 from epochstate.spark_plugin.alignment.options import EARLIEST, LATEST, SourceOptions
 from epochstate.spark_plugin.alignment.partitions import SubjectPartition
 from epochstate.spark_plugin.alignment.planned import PlannedOffsets
-from epochstate.spark_plugin.alignment.subjects import SubjectRegistry
 from epochstate.spark_plugin.kafka.admin import TopicAdmin
 
 # Spark asks for the latest offset every few milliseconds while nothing is new;

@@ -4,6 +4,7 @@ Built on confluent-kafka. Every function takes a librdkafka client config (at
 least ``bootstrap.servers``) and adds the settings its guarantees rest on.
 """
 
+from epochstate.daemon.alignment.ranges import OffsetRange
 from epochstate.spark_plugin.kafka.admin import TopicAdmin
 from epochstate.spark_plugin.kafka.errors import (
     BrokerTimeout,
@@ -16,7 +17,6 @@ from epochstate.spark_plugin.kafka.errors import (
     TopicNotFound,
 )
 from epochstate.spark_plugin.kafka.producer import PartitionWriter
-from epochstate.spark_plugin.kafka.ranges import OffsetRange
 from epochstate.spark_plugin.kafka.reader import KafkaRecord, read_range
 
 __all__ = [

@@ -10,9 +10,9 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka import Producer
 
+from epochstate.daemon.alignment.ranges import OffsetRange
 from epochstate.spark_plugin.kafka.config import ClientConfig, merged
 from epochstate.spark_plugin.kafka.errors import DeliveryFailed, InterleavedWrite
-from epochstate.spark_plugin.kafka.ranges import OffsetRange
 
 Headers = Sequence[tuple[str, bytes | None]]
 

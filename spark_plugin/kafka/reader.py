@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 import confluent_kafka
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
 
+from epochstate.daemon.alignment.ranges import OffsetRange
 from epochstate.spark_plugin.kafka.config import ClientConfig, consumer_settings
 from epochstate.spark_plugin.kafka.errors import (
     BrokerTimeout,
@@ -18,7 +19,6 @@ from epochstate.spark_plugin.kafka.errors import (
     from_client_error,
 )
 from epochstate.spark_plugin.kafka.polling import available_messages, fetched_high_watermarks
-from epochstate.spark_plugin.kafka.ranges import OffsetRange
 
 _Code = confluent_kafka.KafkaError
 

@@ -16,6 +16,8 @@ from kazoo.client import KazooClient
 from typer.testing import CliRunner
 
 from epochstate.client.cli import app
+from epochstate.daemon.alignment.commands import Report, State
+from epochstate.daemon.alignment.coordinator import AlignmentCoordinator
 from epochstate.spark_plugin.alignment import (
     InvalidTransition,
     NotAnswered,
@@ -25,8 +27,6 @@ from epochstate.spark_plugin.alignment import (
     SubjectNotFound,
     SubjectRegistry,
 )
-from epochstate.spark_plugin.alignment.commands import Report, State
-from epochstate.spark_plugin.alignment.coordinator import AlignmentCoordinator
 from epochstate.spark_plugin.kafka import OffsetRange
 
 TOPIC, JOB = "t", "reader"

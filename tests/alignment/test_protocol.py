@@ -30,6 +30,8 @@ from kazoo.recipe.watchers import DataWatch
 from typer.testing import CliRunner
 
 from epochstate.client.cli import app
+from epochstate.daemon.alignment.commands import Command, Report
+from epochstate.daemon.alignment.coordinator import AlignmentCoordinator
 from epochstate.spark_plugin.alignment import (
     SourceRecord,
     SubjectEpoch,
@@ -37,8 +39,6 @@ from epochstate.spark_plugin.alignment import (
     SubjectRegistry,
     register,
 )
-from epochstate.spark_plugin.alignment.commands import Command, Report
-from epochstate.spark_plugin.alignment.coordinator import AlignmentCoordinator
 from epochstate.spark_plugin.alignment.planned import PlannedOffsets
 from tests.alignment.conftest import (
     DownstreamJob,

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from epochstate.daemon.alignment.commands import Command, Report
 from epochstate.spark_plugin.alignment import (
     CorruptSubjectRecord,
     InvalidOption,
@@ -15,7 +16,6 @@ from epochstate.spark_plugin.alignment import (
     SubjectLayout,
     SubjectOffset,
 )
-from epochstate.spark_plugin.alignment.commands import Command, Report
 from epochstate.spark_plugin.alignment.offsets import limited
 from epochstate.spark_plugin.alignment.options import SourceOptions
 from epochstate.spark_plugin.kafka import OffsetRange

@@ -13,16 +13,17 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from epochstate.daemon.alignment.boundaries import Boundaries
+from epochstate.daemon.alignment.commands import Command, Report
+from epochstate.daemon.alignment.coordinator import AlignmentCoordinator
+from epochstate.daemon.alignment.retention import SubjectRetention
 from epochstate.daemon.registry.layout import Layout
 from epochstate.daemon.registry.records import ReplicaState
 from epochstate.daemon.registry.subject_records import SubjectSourceRecord
 from epochstate.spark_plugin.alignment import SubjectEpoch, SubjectRegistry, register
-from epochstate.spark_plugin.alignment.commands import Command, Report
-from epochstate.spark_plugin.alignment.coordinator import AlignmentCoordinator
 from epochstate.spark_plugin.alignment.errors import InvalidOption, InvalidTransition
 from epochstate.spark_plugin.alignment.offsets import SubjectOffset
-from epochstate.spark_plugin.alignment.protocol import Boundaries, decide
-from epochstate.spark_plugin.alignment.retention import SubjectRetention
+from epochstate.spark_plugin.alignment.protocol import decide
 from epochstate.spark_plugin.kafka import OffsetRange
 from tests.alignment.conftest import UpstreamJob, fresh_topic
 from tests.fixtures.kafka import KafkaBroker

@@ -25,10 +25,10 @@ import pytest
 from kazoo.exceptions import NoNodeError
 
 from epochstate.client import AlignedWith, DeadlineExceeded, EpochNotReady, EpochRetired, Lookup
+from epochstate.daemon.alignment.retention import SubjectRetention
 from epochstate.daemon.embedded.zookeeper import EmbeddedZooKeeper
 from epochstate.spark_plugin.alignment import SubjectRegistry, register
 from epochstate.spark_plugin.alignment.connections import close_shared_clients
-from epochstate.spark_plugin.alignment.retention import SubjectRetention
 from epochstate.spark_plugin.lookup import AlignedLookup
 from epochstate.v1 import epochstate_pb2 as pb
 from epochstate.v1.epochstate_pb2_grpc import EpochStateStub

@@ -1136,3 +1136,396 @@ class FollowJobResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FollowJobResponse: _TypeAlias = FollowJobResponse  # noqa: Y015
+
+@_typing.final
+class AlignmentStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    KEEP_FIELD_NUMBER: _builtins.int
+    subject: _builtins.str
+    """the Kafka topic; empty: every subject"""
+    keep: _builtins.int
+    """the retention's newest epochs always kept (0: 100), for the holds shown"""
+    def __init__(
+        self,
+        *,
+        subject: _builtins.str = ...,
+        keep: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keep", b"keep", "subject", b"subject"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlignmentStatusRequest: _TypeAlias = AlignmentStatusRequest  # noqa: Y015
+
+@_typing.final
+class AlignmentCommand(_message.Message):
+    """A command as the coordinator wrote it into the source's znode."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    ISSUED_AT_MS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """"catch-up", "align", "abort" """
+    id: _builtins.int
+    """increases by one per command to the source"""
+    epoch: _builtins.int
+    """Align's subject epoch"""
+    issued_at_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        id: _builtins.int = ...,
+        epoch: _builtins.int | None = ...,
+        issued_at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_epoch", b"_epoch", "epoch", b"epoch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_epoch", b"_epoch", "epoch", b"epoch", "id", b"id", "issued_at_ms", b"issued_at_ms", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__epoch: _TypeAlias = _typing.Literal["epoch"]  # noqa: Y015
+    _WhichOneofArgType__epoch: _TypeAlias = _typing.Literal["_epoch", b"_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__epoch) -> _WhichOneofReturnType__epoch | None: ...
+
+Global___AlignmentCommand: _TypeAlias = AlignmentCommand  # noqa: Y015
+
+@_typing.final
+class AlignmentSource(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class PositionEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    JOB_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    COMMAND_FIELD_NUMBER: _builtins.int
+    ANSWERED_FIELD_NUMBER: _builtins.int
+    SUBJECT_EPOCH_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    REFUSED_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_MS_FIELD_NUMBER: _builtins.int
+    job: _builtins.str
+    mode: _builtins.str
+    """how a new query of the job starts: "aligned" or "unaligned" """
+    state: _builtins.str
+    """"unaligned", "catching-up", "ready", "aligning", "aligned" """
+    answered: _builtins.bool
+    """the source has seen the newest command (true without one)"""
+    subject_epoch: _builtins.int
+    """aligned: the subject epoch of its newest batch"""
+    batch: _builtins.int
+    """its newest batch"""
+    refused: _builtins.str
+    """why it refused the newest command; empty: it did not"""
+    updated_at_ms: _builtins.int
+    @_builtins.property
+    def command(self) -> Global___AlignmentCommand:
+        """the newest command; absent: none"""
+
+    @_builtins.property
+    def position(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
+        """Kafka partition -> end offset of its newest batch"""
+
+    def __init__(
+        self,
+        *,
+        job: _builtins.str = ...,
+        mode: _builtins.str = ...,
+        state: _builtins.str = ...,
+        command: Global___AlignmentCommand | None = ...,
+        answered: _builtins.bool = ...,
+        subject_epoch: _builtins.int | None = ...,
+        batch: _builtins.int | None = ...,
+        position: _abc.Mapping[_builtins.int, _builtins.int] | None = ...,
+        refused: _builtins.str = ...,
+        updated_at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_batch", b"_batch", "_subject_epoch", b"_subject_epoch", "batch", b"batch", "command", b"command", "subject_epoch", b"subject_epoch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_batch", b"_batch", "_subject_epoch", b"_subject_epoch", "answered", b"answered", "batch", b"batch", "command", b"command", "job", b"job", "mode", b"mode", "position", b"position", "refused", b"refused", "state", b"state", "subject_epoch", b"subject_epoch", "updated_at_ms", b"updated_at_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__batch: _TypeAlias = _typing.Literal["batch"]  # noqa: Y015
+    _WhichOneofArgType__batch: _TypeAlias = _typing.Literal["_batch", b"_batch"]  # noqa: Y015
+    _WhichOneofReturnType__subject_epoch: _TypeAlias = _typing.Literal["subject_epoch"]  # noqa: Y015
+    _WhichOneofArgType__subject_epoch: _TypeAlias = _typing.Literal["_subject_epoch", b"_subject_epoch"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__batch) -> _WhichOneofReturnType__batch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__subject_epoch) -> _WhichOneofReturnType__subject_epoch | None: ...
+
+Global___AlignmentSource: _TypeAlias = AlignmentSource  # noqa: Y015
+
+@_typing.final
+class RetentionHold(_message.Message):
+    """Subject epochs from `epoch` on must stay, because of `reason`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPOCH_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        epoch: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetentionHold: _TypeAlias = RetentionHold  # noqa: Y015
+
+@_typing.final
+class SubjectAlignment(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    SOURCES_FIELD_NUMBER: _builtins.int
+    RETENTION_HORIZON_FIELD_NUMBER: _builtins.int
+    HOLDS_FIELD_NUMBER: _builtins.int
+    subject: _builtins.str
+    retention_horizon: _builtins.int
+    """the oldest epoch retention keeps"""
+    @_builtins.property
+    def sources(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlignmentSource]:
+        """by job name"""
+
+    @_builtins.property
+    def holds(self) -> _containers.RepeatedCompositeFieldContainer[Global___RetentionHold]: ...
+    def __init__(
+        self,
+        *,
+        subject: _builtins.str = ...,
+        sources: _abc.Iterable[Global___AlignmentSource] | None = ...,
+        retention_horizon: _builtins.int = ...,
+        holds: _abc.Iterable[Global___RetentionHold] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["holds", b"holds", "retention_horizon", b"retention_horizon", "sources", b"sources", "subject", b"subject"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubjectAlignment: _TypeAlias = SubjectAlignment  # noqa: Y015
+
+@_typing.final
+class AlignmentStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBJECTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def subjects(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubjectAlignment]:
+        """by subject name"""
+
+    def __init__(
+        self,
+        *,
+        subjects: _abc.Iterable[Global___SubjectAlignment] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["subjects", b"subjects"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlignmentStatusResponse: _TypeAlias = AlignmentStatusResponse  # noqa: Y015
+
+@_typing.final
+class AlignmentCommandRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    WAIT_SECONDS_FIELD_NUMBER: _builtins.int
+    subject: _builtins.str
+    job: _builtins.str
+    """the reading job (the source's option job)"""
+    wait_seconds: _builtins.float
+    """> 0: answer once the source did it (DEADLINE_EXCEEDED if not)"""
+    def __init__(
+        self,
+        *,
+        subject: _builtins.str = ...,
+        job: _builtins.str = ...,
+        wait_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "subject", b"subject", "wait_seconds", b"wait_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlignmentCommandRequest: _TypeAlias = AlignmentCommandRequest  # noqa: Y015
+
+@_typing.final
+class AlignRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    NEXT_FIELD_NUMBER: _builtins.int
+    WAIT_SECONDS_FIELD_NUMBER: _builtins.int
+    subject: _builtins.str
+    job: _builtins.str
+    epoch: _builtins.int
+    """subject epoch k"""
+    next: _builtins.bool
+    """the first epoch the source has not passed"""
+    wait_seconds: _builtins.float
+    def __init__(
+        self,
+        *,
+        subject: _builtins.str = ...,
+        job: _builtins.str = ...,
+        epoch: _builtins.int = ...,
+        next: _builtins.bool = ...,
+        wait_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "epoch", b"epoch", "next", b"next"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "epoch", b"epoch", "job", b"job", "next", b"next", "subject", b"subject", "wait_seconds", b"wait_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_at: _TypeAlias = _typing.Literal["epoch", "next"]  # noqa: Y015
+    _WhichOneofArgType_at: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_at) -> _WhichOneofReturnType_at | None: ...
+
+Global___AlignRequest: _TypeAlias = AlignRequest  # noqa: Y015
+
+@_typing.final
+class AlignmentCommandResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMMAND_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def command(self) -> Global___AlignmentCommand:
+        """the command issued"""
+
+    @_builtins.property
+    def source(self) -> Global___AlignmentSource:
+        """the source once it did it (with wait_seconds), else as issued"""
+
+    def __init__(
+        self,
+        *,
+        command: Global___AlignmentCommand | None = ...,
+        source: Global___AlignmentSource | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["command", b"command", "source", b"source"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["command", b"command", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlignmentCommandResponse: _TypeAlias = AlignmentCommandResponse  # noqa: Y015
+
+@_typing.final
+class PruneSubjectRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    KEEP_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    subject: _builtins.str
+    keep: _builtins.int
+    """the newest epochs always kept (0: 100; at least 2)"""
+    dry_run: _builtins.bool
+    """only show what would be kept and why"""
+    def __init__(
+        self,
+        *,
+        subject: _builtins.str = ...,
+        keep: _builtins.int = ...,
+        dry_run: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "keep", b"keep", "subject", b"subject"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PruneSubjectRequest: _TypeAlias = PruneSubjectRequest  # noqa: Y015
+
+@_typing.final
+class PruneSubjectResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MappingEntriesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    HORIZON_FIELD_NUMBER: _builtins.int
+    HOLDS_FIELD_NUMBER: _builtins.int
+    DELETED_EPOCHS_FIELD_NUMBER: _builtins.int
+    MAPPING_ENTRIES_FIELD_NUMBER: _builtins.int
+    horizon: _builtins.int
+    @_builtins.property
+    def holds(self) -> _containers.RepeatedCompositeFieldContainer[Global___RetentionHold]: ...
+    @_builtins.property
+    def deleted_epochs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def mapping_entries(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """source job -> entries removed from its mapping"""
+
+    def __init__(
+        self,
+        *,
+        horizon: _builtins.int = ...,
+        holds: _abc.Iterable[Global___RetentionHold] | None = ...,
+        deleted_epochs: _abc.Iterable[_builtins.int] | None = ...,
+        mapping_entries: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_epochs", b"deleted_epochs", "holds", b"holds", "horizon", b"horizon", "mapping_entries", b"mapping_entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PruneSubjectResponse: _TypeAlias = PruneSubjectResponse  # noqa: Y015

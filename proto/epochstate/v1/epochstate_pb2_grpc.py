@@ -443,3 +443,272 @@ class EpochState:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class AlignmentAdminStub:
+    """---------------------------------------------------------------------------
+    Alignment control: moves the sources of Kafka subjects between unaligned and
+    aligned (van Kaam §5.6), as `epochstate align` does. The daemon issues the
+    commands through ZooKeeper; the sources carry them out in their next batches.
+    ---------------------------------------------------------------------------
+
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Status = channel.unary_unary(
+                '/epochstate.v1.AlignmentAdmin/Status',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.AlignmentStatusRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.AlignmentStatusResponse.FromString,
+                _registered_method=True)
+        self.CatchUp = channel.unary_unary(
+                '/epochstate.v1.AlignmentAdmin/CatchUp',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandResponse.FromString,
+                _registered_method=True)
+        self.Align = channel.unary_unary(
+                '/epochstate.v1.AlignmentAdmin/Align',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.AlignRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandResponse.FromString,
+                _registered_method=True)
+        self.Abort = channel.unary_unary(
+                '/epochstate.v1.AlignmentAdmin/Abort',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandResponse.FromString,
+                _registered_method=True)
+        self.Prune = channel.unary_unary(
+                '/epochstate.v1.AlignmentAdmin/Prune',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.PruneSubjectRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.PruneSubjectResponse.FromString,
+                _registered_method=True)
+
+
+class AlignmentAdminServicer:
+    """---------------------------------------------------------------------------
+    Alignment control: moves the sources of Kafka subjects between unaligned and
+    aligned (van Kaam §5.6), as `epochstate align` does. The daemon issues the
+    commands through ZooKeeper; the sources carry them out in their next batches.
+    ---------------------------------------------------------------------------
+
+    """
+
+    def Status(self, request, context):
+        """Each source of one subject, or of every subject: state, command, retention holds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CatchUp(self, request, context):
+        """The source reports ready once it has passed the subject's second-to-last epoch.
+        FAILED_PRECONDITION while it is aligned or aligning (Abort it first).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Align(self, request, context):
+        """A ready source reads up to the start of subject epoch k, then one batch per epoch.
+        FAILED_PRECONDITION when it is not ready or has passed k.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Abort(self, request, context):
+        """The source reads unaligned again, from where its newest batch ended.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Prune(self, request, context):
+        """Deletes subject epochs (and mapping entries) no source or daemon needs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_AlignmentAdminServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Status': grpc.unary_unary_rpc_method_handler(
+                    servicer.Status,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.AlignmentStatusRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.AlignmentStatusResponse.SerializeToString,
+            ),
+            'CatchUp': grpc.unary_unary_rpc_method_handler(
+                    servicer.CatchUp,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandResponse.SerializeToString,
+            ),
+            'Align': grpc.unary_unary_rpc_method_handler(
+                    servicer.Align,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.AlignRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandResponse.SerializeToString,
+            ),
+            'Abort': grpc.unary_unary_rpc_method_handler(
+                    servicer.Abort,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandResponse.SerializeToString,
+            ),
+            'Prune': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prune,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.PruneSubjectRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.PruneSubjectResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'epochstate.v1.AlignmentAdmin', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('epochstate.v1.AlignmentAdmin', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class AlignmentAdmin:
+    """---------------------------------------------------------------------------
+    Alignment control: moves the sources of Kafka subjects between unaligned and
+    aligned (van Kaam §5.6), as `epochstate align` does. The daemon issues the
+    commands through ZooKeeper; the sources carry them out in their next batches.
+    ---------------------------------------------------------------------------
+
+    """
+
+    @staticmethod
+    def Status(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.AlignmentAdmin/Status',
+            epochstate_dot_v1_dot_epochstate__pb2.AlignmentStatusRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.AlignmentStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CatchUp(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.AlignmentAdmin/CatchUp',
+            epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Align(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.AlignmentAdmin/Align',
+            epochstate_dot_v1_dot_epochstate__pb2.AlignRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Abort(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.AlignmentAdmin/Abort',
+            epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.AlignmentCommandResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prune(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.AlignmentAdmin/Prune',
+            epochstate_dot_v1_dot_epochstate__pb2.PruneSubjectRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.PruneSubjectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

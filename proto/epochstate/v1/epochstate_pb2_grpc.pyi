@@ -139,3 +139,109 @@ class EpochStateServicer(metaclass=_abc_1.ABCMeta):
         """Start following a job's checkpoint (idempotent)."""
 
 def add_EpochStateServicer_to_server(servicer: EpochStateServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class AlignmentAdminStub:
+    """---------------------------------------------------------------------------
+    Alignment control: moves the sources of Kafka subjects between unaligned and
+    aligned (van Kaam §5.6), as `epochstate align` does. The daemon issues the
+    commands through ZooKeeper; the sources carry them out in their next batches.
+    ---------------------------------------------------------------------------
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> AlignmentAdminAsyncStub: ...
+    Status: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.AlignmentStatusRequest, _epochstate_pb2.AlignmentStatusResponse]
+    """Each source of one subject, or of every subject: state, command, retention holds."""
+    CatchUp: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.AlignmentCommandRequest, _epochstate_pb2.AlignmentCommandResponse]
+    """The source reports ready once it has passed the subject's second-to-last epoch.
+    FAILED_PRECONDITION while it is aligned or aligning (Abort it first).
+    """
+    Align: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.AlignRequest, _epochstate_pb2.AlignmentCommandResponse]
+    """A ready source reads up to the start of subject epoch k, then one batch per epoch.
+    FAILED_PRECONDITION when it is not ready or has passed k.
+    """
+    Abort: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.AlignmentCommandRequest, _epochstate_pb2.AlignmentCommandResponse]
+    """The source reads unaligned again, from where its newest batch ended."""
+    Prune: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.PruneSubjectRequest, _epochstate_pb2.PruneSubjectResponse]
+    """Deletes subject epochs (and mapping entries) no source or daemon needs."""
+
+@_typing.type_check_only
+class AlignmentAdminAsyncStub(AlignmentAdminStub):
+    """---------------------------------------------------------------------------
+    Alignment control: moves the sources of Kafka subjects between unaligned and
+    aligned (van Kaam §5.6), as `epochstate align` does. The daemon issues the
+    commands through ZooKeeper; the sources carry them out in their next batches.
+    ---------------------------------------------------------------------------
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    Status: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.AlignmentStatusRequest, _epochstate_pb2.AlignmentStatusResponse]  # type: ignore[assignment]
+    """Each source of one subject, or of every subject: state, command, retention holds."""
+    CatchUp: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.AlignmentCommandRequest, _epochstate_pb2.AlignmentCommandResponse]  # type: ignore[assignment]
+    """The source reports ready once it has passed the subject's second-to-last epoch.
+    FAILED_PRECONDITION while it is aligned or aligning (Abort it first).
+    """
+    Align: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.AlignRequest, _epochstate_pb2.AlignmentCommandResponse]  # type: ignore[assignment]
+    """A ready source reads up to the start of subject epoch k, then one batch per epoch.
+    FAILED_PRECONDITION when it is not ready or has passed k.
+    """
+    Abort: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.AlignmentCommandRequest, _epochstate_pb2.AlignmentCommandResponse]  # type: ignore[assignment]
+    """The source reads unaligned again, from where its newest batch ended."""
+    Prune: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.PruneSubjectRequest, _epochstate_pb2.PruneSubjectResponse]  # type: ignore[assignment]
+    """Deletes subject epochs (and mapping entries) no source or daemon needs."""
+
+class AlignmentAdminServicer(metaclass=_abc_1.ABCMeta):
+    """---------------------------------------------------------------------------
+    Alignment control: moves the sources of Kafka subjects between unaligned and
+    aligned (van Kaam §5.6), as `epochstate align` does. The daemon issues the
+    commands through ZooKeeper; the sources carry them out in their next batches.
+    ---------------------------------------------------------------------------
+    """
+
+    @_abc_1.abstractmethod
+    def Status(
+        self,
+        request: _epochstate_pb2.AlignmentStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.AlignmentStatusResponse, _abc.Awaitable[_epochstate_pb2.AlignmentStatusResponse]]:
+        """Each source of one subject, or of every subject: state, command, retention holds."""
+
+    @_abc_1.abstractmethod
+    def CatchUp(
+        self,
+        request: _epochstate_pb2.AlignmentCommandRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.AlignmentCommandResponse, _abc.Awaitable[_epochstate_pb2.AlignmentCommandResponse]]:
+        """The source reports ready once it has passed the subject's second-to-last epoch.
+        FAILED_PRECONDITION while it is aligned or aligning (Abort it first).
+        """
+
+    @_abc_1.abstractmethod
+    def Align(
+        self,
+        request: _epochstate_pb2.AlignRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.AlignmentCommandResponse, _abc.Awaitable[_epochstate_pb2.AlignmentCommandResponse]]:
+        """A ready source reads up to the start of subject epoch k, then one batch per epoch.
+        FAILED_PRECONDITION when it is not ready or has passed k.
+        """
+
+    @_abc_1.abstractmethod
+    def Abort(
+        self,
+        request: _epochstate_pb2.AlignmentCommandRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.AlignmentCommandResponse, _abc.Awaitable[_epochstate_pb2.AlignmentCommandResponse]]:
+        """The source reads unaligned again, from where its newest batch ended."""
+
+    @_abc_1.abstractmethod
+    def Prune(
+        self,
+        request: _epochstate_pb2.PruneSubjectRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.PruneSubjectResponse, _abc.Awaitable[_epochstate_pb2.PruneSubjectResponse]]:
+        """Deletes subject epochs (and mapping entries) no source or daemon needs."""
+
+def add_AlignmentAdminServicer_to_server(servicer: AlignmentAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from epochstate.daemon.alignment.errors import InvalidOption, InvalidSubjectName
 from epochstate.daemon.registry.layout import DEFAULT_ROOT, EPOCH_DIGITS, MAX_EPOCH, Layout, parse_epoch_name
-from epochstate.spark_plugin.alignment.errors import InvalidOption, InvalidSubjectName
 
 __all__ = ["DEFAULT_ROOT", "SubjectLayout", "check_topic", "epoch_name", "parse_epoch_name"]
 

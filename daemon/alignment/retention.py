@@ -34,10 +34,10 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from epochstate.daemon.alignment.errors import InvalidOption
+from epochstate.daemon.alignment.records import SourceRecord
+from epochstate.daemon.alignment.subjects import SubjectRegistry, wall_clock_ms
 from epochstate.daemon.registry.subject_records import RETIRED, Retired
-from epochstate.spark_plugin.alignment.errors import InvalidOption
-from epochstate.spark_plugin.alignment.records import SourceRecord
-from epochstate.spark_plugin.alignment.subjects import SubjectRegistry, wall_clock_ms
 
 log = logging.getLogger(__name__)
 

@@ -20,16 +20,16 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 from kazoo.retry import ForceRetryError, KazooRetry
 
-from epochstate.daemon.registry.layout import Layout
-from epochstate.daemon.registry.records import decode
-from epochstate.daemon.registry.session import CONNECTION_ERRORS, wait
-from epochstate.spark_plugin.alignment.errors import (
+from epochstate.daemon.alignment.errors import (
     EpochWrittenByAnotherQuery,
     RegistryUnavailable,
     SourceNotFound,
 )
-from epochstate.spark_plugin.alignment.layout import DEFAULT_ROOT, SubjectLayout, parse_epoch_name
-from epochstate.spark_plugin.alignment.records import Mode, SourceRecord, SubjectEpoch
+from epochstate.daemon.alignment.layout import DEFAULT_ROOT, SubjectLayout, parse_epoch_name
+from epochstate.daemon.alignment.records import Mode, SourceRecord, SubjectEpoch
+from epochstate.daemon.registry.layout import Layout
+from epochstate.daemon.registry.records import decode
+from epochstate.daemon.registry.session import CONNECTION_ERRORS, wait
 
 T = TypeVar("T")
 Watch = Callable[[WatchedEvent], None]
@@ -152,6 +152,10 @@ class SubjectRegistry:
         """
         data = self._call(lambda: self._read(self.layout.source(topic, job), watch))
         return None if data is None else SourceRecord.decode(topic, job, data)
+
+    def subjects(self) -> list[str]:
+        """Every subject with a znode under the root, sorted."""
+        return sorted(self._call(lambda: self._children(self.layout.subjects)))
 
     def sources(self, topic: str) -> list[str]:
         """The jobs that registered as sources of ``topic``, sorted (none for an unknown subject)."""

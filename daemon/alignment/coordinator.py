@@ -17,16 +17,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from epochstate.spark_plugin.alignment.commands import DONE, Command, CommandName, Report, State
-from epochstate.spark_plugin.alignment.errors import (
+from epochstate.daemon.alignment.boundaries import Boundaries
+from epochstate.daemon.alignment.commands import DONE, Command, CommandName, Report, State
+from epochstate.daemon.alignment.errors import (
     InvalidTransition,
     NotAnswered,
     SourceNotFound,
     SubjectNotFound,
 )
-from epochstate.spark_plugin.alignment.protocol import Boundaries
-from epochstate.spark_plugin.alignment.records import SourceRecord
-from epochstate.spark_plugin.alignment.subjects import SubjectRegistry, wall_clock_ms
+from epochstate.daemon.alignment.records import SourceRecord
+from epochstate.daemon.alignment.subjects import SubjectRegistry, wall_clock_ms
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,14 @@ class AlignmentCoordinator:
         self.registry = registry
         self._clock = clock
 
-    def status(self, topic: str) -> list[SourceStatus]:
-        """Every source of subject ``topic``, by job name."""
+    def require_subject(self, topic: str) -> None:
+        """Raise SubjectNotFound unless subject ``topic`` was ever registered."""
         if not self.registry.exists(topic):
             raise SubjectNotFound(f"no subject {topic!r}: no epoch or source was ever registered")
+
+    def status(self, topic: str) -> list[SourceStatus]:
+        """Every source of subject ``topic``, by job name."""
+        self.require_subject(topic)
         found = []
         for job in self.registry.sources(topic):
             record = self.registry.get_source(topic, job)

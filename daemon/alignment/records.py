@@ -10,11 +10,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from epochstate.daemon.alignment.commands import Command, Report
+from epochstate.daemon.alignment.errors import CorruptSubjectRecord
+from epochstate.daemon.alignment.ranges import OffsetRange
 from epochstate.daemon.registry.errors import InvalidRecord
 from epochstate.daemon.registry.subject_records import MODES, Mode, SubjectEpochRecord, SubjectSourceRecord
-from epochstate.spark_plugin.alignment.commands import Command, Report
-from epochstate.spark_plugin.alignment.errors import CorruptSubjectRecord
-from epochstate.spark_plugin.kafka.ranges import OffsetRange
 
 __all__ = ["MODES", "Mode", "SourceRecord", "SubjectEpoch"]
 

@@ -1,0 +1,70 @@
+"""Client side of ``epochstate.v1.AlignmentAdmin``: ``EpochStateClient.alignment``.
+
+Errors as the rest of the client (``epochstate.client.errors``): NotFound for an
+unknown subject or source, EpochNotReady (FAILED_PRECONDITION) for a command the
+source's state does not allow or that it refused, InvalidArgument for bad
+arguments, DeadlineExceeded when the source did not carry a command out within
+``wait``, Unavailable when the daemon cannot reach ZooKeeper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from epochstate.v1 import epochstate_pb2 as pb
+from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
+
+Call = Callable[[Any, Any, float | None], Any]
+# The command's own wait needs this much more time for the call around it.
+_WAIT_MARGIN = 5.0
+
+
+class AlignmentAdmin:
+    """Drives the sources of Kafka subjects through one daemon; made by ``EpochStateClient``."""
+
+    def __init__(self, channel: grpc.Channel, call: Call) -> None:
+        self._stub = pb_grpc.AlignmentAdminStub(channel)
+        self._call = call
+
+    def status(
+        self, subject: str = "", *, keep: int = 0, timeout: float | None = None
+    ) -> list[pb.SubjectAlignment]:
+        """Each source of ``subject`` (empty: every subject), with the holds of retention at ``keep``."""
+        request = pb.AlignmentStatusRequest(subject=subject, keep=keep)
+        return list(self._call(self._stub.Status, request, timeout).subjects)
+
+    def catch_up(self, subject: str, job: str, *, wait: float = 0.0) -> pb.AlignmentCommandResponse:
+        """CatchUp; with ``wait`` > 0 answers once the source reported ready."""
+        request = pb.AlignmentCommandRequest(subject=subject, job=job, wait_seconds=wait)
+        return self._command(self._stub.CatchUp, request, wait)
+
+    def align(
+        self, subject: str, job: str, epoch: int | None = None, *, wait: float = 0.0
+    ) -> pb.AlignmentCommandResponse:
+        """Align at subject epoch ``epoch`` (None: the first one the source has not passed)."""
+        request = pb.AlignRequest(subject=subject, job=job, wait_seconds=wait)
+        if epoch is None:
+            request.next = True
+        else:
+            request.epoch = epoch
+        return self._command(self._stub.Align, request, wait)
+
+    def abort(self, subject: str, job: str, *, wait: float = 0.0) -> pb.AlignmentCommandResponse:
+        request = pb.AlignmentCommandRequest(subject=subject, job=job, wait_seconds=wait)
+        return self._command(self._stub.Abort, request, wait)
+
+    def prune(
+        self, subject: str, *, keep: int = 0, dry_run: bool = False, timeout: float | None = None
+    ) -> pb.PruneSubjectResponse:
+        request = pb.PruneSubjectRequest(subject=subject, keep=keep, dry_run=dry_run)
+        response: pb.PruneSubjectResponse = self._call(self._stub.Prune, request, timeout)
+        return response
+
+    def _command(self, method: Any, request: Any, wait: float) -> pb.AlignmentCommandResponse:
+        response: pb.AlignmentCommandResponse = self._call(
+            method, request, wait + _WAIT_MARGIN if wait > 0 else None
+        )
+        return response

@@ -1,0 +1,169 @@
+"""``epochstate.v1.AlignmentAdmin``: the alignment coordinator over gRPC, as ``epochstate align`` offers it.
+
+The daemon issues commands through its own ZooKeeper session (the coordinator
+keeps no state, so any daemon, or the CLI, may issue them in turn). With
+``wait_seconds`` a command answers once the source carried it out; a refusal
+is FAILED_PRECONDITION, no answer in time DEADLINE_EXCEEDED. The waits block
+one server thread each and never outlast the call's deadline.
+"""
+
+from __future__ import annotations
+
+import grpc
+from kazoo.client import KazooClient
+
+from epochstate.daemon.alignment.commands import Command
+from epochstate.daemon.alignment.coordinator import AlignmentCoordinator, SourceStatus
+from epochstate.daemon.alignment.errors import InvalidTransition, RegistryUnavailable
+from epochstate.daemon.alignment.retention import DEFAULT_KEEP, Hold, SubjectRetention
+from epochstate.daemon.alignment.subjects import SubjectRegistry
+from epochstate.daemon.server.handlers import add_to_server
+from epochstate.daemon.server.metrics import DaemonMetrics
+from epochstate.daemon.server.status import BadRequest, NoZooKeeper, domain_errors
+from epochstate.v1 import epochstate_pb2 as pb
+
+SERVICE = pb.DESCRIPTOR.services_by_name["AlignmentAdmin"]
+SERVICE_NAME = SERVICE.full_name
+
+
+def command_message(command: Command) -> pb.AlignmentCommand:
+    message = pb.AlignmentCommand(name=command.name, id=command.id, issued_at_ms=command.issued_at_ms)
+    if command.epoch is not None:
+        message.epoch = command.epoch
+    return message
+
+
+def source_message(status: SourceStatus) -> pb.AlignmentSource:
+    record, report = status.record, status.record.report
+    message = pb.AlignmentSource(
+        job=status.job,
+        mode=record.mode,
+        state=status.state,
+        answered=status.answered,
+        updated_at_ms=record.updated_at_ms,
+    )
+    if record.command is not None:
+        message.command.CopyFrom(command_message(record.command))
+    if report is not None:
+        if report.subject_epoch is not None:
+            message.subject_epoch = report.subject_epoch
+        if report.batch is not None:
+            message.batch = report.batch
+        message.position.update(report.position)
+        message.refused = report.refused or ""
+    return message
+
+
+def _holds(holds: tuple[Hold, ...]) -> list[pb.RetentionHold]:
+    return [pb.RetentionHold(epoch=h.epoch, reason=h.reason) for h in sorted(holds, key=lambda h: h.epoch)]
+
+
+def _check_wait(wait: float) -> None:
+    if not wait >= 0:  # NaN too
+        raise BadRequest(f"wait_seconds must be a number of seconds >= 0, not {wait:g}")
+
+
+class AlignmentAdminService:
+    """The rpcs of ``AlignmentAdmin`` on the subjects under ``root``; ``client`` None: no ZooKeeper."""
+
+    def __init__(self, client: KazooClient | None, root: str, timeout: float = 10.0) -> None:
+        self._coordinator = (
+            None if client is None else AlignmentCoordinator(SubjectRegistry(client, root, timeout=timeout))
+        )
+
+    @property
+    def coordinator(self) -> AlignmentCoordinator:
+        if self._coordinator is None:
+            raise NoZooKeeper("the daemon runs without ZooKeeper (--zookeeper): there are no subjects")
+        # Without a session every request would only retry until its timeout: answer at once.
+        if not self._coordinator.registry.client.connected:
+            raise RegistryUnavailable("the daemon is not connected to ZooKeeper")
+        return self._coordinator
+
+    @domain_errors
+    def Status(
+        self, request: pb.AlignmentStatusRequest, context: grpc.ServicerContext
+    ) -> pb.AlignmentStatusResponse:
+        coordinator = self.coordinator
+        retention = SubjectRetention(coordinator.registry, request.keep or DEFAULT_KEEP)
+        topics = [request.subject] if request.subject else coordinator.registry.subjects()
+        response = pb.AlignmentStatusResponse()
+        for topic in topics:
+            sources = coordinator.status(topic)
+            plan = retention.plan(topic)
+            response.subjects.append(
+                pb.SubjectAlignment(
+                    subject=topic,
+                    sources=[source_message(s) for s in sources],
+                    retention_horizon=plan.horizon,
+                    holds=_holds(plan.holds),
+                )
+            )
+        return response
+
+    @domain_errors
+    def CatchUp(
+        self, request: pb.AlignmentCommandRequest, context: grpc.ServicerContext
+    ) -> pb.AlignmentCommandResponse:
+        _check_wait(request.wait_seconds)
+        command = self.coordinator.catch_up(request.subject, request.job)
+        return self._answer(request.subject, request.job, command, request.wait_seconds, context)
+
+    @domain_errors
+    def Align(self, request: pb.AlignRequest, context: grpc.ServicerContext) -> pb.AlignmentCommandResponse:
+        at = request.WhichOneof("at")
+        if at is None or (at == "next" and not request.next):
+            raise BadRequest("Align needs a subject epoch (epoch) or next=true")
+        if at == "epoch" and request.epoch < 0:
+            raise BadRequest(f"a subject epoch is at least 0, not {request.epoch}")
+        _check_wait(request.wait_seconds)
+        epoch = request.epoch if at == "epoch" else None
+        command = self.coordinator.align(request.subject, request.job, epoch)
+        return self._answer(request.subject, request.job, command, request.wait_seconds, context)
+
+    @domain_errors
+    def Abort(
+        self, request: pb.AlignmentCommandRequest, context: grpc.ServicerContext
+    ) -> pb.AlignmentCommandResponse:
+        _check_wait(request.wait_seconds)
+        command = self.coordinator.abort(request.subject, request.job)
+        return self._answer(request.subject, request.job, command, request.wait_seconds, context)
+
+    @domain_errors
+    def Prune(
+        self, request: pb.PruneSubjectRequest, context: grpc.ServicerContext
+    ) -> pb.PruneSubjectResponse:
+        coordinator = self.coordinator
+        coordinator.require_subject(request.subject)
+        retention = SubjectRetention(coordinator.registry, request.keep or DEFAULT_KEEP)
+        if request.dry_run:
+            plan = retention.plan(request.subject)
+            return pb.PruneSubjectResponse(horizon=plan.horizon, holds=_holds(plan.holds))
+        pruned = retention.prune(request.subject)
+        return pb.PruneSubjectResponse(
+            horizon=pruned.plan.horizon,
+            holds=_holds(pruned.plan.holds),
+            deleted_epochs=pruned.epochs,
+            mapping_entries=dict(pruned.mapping_entries),
+        )
+
+    def _answer(
+        self, topic: str, job: str, command: Command, wait: float, context: grpc.ServicerContext
+    ) -> pb.AlignmentCommandResponse:
+        if wait > 0:
+            remaining = context.time_remaining()
+            report = self.coordinator.wait(
+                topic, job, command, wait if remaining is None else min(wait, remaining)
+            )
+            if report.refused is not None:
+                raise InvalidTransition(f"source {job!r} refused {command}: {report.refused}")
+        status = self.coordinator.source(topic, job)
+        return pb.AlignmentCommandResponse(command=command_message(command), source=source_message(status))
+
+
+def add_alignment_admin(
+    server: grpc.Server, client: KazooClient | None, root: str, metrics: DaemonMetrics
+) -> str:
+    """Serve ``AlignmentAdmin`` on ``server``; its full name, for reflection."""
+    add_to_server(AlignmentAdminService(client, root), server, metrics, SERVICE)
+    return SERVICE_NAME
