@@ -1,8 +1,9 @@
 """Client side of ``epochstate.v1.AlignmentAdmin``: ``EpochStateClient.alignment``.
 
 Errors as the rest of the client (``epochstate.client.errors``): NotFound for an
-unknown subject or source, EpochNotReady (FAILED_PRECONDITION) for a command the
-source's state does not allow or that it refused, InvalidArgument for bad
+unknown subject or source, CommandRefused (FAILED_PRECONDITION) for a command the
+source's state does not allow or that it refused, NoZooKeeper when the daemon runs
+without ZooKeeper, InvalidArgument for bad
 arguments, DeadlineExceeded when the source did not carry a command out within
 ``wait``, Unavailable when the daemon cannot reach ZooKeeper.
 """

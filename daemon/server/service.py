@@ -1,8 +1,8 @@
 """The ``epochstate.v1.EpochState`` servicer.
 
 Dependencies come through the constructor. Every handler runs inside
-:func:`_domain_errors`, which turns domain errors into status codes (one table,
-``status.py``); nothing else aborts a call. The reads (Get, MultiGet, Scan) return
+``status.domain_errors``, which turns domain errors into status codes (one
+table, ``status.py``); nothing else aborts a call. The reads (Get, MultiGet, Scan) return
 their response as wire bytes: the store keeps each row as a serialized ``Record``,
 so a response is framed around stored bytes and never built as message objects
 (:mod:`epochstate.daemon.server.handlers` registers them without a serializer).
@@ -10,12 +10,11 @@ so a response is framed around stored bytes and never built as message objects
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import struct
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol, TypeVar, cast
+from collections.abc import Iterator, Sequence
+from typing import Protocol, cast
 
 import grpc
 
@@ -23,7 +22,7 @@ from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry, StoreHandle, StoreSchema
 from epochstate.daemon.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs
-from epochstate.daemon.server.status import BadRequest, status_for
+from epochstate.daemon.server.status import BadRequest, domain_errors
 from epochstate.daemon.server.values import KeyEncoder, key_from_proto
 from epochstate.daemon.server.views import ReadViews
 from epochstate.daemon.sources.sparktypes import StructType, type_to_json
@@ -48,24 +47,6 @@ class IngestControl(Protocol):
     def follow(self, job: str, checkpoint: str) -> JobEntry: ...
 
     def poke(self, job: str) -> None: ...
-
-
-Req = TypeVar("Req")
-Resp = TypeVar("Resp")
-
-
-def _domain_errors(
-    handler: Callable[[Any, Req, grpc.ServicerContext], Resp],
-) -> Callable[[Any, Req, grpc.ServicerContext], Resp]:
-    @functools.wraps(handler)
-    def wrapper(self: Any, request: Req, context: grpc.ServicerContext) -> Resp:
-        try:
-            return handler(self, request, context)
-        except EpochStateError as error:
-            context.abort(status_for(error), str(error))
-            raise  # unreachable: abort raises
-
-    return wrapper
 
 
 def _schema(struct_type: StructType) -> pb.Schema:
@@ -201,7 +182,7 @@ class EpochStateService:
 
     # -- reads ---------------------------------------------------------------
 
-    @_domain_errors
+    @domain_errors
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> bytes:
         """A serialized ``GetResponse``."""
         entry, handle = self._handle(request.store)
@@ -211,7 +192,7 @@ class EpochStateService:
         self._views.done(pinned.view)
         return response_bytes(pinned.epoch, self._records(handle, schema, keys, found))
 
-    @_domain_errors
+    @domain_errors
     def MultiGet(self, request: pb.MultiGetRequest, context: grpc.ServicerContext) -> bytes:
         """A serialized ``MultiGetResponse``."""
         entry, handle = self._handle(request.store)
@@ -223,7 +204,7 @@ class EpochStateService:
         self._views.done(pinned.view)
         return response_bytes(pinned.epoch, self._records(handle, schema, keys, found))
 
-    @_domain_errors
+    @domain_errors
     def Scan(self, request: pb.ScanRequest, context: grpc.ServicerContext) -> bytes:
         """A serialized ``ScanResponse``."""
         entry, handle = self._handle(request.store)
@@ -267,11 +248,11 @@ class EpochStateService:
             committed_epoch=entry.committed,
         )
 
-    @_domain_errors
+    @domain_errors
     def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsResponse:
         return pb.ListJobsResponse(jobs=[self._summary(e) for e in self._catalog.jobs()])
 
-    @_domain_errors
+    @domain_errors
     def DescribeJob(
         self, request: pb.DescribeJobRequest, context: grpc.ServicerContext
     ) -> pb.DescribeJobResponse:
@@ -301,7 +282,7 @@ class EpochStateService:
             )
         return pb.DescribeJobResponse(summary=self._summary(entry), operators=list(operators.values()))
 
-    @_domain_errors
+    @domain_errors
     def ListEpochs(
         self, request: pb.ListEpochsRequest, context: grpc.ServicerContext
     ) -> pb.ListEpochsResponse:
@@ -311,7 +292,7 @@ class EpochStateService:
         records = self._store.epochs(entry.descriptor.job_id, request.from_epoch, request.limit)
         return pb.ListEpochsResponse(epochs=[epoch_info(r) for r in records])
 
-    @_domain_errors
+    @domain_errors
     def WatchEpochs(
         self, request: pb.WatchEpochsRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.EpochInfo]:
@@ -333,7 +314,7 @@ class EpochStateService:
 
     # -- reports and administration ----------------------------------------------
 
-    @_domain_errors
+    @domain_errors
     def ReportEpoch(
         self, request: pb.ReportEpochRequest, context: grpc.ServicerContext
     ) -> pb.ReportEpochResponse:
@@ -348,7 +329,7 @@ class EpochStateService:
         self._ingest.poke(request.job)
         return pb.ReportEpochResponse(ingested_epoch=entry.progress.newest)
 
-    @_domain_errors
+    @domain_errors
     def FollowJob(self, request: pb.FollowJobRequest, context: grpc.ServicerContext) -> pb.FollowJobResponse:
         if not request.job or not request.checkpoint:
             raise BadRequest("job and checkpoint are required")

@@ -1,14 +1,18 @@
 """The one table from domain errors to gRPC status codes.
 
-Handlers raise domain errors; :func:`status_for` picks the code. The client maps
-the codes back to typed exceptions (``epochstate.client.errors``).
+Handlers raise domain errors; :func:`status_for` picks the code. One code can
+stand for several errors (FAILED_PRECONDITION: an epoch not ready yet, an epoch
+that can never exist, a refused alignment command), so the error's kind also
+travels in the trailing metadata under :data:`ERROR_KIND_KEY` (the domain error's
+class name). The client maps code and kind back to typed exceptions
+(``epochstate.client.errors``).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
@@ -62,6 +66,10 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
 )
 
 
+ERROR_KIND_KEY = "epochstate-error"
+"""Trailing-metadata key naming the domain error that ended a call (its class name)."""
+
+
 def status_for(error: EpochStateError) -> grpc.StatusCode:
     for kind, code in STATUS_OF:
         if isinstance(error, kind):
@@ -83,7 +91,13 @@ def domain_errors(
         try:
             return handler(self, request, context)
         except EpochStateError as error:
-            context.abort(status_for(error), str(error))
-            raise  # unreachable: abort raises
+            abort(context, error)
 
     return wrapper
+
+
+def abort(context: grpc.ServicerContext, error: EpochStateError) -> NoReturn:
+    """End the call with ``error``'s status code, its message, and its kind in the trailing metadata."""
+    context.set_trailing_metadata(((ERROR_KIND_KEY, type(error).__name__),))
+    context.abort(status_for(error), str(error))
+    raise AssertionError("unreachable: ServicerContext.abort raises")

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 import epochstate
 from epochstate.client import EpochStateClient
 from epochstate.client.cli import app
-from epochstate.client.errors import EpochStateClientError
+from epochstate.client.errors import CommandRefused, EpochStateClientError
 from epochstate.daemon.embedded.zookeeper import EmbeddedZooKeeper
 from epochstate.spark_plugin.alignment import register
 from epochstate.v1 import epochstate_pb2 as pb
@@ -150,6 +150,7 @@ def test_catch_up_align_abort_through_the_daemon(admin_run: AdminRun) -> None:
     assert source.command.name == "align" and source.answered and not source.refused
     assert run.aligned.retention_horizon == 0 and run.aligned.holds
     assert run.catch_up_while_aligned.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert isinstance(run.catch_up_while_aligned, CommandRefused)
     assert "abort it first" in str(run.catch_up_while_aligned)
     assert run.abort.command.name == "abort" and run.abort.source.state == "unaligned"
     assert "epochstate.v1.AlignmentAdmin" in run.reflected

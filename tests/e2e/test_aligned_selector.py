@@ -24,7 +24,14 @@ import grpc
 import pytest
 from kazoo.exceptions import NoNodeError
 
-from epochstate.client import AlignedWith, DeadlineExceeded, EpochNotReady, EpochRetired, Lookup
+from epochstate.client import (
+    AlignedWith,
+    DeadlineExceeded,
+    EpochRetired,
+    Lookup,
+    NoSuchEpoch,
+    NoZooKeeper,
+)
 from epochstate.daemon.alignment.retention import SubjectRetention
 from epochstate.daemon.embedded.zookeeper import EmbeddedZooKeeper
 from epochstate.spark_plugin.alignment import SubjectRegistry, register
@@ -296,23 +303,26 @@ def test_aligned_reads_wait_and_fail_clearly(
         # mappingRetention=3: the mapping no longer holds batch 0 of `enrich`.
         with pytest.raises(EpochRetired, match="retention"):
             client.get("orders", ["alice"], aligned_with=("enrich", 0))
-        with pytest.raises(EpochNotReady, match="share no subject"):
+        with pytest.raises(NoSuchEpoch, match="share no subject"):
             client.get("orders", ["alice"], aligned_with=("stranger", 0))
 
         # A second subject both jobs touch, which `orders` reads unaligned.
         chain.registry.register_source("side", "orders", "unaligned")
         chain.registry.record_mapping("side", "enrich", "aligned", [(ahead, 0)], keep=3)
-        with pytest.raises(EpochNotReady, match="share subjects"):
+        with pytest.raises(NoSuchEpoch, match="share subjects"):
             client.get("orders", ["alice"], aligned_with=("enrich", ahead))
-        with pytest.raises(EpochNotReady, match="reads subject 'side' unaligned"):
+        with pytest.raises(NoSuchEpoch, match="reads subject 'side' unaligned"):
             client.get("orders", ["alice"], aligned_with=AlignedWith("enrich", ahead, "side"))
         pinned = client.get("orders", ["erin"], aligned_with=AlignedWith("enrich", ahead, chain.topic))
         assert pinned == waited
 
     alone = daemon_factory({"orders": str(chain.orders_checkpoint)}, name="no-zookeeper")
     alone.wait_for_epoch("orders", 0)
-    with alone.client() as client, pytest.raises(EpochNotReady, match="without ZooKeeper"):
-        client.get("orders", ["alice"], aligned_with=("enrich", 0))
+    with alone.client() as client:
+        with pytest.raises(NoSuchEpoch, match="without ZooKeeper"):
+            client.get("orders", ["alice"], aligned_with=("enrich", 0))
+        with pytest.raises(NoZooKeeper, match="without ZooKeeper"):
+            client.alignment.status()
 
 
 def test_cli_reads_at_the_aligned_epoch(chain: Chain) -> None:

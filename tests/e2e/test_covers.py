@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from epochstate.client import DeadlineExceeded, EpochNotReady, InvalidArgument
+from epochstate.client import DeadlineExceeded, InvalidArgument, NoSuchEpoch
 from epochstate.daemon.server.positions import _parse
 from epochstate.spark_plugin.alignment import register
 from epochstate.spark_plugin.kafka.producer import PartitionWriter
@@ -84,7 +84,7 @@ def test_covers_pins_the_earliest_epoch_that_has_read_that_far(
             assert pinned({(topic, 0): 5, (topic, 1): 2}) == 2
             assert client.get("words", ["a"], covers={(topic, 0): 4}).value == {"count": 3}
 
-            with pytest.raises(EpochNotReady, match="reads none of"):
+            with pytest.raises(NoSuchEpoch, match="reads none of"):
                 pinned({("other-topic", 0): 1})
             with pytest.raises(InvalidArgument):
                 pinned({(topic, 0): -1})
