@@ -24,11 +24,11 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from rocksdict import Options, Rdict, WriteBatch
 
-from epochstate.daemon.store import keycodec, layout
+from epochstate.daemon.store import layout
 from epochstate.daemon.store.descriptors import (
     EpochRecord,
     JobDescriptor,
@@ -38,13 +38,9 @@ from epochstate.daemon.store.descriptors import (
 )
 from epochstate.daemon.store.errors import StoreClosed, UnknownJob
 
-
-class Change(NamedTuple):
-    """One key's last change in an epoch. ``payload`` None means removed."""
-
-    store_id: int
-    key: tuple[Any, ...]
-    payload: bytes | None
+StoreChanges = dict[bytes, bytes | None]
+"""One store's changes in an epoch: each changed key (its :mod:`keycodec` encoding)
+once, with its new payload, or ``None`` when it was removed."""
 
 
 class Version(NamedTuple):
@@ -312,14 +308,15 @@ class VersionedStore:
         self,
         job: JobDescriptor,
         epoch: int,
-        changes: Iterable[Change],
+        changes: Mapping[int, StoreChanges],
         record: EpochRecord,
         *,
         fresh: bool = False,
         schemas: Sequence[tuple[int, SchemaVersion]] = (),
         unavailable: Mapping[int, str] | None = None,
     ) -> ApplyResult:
-        """Write one epoch's changes, its record and the progress marker atomically.
+        """Write one epoch's changes (per store id), its record and the progress marker
+        atomically.
 
         ``fresh`` says the job has no versions yet (a full-state load), which skips
         the look-up of superseded versions. ``schemas`` are (store id, version) pairs
@@ -328,51 +325,16 @@ class VersionedStore:
         Epochs must be applied in increasing order; re-applying the newest epoch is a
         no-op.
         """
-        db = self.db
         current = self.progress(job.job_id)
         if epoch <= current.newest:
             return ApplyResult(current, 0)
         batch = WriteBatch(raw_mode=True)
-        it = None if fresh else db.iter()
         written = 0
-        # Last change per key wins; a key may change several times in one epoch.
-        latest: dict[tuple[int, bytes], bytes | None] = {}
-        encode = keycodec.encode_fields
-        for change in changes:
-            latest[(change.store_id, encode(change.key))] = change.payload
-        # The hot loop of ingest: byte prefixes are computed once, not per key.
-        suffix = layout.epoch_suffix(epoch)
-        garbage = layout.garbage_key(job.job_id, epoch, b"")
-        put = batch.put
-        prefixes: dict[int, bytes] = {}
-        live, tombstone = layout.LIVE, layout.TOMBSTONE
-        # Sorted: the seeks below then move forward through the keyspace.
-        for (store_id, encoded_key), payload in sorted(latest.items()):
-            prefix = prefixes.get(store_id)
-            if prefix is None:
-                prefix = prefixes[store_id] = layout.data_prefix(store_id)
-            head = prefix + encoded_key
-            key = head + suffix
-            previous: bytes | None = None
-            previous_live = False
-            if it is not None:
-                it.seek(key)  # the newest version older than `epoch` sorts right after
-                if it.valid():
-                    raw = it.key()
-                    if len(raw) == len(key) and raw.startswith(head):
-                        previous = raw
-                        previous_live = it.value().startswith(live)
-            if payload is None:
-                if not previous_live:
-                    continue  # removing an absent key changes nothing
-                put(key, tombstone)
-                put(garbage + key, b"")
+        for store_id, store_changes in changes.items():
+            if fresh:
+                written += self._put_fresh(batch, store_id, store_changes, epoch)
             else:
-                put(key, live + payload)
-            if previous is not None:
-                # Readers at epochs before `epoch` still need it; none after.
-                put(garbage + previous, b"")
-            written += 1
+                written += self._put_versions(batch, job.job_id, store_id, store_changes, epoch)
         oldest = current.oldest if current.oldest >= 0 else epoch
         progress = JobProgress(epoch, oldest)
         for store_id, schema in schemas:
@@ -383,6 +345,52 @@ class VersionedStore:
         batch.put(layout.progress_key(job.job_id), layout.pack_progress(progress.newest, progress.oldest))
         self._write(batch)
         return ApplyResult(progress, written)
+
+    @staticmethod
+    def _put_fresh(batch: WriteBatch, store_id: int, changes: StoreChanges, epoch: int) -> int:
+        """A store's first versions: nothing to supersede, nothing to remove."""
+        prefix, suffix, live = layout.data_prefix(store_id), layout.epoch_suffix(epoch), layout.LIVE
+        put = batch.put
+        written = 0
+        for encoded_key, payload in changes.items():
+            if payload is not None:
+                put(prefix + encoded_key + suffix, live + payload)
+                written += 1
+        return written
+
+    def _put_versions(
+        self, batch: WriteBatch, job_id: int, store_id: int, changes: StoreChanges, epoch: int
+    ) -> int:
+        """New versions of a store's keys, and a garbage entry for each version they
+        supersede (the previous version is found with one seek per key)."""
+        it = self.db.iter()
+        seek, found_key, found_value = it.seek, it.key, it.value
+        prefix, suffix = layout.data_prefix(store_id), layout.epoch_suffix(epoch)
+        garbage = layout.garbage_key(job_id, epoch, b"")
+        live, tombstone = layout.LIVE, layout.TOMBSTONE
+        put = batch.put
+        written = 0
+        # Sorted: the seeks move forward through the keyspace.
+        for encoded_key, payload in sorted(changes.items()):
+            head = prefix + encoded_key
+            key = head + suffix
+            seek(key)  # the newest version older than `epoch` sorts right after
+            # key() is None past the end of the keyspace.
+            previous = found_key()
+            if previous is not None and (len(previous) != len(key) or not previous.startswith(head)):
+                previous = None
+            if payload is None:
+                if previous is None or not found_value().startswith(live):
+                    continue  # removing an absent key changes nothing
+                put(key, tombstone)
+                put(garbage + key, b"")
+            else:
+                put(key, live + payload)
+            if previous is not None:
+                # Readers at epochs before `epoch` still need it; none after.
+                put(garbage + previous, b"")
+            written += 1
+        return written
 
     def apply_retention(self, job: JobDescriptor, oldest: int) -> int:
         """Make ``oldest`` the oldest retained epoch; reclaim what no epoch >= it sees.
