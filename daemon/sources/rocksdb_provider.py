@@ -23,6 +23,7 @@ from epochstate.daemon.sources.errors import MissingCheckpointFile
 from epochstate.daemon.sources.operators import DEFAULT_STORE, StoreInfo
 from epochstate.daemon.sources.rocksdb_conf import check_rocksdb_conf
 from epochstate.daemon.sources.rocksdb_rows import StateRowDecoder
+from epochstate.daemon.sources.rocksdb_snapshot_diff import newest_writes_changes
 from epochstate.daemon.sources.rocksdb_store_dir import CHANGELOG, ZIP, StoreDirectory
 from epochstate.daemon.sources.sparktypes import StructType
 
@@ -154,8 +155,14 @@ class RocksDBStoreReader:
         if path.is_file():
             # The last record of a key wins.
             return RawRows(partition, dict(files.changelog_rows(partition, version)).items(), path)
-        if not files.path(partition, version, ZIP).is_file():
+        after_zip = files.path(partition, version, ZIP)
+        if not after_zip.is_file():
             raise files.missing(partition, path)
+        before_zip = files.path(partition, version - 1, ZIP)
+        if version > 1 and before_zip.is_file() and not files.stale(partition, version - 1):
+            found = newest_writes_changes(before_zip, after_zip, self.scratch_dir)
+            if found is not None:
+                return RawRows(partition, found, self._dir(partition))
         after = files.snapshot(partition, version)[1]
         before = files.raw_state(partition, version - 1)
         diff: list[tuple[bytes, bytes | None]] = [(k, None) for k in before if k not in after]
