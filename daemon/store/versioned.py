@@ -14,7 +14,9 @@ Guarantees:
   concurrently can never make a read see a half-reclaimed epoch: the view's
   progress marker and its data come from the same instant.
 * Retention reclaims exactly the versions no retained epoch can see, found through
-  the garbage index written alongside each epoch (no full scans).
+  the garbage index written alongside each epoch (no full scans): per epoch, the
+  keys of the versions it superseded, packed into a few values rather than one
+  entry per key (which cost as much to write as the versions themselves).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from epochstate.daemon.store.descriptors import (
     StoreDescriptor,
 )
 from epochstate.daemon.store.errors import StoreClosed, UnknownJob
+
+# Data keys per garbage index value (a few MB at most).
+_GARBAGE_CHUNK = 50_000
 
 StoreChanges = dict[bytes, bytes | None]
 """One store's changes in an epoch: each changed key (its :mod:`keycodec` encoding)
@@ -330,11 +335,15 @@ class VersionedStore:
             return ApplyResult(current, 0)
         batch = WriteBatch(raw_mode=True)
         written = 0
+        garbage: list[bytes] = []
         for store_id, store_changes in changes.items():
             if fresh:
                 written += self._put_fresh(batch, store_id, store_changes, epoch)
             else:
-                written += self._put_versions(batch, job.job_id, store_id, store_changes, epoch)
+                written += self._put_versions(batch, store_id, store_changes, epoch, garbage)
+        for chunk, start in enumerate(range(0, len(garbage), _GARBAGE_CHUNK)):
+            value = layout.pack_keys(garbage[start : start + _GARBAGE_CHUNK])
+            batch.put(layout.garbage_key(job.job_id, epoch, chunk), value)
         oldest = current.oldest if current.oldest >= 0 else epoch
         progress = JobProgress(epoch, oldest)
         for store_id, schema in schemas:
@@ -359,19 +368,20 @@ class VersionedStore:
         return written
 
     def _put_versions(
-        self, batch: WriteBatch, job_id: int, store_id: int, changes: StoreChanges, epoch: int
+        self, batch: WriteBatch, store_id: int, changes: StoreChanges, epoch: int, garbage: list[bytes]
     ) -> int:
-        """New versions of a store's keys, and a garbage entry for each version they
-        supersede (the previous version is found with one seek per key)."""
+        """New versions of a store's keys; appends to ``garbage`` the data keys of the
+        versions they supersede (each found with one seek) and of new tombstones."""
         it = self.db.iter()
         seek, found_key, found_value = it.seek, it.key, it.value
         prefix, suffix = layout.data_prefix(store_id), layout.epoch_suffix(epoch)
-        garbage = layout.garbage_key(job_id, epoch, b"")
         live, tombstone = layout.LIVE, layout.TOMBSTONE
         put = batch.put
+        superseded = garbage.append
         written = 0
         # Sorted: the seeks move forward through the keyspace.
-        for encoded_key, payload in sorted(changes.items()):
+        for encoded_key in sorted(changes):
+            payload = changes[encoded_key]
             head = prefix + encoded_key
             key = head + suffix
             seek(key)  # the newest version older than `epoch` sorts right after
@@ -383,12 +393,12 @@ class VersionedStore:
                 if previous is None or not found_value().startswith(live):
                     continue  # removing an absent key changes nothing
                 put(key, tombstone)
-                put(garbage + key, b"")
+                superseded(key)
             else:
                 put(key, live + payload)
             if previous is not None:
                 # Readers at epochs before `epoch` still need it; none after.
-                put(garbage + previous, b"")
+                superseded(previous)
             written += 1
         return written
 
@@ -404,13 +414,13 @@ class VersionedStore:
         oldest = min(oldest, current.newest)
         batch = WriteBatch(raw_mode=True)
         reclaimed = 0
-        for key, _ in self._scan_prefix(layout.garbage_prefix(job.job_id)):
-            epoch, target = layout.split_garbage_key(key)
-            if epoch > oldest:
+        for key, value in self._scan_prefix(layout.garbage_prefix(job.job_id)):
+            if layout.garbage_epoch(key) > oldest:
                 break
-            batch.delete(target)
+            for target in layout.unpack_keys(value):
+                batch.delete(target)
+                reclaimed += 1
             batch.delete(key)
-            reclaimed += 1
         for record in self.epochs(job.job_id, 0):
             if record.epoch >= oldest:
                 break
