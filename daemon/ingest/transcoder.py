@@ -107,6 +107,7 @@ def _field(i: int, t: SparkType, part: str, key: bool, base: str) -> tuple[list[
         lines = [
             f"z = {word}",
             f"if z < 128: {f} = b'\\x0a\\x02{tag}' + S[z]",
+            f"elif z < 16384: {f} = b'\\x0a\\x03{tag}' + S[z & 127 | 128] + S[z >> 7]",
             f"else: p = b'{tag}' + V(z); {f} = b'\\x0a' + S[len(p)] + p",
         ]
         if key:
@@ -174,7 +175,7 @@ def _compile(
         "KI": keycodec.encode(0)[:1],
         "KE": keycodec.encode,
         "M": _MASK64,
-        "S": [bytes((n,)) for n in range(128)],
+        "S": [bytes((n,)) for n in range(256)],
         "V": varint,
         "D": struct.Struct("<d").pack,
         "Q": struct.Struct(">Q").pack,
@@ -207,14 +208,13 @@ def _compile(
         " wr, b'\\x18\\x01\\x20' + V(partition & M) if partition else b'\\x18\\x01'))",
     ]
     bound = ", ".join(f"{name}={name}" for name in namespace)
+    # Anything the compiled code cannot take goes to the reference path, which
+    # raises CorruptRow for a damaged row.
     source = (
-        f"def fast(partition, kb, wb, {bound}):\n"
-        + "\n".join("    " + line for line in body)
-        + "\n"
-        + "def row(partition, kb, wb, fast=fast, REF=REF):\n"
+        f"def row(partition, kb, wb, {bound}):\n"
         + "    try:\n"
-        + "        return fast(partition, kb, wb)\n"
-        + "    except Exception:\n"
+        + "\n".join("        " + line for line in body)
+        + "\n    except Exception:\n"
         + "        return REF(partition, kb, wb)\n"
     )
     name = f"<transcoder {type_to_simple_string(key_schema)} {type_to_simple_string(value_schema)}>"

@@ -23,7 +23,7 @@ from epochstate.daemon.sources.errors import MissingCheckpointFile
 from epochstate.daemon.sources.operators import DEFAULT_STORE, StoreInfo
 from epochstate.daemon.sources.rocksdb_conf import check_rocksdb_conf
 from epochstate.daemon.sources.rocksdb_rows import StateRowDecoder
-from epochstate.daemon.sources.rocksdb_snapshot_diff import newest_writes_changes
+from epochstate.daemon.sources.rocksdb_snapshot_diff import SequenceCache, newest_writes_changes
 from epochstate.daemon.sources.rocksdb_store_dir import CHANGELOG, ZIP, StoreDirectory
 from epochstate.daemon.sources.sparktypes import StructType
 
@@ -76,6 +76,7 @@ class RocksDBStoreReader:
         self._values = StateRowDecoder(value_schema)
         # What the raw_* methods hand out: rows as stored, decoded by these.
         self.framing = RowFraming(version_byte=True, num_cols_prefix_key=num_cols_prefix_key)
+        self._sequences = SequenceCache()
         self.decode_key = self._keys.decode
         self.decode_value = self._values.decode
 
@@ -160,7 +161,7 @@ class RocksDBStoreReader:
             raise files.missing(partition, path)
         before_zip = files.path(partition, version - 1, ZIP)
         if version > 1 and before_zip.is_file() and not files.stale(partition, version - 1):
-            found = newest_writes_changes(before_zip, after_zip, self.scratch_dir)
+            found = newest_writes_changes(before_zip, after_zip, self.scratch_dir, self._sequences)
             if found is not None:
                 return RawRows(partition, found, self._dir(partition))
         after = files.snapshot(partition, version)[1]

@@ -30,13 +30,41 @@ from epochstate.daemon.sources.rocksdb_sst import SstFormatError, sst_keys_writt
 log = logging.getLogger(__name__)
 
 
+class SequenceCache:
+    """The last sequence number of snapshots already opened, so the next version's
+    changes need not open this one again. Keyed by the zip's path, size and mtime:
+    a batch that re-runs rewrites its zip."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, int, int], int] = {}
+
+    @staticmethod
+    def _key(zip_path: Path) -> tuple[str, int, int]:
+        stat = zip_path.stat()
+        return str(zip_path), stat.st_size, stat.st_mtime_ns
+
+    def take(self, zip_path: Path) -> int | None:
+        """The sequence recorded for ``zip_path``, forgotten (each is asked for once)."""
+        try:
+            return self._known.pop(self._key(zip_path), None)
+        except FileNotFoundError:
+            return None
+
+    def record(self, zip_path: Path, sequence: int) -> None:
+        if len(self._known) > 4096:  # a store that is no longer followed in order
+            self._known.clear()
+        self._known[self._key(zip_path)] = sequence
+
+
 def newest_writes_changes(
-    before_zip: Path, after_zip: Path, scratch_dir: Path | None
+    before_zip: Path, after_zip: Path, scratch_dir: Path | None, sequences: SequenceCache | None = None
 ) -> list[tuple[bytes, bytes | None]] | None:
     """The raw changes from the snapshot ``before_zip`` (version ``v - 1``) to
     ``after_zip`` (``v``, same store directory), each key once in key order; ``None``
     when they cannot be told from the newest writes (see the module docstring; also
     for WAL files, column families or a table file the reader does not take).
+    ``sequences`` spares opening ``before_zip`` when it was ``after_zip`` of the
+    previous call.
 
     Raises:
         MissingStateFile, CorruptStateFile: a zip or a table file it names is missing
@@ -45,8 +73,10 @@ def newest_writes_changes(
     before = read_snapshot_metadata(before_zip)
     if before.column_families or any(f.dfs_path.startswith(LOG_DIR + "/") for f in before.files):
         return None
-    with SnapshotReader(before_zip, scratch_dir) as snapshot:
-        floor = snapshot.latest_sequence()
+    floor = sequences.take(before_zip) if sequences is not None else None
+    if floor is None:
+        with SnapshotReader(before_zip, scratch_dir) as snapshot:
+            floor = snapshot.latest_sequence()
     kept = {f.dfs_path for f in before.files}
     store_dir = after_zip.parent
     with SnapshotReader(after_zip, scratch_dir) as snapshot:
@@ -55,7 +85,10 @@ def newest_writes_changes(
             raise UnsupportedCheckpoint(f"{after_zip}: a store with column families")
         if any(f.dfs_path.startswith(LOG_DIR + "/") for f in metadata.files):
             return None
-        writes = snapshot.latest_sequence() - floor
+        last = snapshot.latest_sequence()
+        if sequences is not None:
+            sequences.record(after_zip, last)
+        writes = last - floor
         tables = snapshot.table_files()
         added = [f for f in metadata.files if f.dfs_path not in kept]
         if writes < 0 or any(f.local_name not in tables for f in added):
