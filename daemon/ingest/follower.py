@@ -25,16 +25,15 @@ from pathlib import Path
 from typing import Protocol
 
 from epochstate.daemon.ingest.catalog import JobEntry, StoreHandle, StoreSchema
-from epochstate.daemon.ingest.changes import ReadMode, store_changes
+from epochstate.daemon.ingest.changes import ReadMode, StoreCodec, store_changes
 from epochstate.daemon.ingest.epoch_record import epoch_record
 from epochstate.daemon.ingest.schemas import SchemaWatch
-from epochstate.daemon.records import RecordEncoder
 from epochstate.daemon.sources.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import SourceError
 from epochstate.daemon.sources.readers import StoreReader, open_store_reader
 from epochstate.daemon.sources.sparktypes import type_to_json
 from epochstate.daemon.store.descriptors import EpochRecord, JobProgress, SchemaVersion
-from epochstate.daemon.store.versioned import Change, VersionedStore
+from epochstate.daemon.store.versioned import StoreChanges, VersionedStore
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +85,9 @@ class JobFollower:
         self._retention = max(1, retention)
         self._clock = clock
         self._scratch_dir = scratch_dir
-        # Readers and encoders per (store id, first epoch of the schema they decode).
+        # Readers and codecs per (store id, first epoch of the schema they decode).
         self._readers: dict[tuple[int, int], StoreReader] = {}
-        self._encoders: dict[tuple[int, int], RecordEncoder] = {}
+        self._codecs: dict[tuple[int, int], StoreCodec] = {}
         self._schemas = SchemaWatch(self.checkpoint)
         self.entry = self._open()
 
@@ -167,13 +166,13 @@ class JobFollower:
             self._readers[(d.store_id, schema.first_epoch)] = reader
         return reader
 
-    def _encoder(self, handle: StoreHandle, schema: StoreSchema) -> RecordEncoder:
+    def _codec(self, handle: StoreHandle, schema: StoreSchema, reader: StoreReader) -> StoreCodec:
         cache_key = (handle.descriptor.store_id, schema.first_epoch)
-        encoder = self._encoders.get(cache_key)
-        if encoder is None:
-            encoder = RecordEncoder(schema.key, schema.value)
-            self._encoders[cache_key] = encoder
-        return encoder
+        codec = self._codecs.get(cache_key)
+        if codec is None:
+            codec = StoreCodec(reader, schema.key, schema.value)
+            self._codecs[cache_key] = codec
+        return codec
 
     def reopen_if_recreated(self) -> bool:
         """Start over when the checkpoint now holds another query (it was deleted and
@@ -182,7 +181,7 @@ class JobFollower:
         if self.checkpoint.query_id() == self.entry.descriptor.query_id:
             return False
         self._readers.clear()
-        self._encoders.clear()
+        self._codecs.clear()
         self._schemas.forget()
         self.entry = self._open()
         return True
@@ -239,7 +238,7 @@ class JobFollower:
         self._learn_provider(epoch)
         view = self._store.view()
         newest = self.entry.progress.newest
-        changes: list[Change] = []
+        changes: dict[int, StoreChanges] = {}
         introduced: list[tuple[int, SchemaVersion]] = []
         settled: list[tuple[int, int]] = []
         handles: dict[tuple[int, str], StoreHandle] = {}
@@ -253,17 +252,10 @@ class JobFollower:
                 settled.append((handle.descriptor.store_id, written))
             handles[key] = handle
             schema = handle.schema_at(epoch)
-            changes.extend(
-                store_changes(
-                    self._reader(handle, schema, epoch),
-                    self._encoder(handle, schema),
-                    handle.descriptor.store_id,
-                    epoch + 1,
-                    mode,
-                    view,
-                    newest,
-                    handle.schema_at(newest),
-                )
+            reader = self._reader(handle, schema, epoch)
+            store_id = handle.descriptor.store_id
+            changes[store_id] = store_changes(
+                reader, self._codec(handle, schema, reader), epoch + 1, mode, view, store_id, newest
             )
         record = self._record(epoch)
         # Readers must see the new schemas and the skipped epochs no later than the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -22,6 +23,25 @@ class StateChange(NamedTuple):
     partition: int
     key: tuple[Any, ...]
     value: tuple[Any, ...] | None
+
+
+class RawRows(NamedTuple):
+    """One partition's rows as the provider stored them, not decoded: each key once,
+    ``value`` ``None`` for a removal. ``where`` names the file(s) for errors."""
+
+    partition: int
+    rows: Iterable[tuple[bytes, bytes | None]]
+    where: Path
+
+
+@dataclass(frozen=True, slots=True)
+class RowFraming:
+    """How a provider stores a row around its UnsafeRow: RocksDB puts a version byte
+    ``0`` in front (``version_byte``) and splits prefix-scan keys in two rows
+    (``num_cols_prefix_key > 0``); HDFS-backed state files store the bare row."""
+
+    version_byte: bool = False
+    num_cols_prefix_key: int = 0
 
 
 def decode_changes(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from epochstate.daemon.sources.changes import StateChange, decode_changes
+from epochstate.daemon.sources.changes import RawRows, RowFraming, StateChange, decode_changes
 from epochstate.daemon.sources.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import (
     MissingCheckpointFile,
@@ -60,6 +60,10 @@ class HdfsStoreReader:
         self.value_schema = value_schema
         self._keys = RowDecoder(key_schema)
         self._values = RowDecoder(value_schema)
+        # What the raw_* methods hand out: bare UnsafeRows, decoded by these.
+        self.framing = RowFraming()
+        self.decode_key = self._keys.decode
+        self.decode_value = self._values.decode
 
     @classmethod
     def open(
@@ -116,11 +120,12 @@ class HdfsStoreReader:
             MissingStateFile: no ``<version>.delta`` (purged, or not written yet).
             CorruptStateFile: the delta is damaged or does not match the schemas.
         """
+        return self._decode(*self._raw_partition_changes(partition, version))
+
+    def _raw_partition_changes(self, partition: int, version: int) -> RawRows:
         path = self._path(partition, version, DELTA)
-        last: dict[bytes, bytes | None] = {}
-        for key, value in self._records(path, allow_removals=True):
-            last[key] = value
-        return self._decode(partition, last.items(), path)
+        # The last record of a key wins.
+        return RawRows(partition, dict(self._records(path, allow_removals=True)).items(), path)
 
     def changes(self, version: int) -> Iterator[StateChange]:
         """:meth:`partition_changes` of every partition, partition by partition.
@@ -130,6 +135,24 @@ class HdfsStoreReader:
         """
         for partition in range(self.num_partitions):
             yield from self.partition_changes(partition, version)
+
+    def raw_changes(self, version: int) -> list[RawRows]:
+        """:meth:`changes`, undecoded: every partition's files are read (and checked)
+        before this returns.
+
+        Raises:
+            MissingStateFile, CorruptStateFile: as for :meth:`partition_changes`.
+        """
+        return [self._raw_partition_changes(p, version) for p in range(self.num_partitions)]
+
+    def raw_state(self, version: int) -> Iterator[RawRows]:
+        """:meth:`full_state`, undecoded, partition by partition.
+
+        Raises:
+            ValueError, MissingStateFile, CorruptStateFile: as for :meth:`partition_state`.
+        """
+        for partition in range(self.num_partitions):
+            yield self._raw_partition_state(partition, version)
 
     def _versions(self, partition: int, kind: str) -> list[int]:
         directory = self.checkpoint.store_dir(self.operator_id, partition, self.store_name)
@@ -151,6 +174,9 @@ class HdfsStoreReader:
             MissingStateFile: a delta needed after the snapshot does not exist.
             CorruptStateFile: a snapshot or delta is damaged or does not match the schemas.
         """
+        return self._decode(*self._raw_partition_state(partition, version))
+
+    def _raw_partition_state(self, partition: int, version: int) -> RawRows:
         if version < 0:
             raise ValueError(f"negative store version {version}")
         snapshots = [
@@ -160,8 +186,7 @@ class HdfsStoreReader:
         first_delta = 1
         if snapshots:
             base = snapshots[-1]
-            for key, value in self._records(self._path(partition, base, SNAPSHOT), False):
-                state[key] = value
+            state.update(self._records(self._path(partition, base, SNAPSHOT), False))
             first_delta = base + 1
         for delta in range(first_delta, version + 1):
             for key, value in self._records(self._path(partition, delta, DELTA), True):
@@ -170,7 +195,7 @@ class HdfsStoreReader:
                 else:
                     state[key] = value
         where = self.checkpoint.store_dir(self.operator_id, partition, self.store_name)
-        return self._decode(partition, state.items(), where)
+        return RawRows(partition, state.items(), where)
 
     def _stale(self, partition: int, version: int) -> bool:
         """Whether ``<version>.snapshot`` predates ``<version>.delta``.

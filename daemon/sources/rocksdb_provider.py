@@ -17,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from epochstate.daemon.sources.changes import StateChange, decode_changes
+from epochstate.daemon.sources.changes import RawRows, RowFraming, StateChange, decode_changes
 from epochstate.daemon.sources.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import MissingCheckpointFile
 from epochstate.daemon.sources.operators import DEFAULT_STORE, StoreInfo
 from epochstate.daemon.sources.rocksdb_conf import check_rocksdb_conf
 from epochstate.daemon.sources.rocksdb_rows import StateRowDecoder
+from epochstate.daemon.sources.rocksdb_snapshot_diff import SequenceCache, newest_writes_changes
 from epochstate.daemon.sources.rocksdb_store_dir import CHANGELOG, ZIP, StoreDirectory
 from epochstate.daemon.sources.sparktypes import StructType
 
@@ -73,6 +74,11 @@ class RocksDBStoreReader:
             num_cols_prefix_key = recorded.num_cols_prefix_key if recorded else 0
         self._keys = StateRowDecoder(key_schema, num_cols_prefix_key)
         self._values = StateRowDecoder(value_schema)
+        # What the raw_* methods hand out: rows as stored, decoded by these.
+        self.framing = RowFraming(version_byte=True, num_cols_prefix_key=num_cols_prefix_key)
+        self._sequences = SequenceCache()
+        self.decode_key = self._keys.decode
+        self.decode_value = self._values.decode
 
     @classmethod
     def open(
@@ -140,22 +146,29 @@ class RocksDBStoreReader:
             CorruptStateFile: a file is damaged or does not match the schemas.
             UnsupportedCheckpoint: see the module docstring.
         """
+        return self._decode(*self._raw_partition_changes(partition, version))
+
+    def _raw_partition_changes(self, partition: int, version: int) -> RawRows:
         if version < 1:
             raise ValueError(f"store version {version} has no changes")
         files = self._files
         path = files.path(partition, version, CHANGELOG)
         if path.is_file():
-            last: dict[bytes, bytes | None] = {}
-            for _, key, value in files.changelog(partition, version)[1]:
-                last[key] = value
-            return self._decode(partition, last.items(), path)
-        if not files.path(partition, version, ZIP).is_file():
+            # The last record of a key wins.
+            return RawRows(partition, dict(files.changelog_rows(partition, version)).items(), path)
+        after_zip = files.path(partition, version, ZIP)
+        if not after_zip.is_file():
             raise files.missing(partition, path)
+        before_zip = files.path(partition, version - 1, ZIP)
+        if version > 1 and before_zip.is_file() and not files.stale(partition, version - 1):
+            found = newest_writes_changes(before_zip, after_zip, self.scratch_dir, self._sequences)
+            if found is not None:
+                return RawRows(partition, found, self._dir(partition))
         after = files.snapshot(partition, version)[1]
         before = files.raw_state(partition, version - 1)
         diff: list[tuple[bytes, bytes | None]] = [(k, None) for k in before if k not in after]
         diff.extend((k, v) for k, v in after.items() if before.get(k) != v)
-        return self._decode(partition, diff, self._dir(partition))
+        return RawRows(partition, diff, self._dir(partition))
 
     def changes(self, version: int) -> Iterator[StateChange]:
         """:meth:`partition_changes` of every partition, partition by partition.
@@ -166,6 +179,26 @@ class RocksDBStoreReader:
         """
         for partition in range(self.num_partitions):
             yield from self.partition_changes(partition, version)
+
+    def raw_changes(self, version: int) -> list[RawRows]:
+        """:meth:`changes`, undecoded: every partition's files are read (and checked)
+        before this returns.
+
+        Raises:
+            MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as for
+                :meth:`partition_changes`.
+        """
+        return [self._raw_partition_changes(p, version) for p in range(self.num_partitions)]
+
+    def raw_state(self, version: int) -> Iterator[RawRows]:
+        """:meth:`full_state`, undecoded, partition by partition.
+
+        Raises:
+            ValueError, MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as
+                for :meth:`partition_state`.
+        """
+        for partition in range(self.num_partitions):
+            yield RawRows(partition, self._files.raw_state(partition, version).items(), self._dir(partition))
 
     def partition_state(self, partition: int, version: int) -> Iterator[StateChange]:
         """The whole state of one partition at ``version`` (only puts), rebuilt from the

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from rocksdict import AccessType, Options, Rdict
 
@@ -94,6 +95,40 @@ def parse_snapshot_metadata(text: str, source: str = "<text>") -> SnapshotMetada
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise CorruptStateFile(f"{source}: bad snapshot metadata: {err!r}") from err
     return SnapshotMetadata(tuple(files), num_keys, families)
+
+
+@dataclass(frozen=True, slots=True)
+class TableFile:
+    """What RocksDB records for a table file of an open snapshot."""
+
+    level: int
+    num_entries: int
+    smallest: bytes
+    largest: bytes
+
+
+def read_snapshot_metadata(zip_path: Path) -> SnapshotMetadata:
+    """The ``metadata`` of a snapshot, without extracting the rest.
+
+    Raises:
+        MissingStateFile: no such zip.
+        UnsupportedCheckpoint, CorruptStateFile: as for :func:`parse_snapshot_metadata`,
+            or a zip that cannot be read.
+    """
+    try:
+        with zipfile.ZipFile(zip_path) as archive:
+            raw = archive.read(METADATA)  # checks the entry's CRC-32
+    except FileNotFoundError:
+        raise MissingStateFile(f"{zip_path}: does not exist") from None
+    except KeyError:
+        raise CorruptStateFile(f"{zip_path}: no {METADATA} entry") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError) as err:
+        raise CorruptStateFile(f"{zip_path}: not a readable zip: {err}") from err
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CorruptStateFile(f"{zip_path}: metadata is not UTF-8") from err
+    return parse_snapshot_metadata(text, f"{zip_path}:{METADATA}")
 
 
 class SnapshotReader:
@@ -195,6 +230,37 @@ class SnapshotReader:
             it.status()
         except Exception as err:
             raise CorruptStateFile(f"{self.zip_path}: RocksDB read error: {err}") from err
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """The value of each key (``None``: absent), in the order given.
+
+        Raises:
+            CorruptStateFile: RocksDB reports an error while reading.
+        """
+        if self._db is None:
+            raise RuntimeError("snapshot is not open")
+        try:
+            found: list[bytes | None] = self._db.get(list[Any](keys))  # type: ignore[assignment]
+        except Exception as err:  # rocksdict raises plain Exception with RocksDB's status
+            raise CorruptStateFile(f"{self.zip_path}: RocksDB read error: {err}") from err
+        return found
+
+    def table_files(self) -> dict[str, TableFile]:
+        """The table files the database has open, by local name, as RocksDB records them."""
+        if self._db is None:
+            raise RuntimeError("snapshot is not open")
+        return {
+            str(f["name"]).lstrip("/"): TableFile(
+                int(f["level"]), int(f["num_entries"]), bytes(f["start_key"]), bytes(f["end_key"])
+            )
+            for f in self._db.live_files()
+        }
+
+    def latest_sequence(self) -> int:
+        """The sequence number of the snapshot's last write."""
+        if self._db is None:
+            raise RuntimeError("snapshot is not open")
+        return int(self._db.latest_sequence_number())
 
     def close(self) -> None:
         """Close the database and remove the scratch directory (idempotent)."""

@@ -28,6 +28,7 @@ from epochstate.daemon.sources.rocksdb_changelog import (
     MERGE,
     ChangelogHeader,
     ChangelogRecord,
+    iter_changelog,
     iter_changelog_ops,
 )
 from epochstate.daemon.sources.rocksdb_conf import LZ4_CODECS
@@ -126,6 +127,25 @@ class StoreDirectory:
                 (merges) in a store without column families.
             CorruptStateFile: the file is damaged.
         """
+        path, content = self._changelog_content(partition, version)
+        header, records = iter_changelog_ops(content, str(path))
+        self._check_header(path, header)
+        return header, list(records)
+
+    def changelog_rows(self, partition: int, version: int) -> list[tuple[bytes, bytes | None]]:
+        """The records of ``<version>.changelog`` of a store without column families, as
+        (key, value) pairs in file order, value ``None`` for a delete; read whole.
+
+        Raises:
+            MissingStateFile, UnsupportedCheckpoint, CorruptStateFile: as for
+                :meth:`changelog` (which this is, without a record object per row).
+        """
+        path, content = self._changelog_content(partition, version)
+        header, records = iter_changelog(content, str(path))
+        self._check_header(path, header)
+        return list(records)
+
+    def _changelog_content(self, partition: int, version: int) -> tuple[Path, bytes]:
         path = self.path(partition, version, CHANGELOG)
         try:
             data = path.read_bytes()
@@ -135,12 +155,13 @@ class StoreDirectory:
             raise UnsupportedCheckpoint(
                 f"{path}: {COMPRESSION_CODEC_CONF}={self.codec}; only lz4 is readable"
             )
-        header, records = iter_changelog_ops(read_lz4_block_stream(data, str(path)), str(path))
+        return path, read_lz4_block_stream(data, str(path))
+
+    def _check_header(self, path: Path, header: ChangelogHeader) -> None:
         if header.typed and not self.column_families:
             raise UnsupportedCheckpoint(f"{path}: changelog v{header.version}: a store with column families")
         if header.lineage:
             raise UnsupportedCheckpoint(f"{path}: changelog with lineage ({CHECKPOINT_FORMAT_CONF}=2)")
-        return header, list(records)
 
     def snapshot(self, partition: int, version: int) -> tuple[SnapshotMetadata, RawState]:
         """The metadata and every key of ``<version>.zip``.
@@ -190,14 +211,22 @@ class StoreDirectory:
         """
         for changelog in range(start + 1, version + 1):
             try:
-                _, records = self.changelog(partition, changelog)
+                if self.column_families:
+                    for record in self.changelog(partition, changelog)[1]:
+                        apply_record(state, record)
+                    continue
+                rows = self.changelog_rows(partition, changelog)
             except MissingStateFile as err:
                 origin = f"{start}.zip" if start else "the empty version 0"
                 raise MissingStateFile(
                     f"{err}; rebuilding version {version} from {origin} needs it"
                 ) from None
-            for record in records:
-                apply_record(state, record)
+            # Without column families there are only puts and deletes.
+            for key, value in rows:
+                if value is None:
+                    state.pop(key, None)
+                else:
+                    state[key] = value
 
     def raw_state(self, partition: int, version: int) -> RawState:
         """The raw state of one partition at ``version`` (0: empty), from the newest

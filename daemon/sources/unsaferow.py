@@ -205,6 +205,24 @@ def _converter(t: SparkType) -> Converter | None:
     return map_
 
 
+def slot_format(schema: StructType) -> str:
+    """The ``struct`` format (without byte order) of a row's null bitset and slots:
+    one ``Q`` per bitset word, then each field's slot."""
+    fmt = ["Q" * _bitset_words(len(schema.fields))]
+    for t in (f.type for f in schema.fields):
+        fmt.append(_ROW_SLOT[t.name] if isinstance(t, AtomicType) and t.name in _ROW_SLOT else _word_code(t))
+    return "".join(fmt)
+
+
+def slot_converter(t: SparkType) -> Converter | None:
+    """``converter(buf, base, word)``: the Python value of a non-null field of type ``t``
+    whose slot holds ``word``, in the row starting at ``base``; ``None`` when the raw
+    slot value is final. Raises ``struct.error``, ``IndexError``, ``ValueError`` or
+    an internal error on bytes that do not fit (callers fall back to :class:`RowDecoder`
+    for the message)."""
+    return _converter(t)
+
+
 def _word_code(t: SparkType) -> str:
     """Format of an 8-byte word that is not a primitive: a small decimal's signed
     unscaled long, or an unsigned ``(offset << 32) | size``."""

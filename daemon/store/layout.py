@@ -8,8 +8,9 @@ versions from the same snapshot). Integers are big-endian so they sort.
 key                                        value
 =========================================  =======================================
 ``d`` store_id key ~epoch                  a version: tombstone, or live + payload
-``g`` job_id epoch data_key                (empty) data_key is garbage once the
-                                           oldest retained epoch is >= epoch
+``g`` job_id epoch chunk                   data keys (each length-prefixed) that are
+                                           garbage once the oldest retained epoch
+                                           is >= epoch
 ``e`` job_id epoch                         the epoch's record (JSON)
 ``p`` job_id                               progress: newest, oldest epoch
 ``J`` job name                             job descriptor (JSON)
@@ -66,14 +67,30 @@ def garbage_prefix(job_id: int) -> bytes:
     return GARBAGE + _ID.pack(job_id)
 
 
-def garbage_key(job_id: int, epoch: int, target: bytes) -> bytes:
-    return GARBAGE + _ID.pack(job_id) + _EPOCH.pack(epoch) + target
+def garbage_key(job_id: int, epoch: int, chunk: int) -> bytes:
+    return GARBAGE + _ID.pack(job_id) + _EPOCH.pack(epoch) + _ID.pack(chunk)
 
 
-def split_garbage_key(raw: bytes) -> tuple[int, bytes]:
-    """``(epoch, data key)`` of a garbage key."""
+def garbage_epoch(raw: bytes) -> int:
+    """The epoch of a garbage key."""
     head = len(GARBAGE) + _ID.size
-    return _EPOCH.unpack(raw[head : head + EPOCH_WIDTH])[0], raw[head + EPOCH_WIDTH :]
+    return int(_EPOCH.unpack(raw[head : head + EPOCH_WIDTH])[0])
+
+
+def pack_keys(keys: list[bytes]) -> bytes:
+    """Data keys as one garbage value: each as a uint32 length and its bytes."""
+    pack = _ID.pack
+    return b"".join([pack(len(k)) + k for k in keys])
+
+
+def unpack_keys(raw: bytes) -> list[bytes]:
+    """The data keys of a garbage value (see :func:`pack_keys`)."""
+    keys, pos, unpack = [], 0, _ID.unpack_from
+    while pos < len(raw):
+        (size,) = unpack(raw, pos)
+        keys.append(raw[pos + 4 : pos + 4 + size])
+        pos += 4 + size
+    return keys
 
 
 def epoch_key(job_id: int, epoch: int) -> bytes:

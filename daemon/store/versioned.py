@@ -14,7 +14,9 @@ Guarantees:
   concurrently can never make a read see a half-reclaimed epoch: the view's
   progress marker and its data come from the same instant.
 * Retention reclaims exactly the versions no retained epoch can see, found through
-  the garbage index written alongside each epoch (no full scans).
+  the garbage index written alongside each epoch (no full scans): per epoch, the
+  keys of the versions it superseded, packed into a few values rather than one
+  entry per key (which cost as much to write as the versions themselves).
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from rocksdict import Options, Rdict, WriteBatch
 
-from epochstate.daemon.store import keycodec, layout
+from epochstate.daemon.store import layout
 from epochstate.daemon.store.descriptors import (
     EpochRecord,
     JobDescriptor,
@@ -38,13 +40,12 @@ from epochstate.daemon.store.descriptors import (
 )
 from epochstate.daemon.store.errors import StoreClosed, UnknownJob
 
+# Data keys per garbage index value (a few MB at most).
+_GARBAGE_CHUNK = 50_000
 
-class Change(NamedTuple):
-    """One key's last change in an epoch. ``payload`` None means removed."""
-
-    store_id: int
-    key: tuple[Any, ...]
-    payload: bytes | None
+StoreChanges = dict[bytes, bytes | None]
+"""One store's changes in an epoch: each changed key (its :mod:`keycodec` encoding)
+once, with its new payload, or ``None`` when it was removed."""
 
 
 class Version(NamedTuple):
@@ -312,14 +313,15 @@ class VersionedStore:
         self,
         job: JobDescriptor,
         epoch: int,
-        changes: Iterable[Change],
+        changes: Mapping[int, StoreChanges],
         record: EpochRecord,
         *,
         fresh: bool = False,
         schemas: Sequence[tuple[int, SchemaVersion]] = (),
         unavailable: Mapping[int, str] | None = None,
     ) -> ApplyResult:
-        """Write one epoch's changes, its record and the progress marker atomically.
+        """Write one epoch's changes (per store id), its record and the progress marker
+        atomically.
 
         ``fresh`` says the job has no versions yet (a full-state load), which skips
         the look-up of superseded versions. ``schemas`` are (store id, version) pairs
@@ -328,51 +330,20 @@ class VersionedStore:
         Epochs must be applied in increasing order; re-applying the newest epoch is a
         no-op.
         """
-        db = self.db
         current = self.progress(job.job_id)
         if epoch <= current.newest:
             return ApplyResult(current, 0)
         batch = WriteBatch(raw_mode=True)
-        it = None if fresh else db.iter()
         written = 0
-        # Last change per key wins; a key may change several times in one epoch.
-        latest: dict[tuple[int, bytes], bytes | None] = {}
-        encode = keycodec.encode_fields
-        for change in changes:
-            latest[(change.store_id, encode(change.key))] = change.payload
-        # The hot loop of ingest: byte prefixes are computed once, not per key.
-        suffix = layout.epoch_suffix(epoch)
-        garbage = layout.garbage_key(job.job_id, epoch, b"")
-        put = batch.put
-        prefixes: dict[int, bytes] = {}
-        live, tombstone = layout.LIVE, layout.TOMBSTONE
-        # Sorted: the seeks below then move forward through the keyspace.
-        for (store_id, encoded_key), payload in sorted(latest.items()):
-            prefix = prefixes.get(store_id)
-            if prefix is None:
-                prefix = prefixes[store_id] = layout.data_prefix(store_id)
-            head = prefix + encoded_key
-            key = head + suffix
-            previous: bytes | None = None
-            previous_live = False
-            if it is not None:
-                it.seek(key)  # the newest version older than `epoch` sorts right after
-                if it.valid():
-                    raw = it.key()
-                    if len(raw) == len(key) and raw.startswith(head):
-                        previous = raw
-                        previous_live = it.value().startswith(live)
-            if payload is None:
-                if not previous_live:
-                    continue  # removing an absent key changes nothing
-                put(key, tombstone)
-                put(garbage + key, b"")
+        garbage: list[bytes] = []
+        for store_id, store_changes in changes.items():
+            if fresh:
+                written += self._put_fresh(batch, store_id, store_changes, epoch)
             else:
-                put(key, live + payload)
-            if previous is not None:
-                # Readers at epochs before `epoch` still need it; none after.
-                put(garbage + previous, b"")
-            written += 1
+                written += self._put_versions(batch, store_id, store_changes, epoch, garbage)
+        for chunk, start in enumerate(range(0, len(garbage), _GARBAGE_CHUNK)):
+            value = layout.pack_keys(garbage[start : start + _GARBAGE_CHUNK])
+            batch.put(layout.garbage_key(job.job_id, epoch, chunk), value)
         oldest = current.oldest if current.oldest >= 0 else epoch
         progress = JobProgress(epoch, oldest)
         for store_id, schema in schemas:
@@ -383,6 +354,53 @@ class VersionedStore:
         batch.put(layout.progress_key(job.job_id), layout.pack_progress(progress.newest, progress.oldest))
         self._write(batch)
         return ApplyResult(progress, written)
+
+    @staticmethod
+    def _put_fresh(batch: WriteBatch, store_id: int, changes: StoreChanges, epoch: int) -> int:
+        """A store's first versions: nothing to supersede, nothing to remove."""
+        prefix, suffix, live = layout.data_prefix(store_id), layout.epoch_suffix(epoch), layout.LIVE
+        put = batch.put
+        written = 0
+        for encoded_key, payload in changes.items():
+            if payload is not None:
+                put(prefix + encoded_key + suffix, live + payload)
+                written += 1
+        return written
+
+    def _put_versions(
+        self, batch: WriteBatch, store_id: int, changes: StoreChanges, epoch: int, garbage: list[bytes]
+    ) -> int:
+        """New versions of a store's keys; appends to ``garbage`` the data keys of the
+        versions they supersede (each found with one seek) and of new tombstones."""
+        it = self.db.iter()
+        seek, found_key, found_value = it.seek, it.key, it.value
+        prefix, suffix = layout.data_prefix(store_id), layout.epoch_suffix(epoch)
+        live, tombstone = layout.LIVE, layout.TOMBSTONE
+        put = batch.put
+        superseded = garbage.append
+        written = 0
+        # Sorted: the seeks move forward through the keyspace.
+        for encoded_key in sorted(changes):
+            payload = changes[encoded_key]
+            head = prefix + encoded_key
+            key = head + suffix
+            seek(key)  # the newest version older than `epoch` sorts right after
+            # key() is None past the end of the keyspace.
+            previous = found_key()
+            if previous is not None and (len(previous) != len(key) or not previous.startswith(head)):
+                previous = None
+            if payload is None:
+                if previous is None or not found_value().startswith(live):
+                    continue  # removing an absent key changes nothing
+                put(key, tombstone)
+                superseded(key)
+            else:
+                put(key, live + payload)
+            if previous is not None:
+                # Readers at epochs before `epoch` still need it; none after.
+                superseded(previous)
+            written += 1
+        return written
 
     def apply_retention(self, job: JobDescriptor, oldest: int) -> int:
         """Make ``oldest`` the oldest retained epoch; reclaim what no epoch >= it sees.
@@ -396,13 +414,13 @@ class VersionedStore:
         oldest = min(oldest, current.newest)
         batch = WriteBatch(raw_mode=True)
         reclaimed = 0
-        for key, _ in self._scan_prefix(layout.garbage_prefix(job.job_id)):
-            epoch, target = layout.split_garbage_key(key)
-            if epoch > oldest:
+        for key, value in self._scan_prefix(layout.garbage_prefix(job.job_id)):
+            if layout.garbage_epoch(key) > oldest:
                 break
-            batch.delete(target)
+            for target in layout.unpack_keys(value):
+                batch.delete(target)
+                reclaimed += 1
             batch.delete(key)
-            reclaimed += 1
         for record in self.epochs(job.job_id, 0):
             if record.epoch >= oldest:
                 break

@@ -3,8 +3,9 @@ retired and dropped with the job."""
 
 from pathlib import Path
 
+from epochstate.daemon.store import keycodec
 from epochstate.daemon.store.descriptors import EpochRecord, SchemaVersion
-from epochstate.daemon.store.versioned import Change, VersionedStore
+from epochstate.daemon.store.versioned import VersionedStore
 
 
 def record(epoch: int) -> EpochRecord:
@@ -18,15 +19,15 @@ def test_schema_versions_and_unavailable_epochs_live_and_die_with_their_job(tmp_
     assert store.require_job("j").provider == "rocksdb"
     first = store.add_store("j", 0, "agg", "default", 1, '"k1"', '"v1"', first_epoch=0)
     later = SchemaVersion(3, '"k2"', '"v1"')
-    store.apply_epoch(job, 0, [Change(first.store_id, ("a",), b"x")], record(0), fresh=True)
+    store.apply_epoch(job, 0, {first.store_id: {keycodec.encode_fields(("a",)): b"x"}}, record(0), fresh=True)
     skipped = {1: "bad", 2: "gap"}
-    store.apply_epoch(job, 3, [], record(3), schemas=[(first.store_id, later)], unavailable=skipped)
+    store.apply_epoch(job, 3, {}, record(3), schemas=[(first.store_id, later)], unavailable=skipped)
     store.close()
 
     store = VersionedStore(tmp_path / "db")  # persisted
     assert store.schema_versions(first) == [SchemaVersion(0, '"k1"', '"v1"'), later]
     assert store.unavailable(job.job_id) == {1: "bad", 2: "gap"}
-    store.apply_epoch(job, 4, [], record(4))
+    store.apply_epoch(job, 4, {}, record(4))
     store.apply_retention(job, 2)
     assert store.unavailable(job.job_id) == {2: "gap"}  # retired with the epochs before the floor
     store.drop_job(job)

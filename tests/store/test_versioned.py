@@ -6,7 +6,7 @@ from typing import Any
 
 from epochstate.daemon.store import keycodec
 from epochstate.daemon.store.descriptors import EpochRecord
-from epochstate.daemon.store.versioned import Change, VersionedStore
+from epochstate.daemon.store.versioned import StoreChanges, VersionedStore
 
 
 def record(epoch: int) -> EpochRecord:
@@ -22,16 +22,16 @@ def test_random_history_matches_model(tmp_path: Path) -> None:
     live: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     keys = [(i, f"k{i % 7}") for i in range(40)]
     for epoch in range(30):
-        changes = []
+        changes: StoreChanges = {}
         for key in rng.sample(keys, 12):
             if rng.random() < 0.3:
-                changes.append(Change(sid, key, None))
+                changes[keycodec.encode_fields(key)] = None
                 live.pop(key, None)
             else:
                 value = (epoch, rng.random())
-                changes.append(Change(sid, key, keycodec.encode(value)))
+                changes[keycodec.encode_fields(key)] = keycodec.encode(value)
                 live[key] = value
-        store.apply_epoch(job, epoch, changes, record(epoch), fresh=epoch == 0)
+        store.apply_epoch(job, epoch, {sid: changes}, record(epoch), fresh=epoch == 0)
         model[epoch] = dict(live)
         if epoch % 5 == 4:
             store.apply_retention(job, epoch - 8)
@@ -68,8 +68,9 @@ def test_apply_is_idempotent_and_atomic_marker(tmp_path: Path) -> None:
     store = VersionedStore(tmp_path / "db")
     job = store.add_job("j", "/cp", "q", "hdfs")
     sid = store.add_store("j", 0, "agg", "default", 1, "{}", "{}").store_id
-    store.apply_epoch(job, 0, [Change(sid, (1,), b"ten")], record(0), fresh=True)
-    result = store.apply_epoch(job, 0, [Change(sid, (1,), b"other")], record(0))
+    key = keycodec.encode_fields((1,))
+    store.apply_epoch(job, 0, {sid: {key: b"ten"}}, record(0), fresh=True)
+    result = store.apply_epoch(job, 0, {sid: {key: b"other"}}, record(0))
     assert result.versions_written == 0
     view = store.view()
     (version,) = view.get_many(sid, [keycodec.encode_fields((1,))], 0)

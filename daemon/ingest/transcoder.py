@@ -1,0 +1,223 @@
+"""Stored state rows straight to store rows: raw key and value bytes in, the store's
+encoded key and serialized ``Record`` out (the ingest hot path).
+
+Decoding each row into Python values, then encoding those values twice (the
+``Record`` payload and the :mod:`keycodec` key), built two tuples and went through
+three layers of calls per row. A :class:`Transcoder` is compiled per (key schema,
+value schema, framing) into one function that unpacks the UnsafeRow slots and
+writes both encodings of every atomic field inline. Values that are not atomic
+(decimals, structs, arrays, maps) are converted to Python values and encoded by the
+general encoders.
+
+The bytes are exactly those of the reference path (decode with the provider's row
+decoders, :meth:`RecordEncoder.present`, :func:`keycodec.encode_fields`), which
+``tests/ingest/test_transcoder.py`` checks. Rows the compiled function does not
+take (a null field, a prefix-scan key, anything that fails) go through that
+reference path, so damaged rows raise the reference path's :class:`CorruptRow`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from epochstate.daemon.records import RecordEncoder, row_encoder, value_encoder, varint
+from epochstate.daemon.sources.changes import RowFraming
+from epochstate.daemon.sources.sparktypes import AtomicType, SparkType, StructType, type_to_simple_string
+from epochstate.daemon.sources.unsaferow import slot_converter, slot_format
+from epochstate.daemon.store import keycodec
+
+RowTranscoder = Callable[[int, bytes, bytes], tuple[bytes, bytes]]
+RowDecode = Callable[[bytes], tuple[Any, ...]]
+
+_MASK64 = (1 << 64) - 1
+_SIGN = 1 << 63
+_LOW32 = 0xFFFFFFFF
+_INTS = ("byte", "short", "integer", "long", "date", "timestamp", "timestamp_ntz")
+
+
+class Transcoder:
+    """Turns a store's raw (key, value) rows into (encoded key, ``Record`` bytes).
+
+    ``decode_key`` and ``decode_value`` are the provider's row decoders (raising
+    ``CorruptRow``); they define the result and serve the rows the compiled code
+    does not take. Thread-safe (holds no mutable state).
+    """
+
+    __slots__ = ("key", "row")
+
+    def __init__(
+        self,
+        key_schema: StructType,
+        value_schema: StructType,
+        framing: RowFraming,
+        decode_key: RowDecode,
+        decode_value: RowDecode,
+    ) -> None:
+        present = RecordEncoder(key_schema, value_schema).present
+        encode_key = keycodec.encode_fields
+
+        def reference(partition: int, raw_key: bytes, raw_value: bytes) -> tuple[bytes, bytes]:
+            key = decode_key(raw_key)
+            return encode_key(key), present(partition, key, decode_value(raw_value))
+
+        self.row: RowTranscoder = _compile(key_schema, value_schema, framing, decode_key, reference)
+        """``row(partition, raw_key, raw_value)``: the encoded key and the ``Record``.
+
+        Raises:
+            CorruptRow: the bytes do not fit the schemas (from the reference path).
+        """
+        self.key: Callable[[bytes], bytes] = lambda raw_key: encode_key(decode_key(raw_key))
+        """The encoded key of a removed row's raw key. Raises CorruptRow."""
+
+
+def _field(i: int, t: SparkType, part: str, key: bool, base: str) -> tuple[list[str], dict[str, Any]]:
+    """Statements setting ``{part}f{i}`` (the Row field: tag, length, Value) and, for
+    keys, ``{part}k{i}`` (the keycodec bytes) from the slot ``{part}v{i}`` of the row
+    in ``{part}b`` that starts at ``base``."""
+    v, f, k, buf = f"{part}v{i}", f"{part}f{i}", f"{part}k{i}", f"{part}b"
+    helpers: dict[str, Any] = {}
+    if isinstance(t, AtomicType) and t.name == "null":
+        return [f"{f} = NF", *([f"{k} = KN"] if key else [])], helpers
+    if isinstance(t, AtomicType) and t.name in ("string", "binary"):
+        lines = [
+            f"s = {base} + ({v} >> 32); e = s + ({v} & {_LOW32})",
+            f"if e > len({buf}): raise IndexError",
+            f"r = {buf}[s:e]",
+        ]
+        if t.name == "string":
+            # The JVM's decoding of invalid UTF-8; ASCII (most keys) round-trips as is.
+            lines.append("if not r.isascii(): r = r.decode('utf-8', 'replace').encode('utf-8')")
+        tag = "\\x32" if t.name == "string" else "\\x3a"
+        lines += [
+            "n = len(r)",
+            f"if n < 126: {f} = b'\\x0a' + S[n + 2] + b'{tag}' + S[n] + r",
+            f"else: p = b'{tag}' + V(n) + r; {f} = b'\\x0a' + V(len(p)) + p",
+        ]
+        if key:
+            head = "\\x30" if t.name == "string" else "\\x31"
+            lines.append(f"{k} = b'{head}' + r.replace(b'\\x00', b'\\x00\\xff') + b'\\x00\\x00'")
+        return lines, helpers
+    if isinstance(t, AtomicType) and t.name in _INTS:
+        if t.name in ("byte", "short", "integer", "long"):
+            tag, word = "\\x18", f"(({v} << 1) ^ ({v} >> 63)) & M"
+        else:
+            tag, word = ("\\x40" if t.name == "date" else "\\x48"), f"{v} & M"
+        lines = [
+            f"z = {word}",
+            f"if z < 128: {f} = b'\\x0a\\x02{tag}' + S[z]",
+            f"elif z < 16384: {f} = b'\\x0a\\x03{tag}' + S[z & 127 | 128] + S[z >> 7]",
+            f"else: p = b'{tag}' + V(z); {f} = b'\\x0a' + S[len(p)] + p",
+        ]
+        if key:
+            lines.append(f"{k} = KI + Q({v} + {_SIGN})")
+        return lines, helpers
+    if isinstance(t, AtomicType) and t.name == "boolean":
+        lines = [f"{f} = b'\\x0a\\x02\\x10\\x01' if {v} else b'\\x0a\\x02\\x10\\x00'"]
+        if key:
+            lines.append(f"{k} = KT if {v} else KF")
+        return lines, helpers
+    if isinstance(t, AtomicType) and t.name in ("float", "double"):
+        return [f"{f} = b'\\x0a\\x09\\x21' + D({v})", *([f"{k} = KE({v})"] if key else [])], helpers
+    # Decimals, structs, arrays, maps: through the Python value.
+    convert = slot_converter(t)
+    helpers[f"{part}C{i}"] = convert
+    helpers[f"{part}E{i}"] = value_encoder(t)
+    lines = [
+        f"x = {part}C{i}({buf}, {base}, {v})" if convert is not None else f"x = {v}",
+        f"p = {part}E{i}(x); {f} = b'\\x0a' + V(len(p)) + p",
+    ]
+    if key:
+        lines.append(f"{k} = KE(x)")
+    return lines, helpers
+
+
+def _row(part: str, schema: StructType, key: bool, base: int) -> tuple[list[str], dict[str, Any]]:
+    """Statements setting ``{part}r`` (the Row) and for keys ``{part}k`` (keycodec),
+    or returning the reference result when the row has a null field."""
+    n = len(schema.fields)
+    if n == 0:
+        return [f"{part}r = b''", *([f"{part}k = b''"] if key else [])], {}
+    fmt = slot_format(schema)
+    words = (n + 63) // 64
+    bits = [f"{part}n{w}" for w in range(words)]
+    slots = [f"{part}v{i}" for i in range(n)]
+    helpers: dict[str, Any] = {f"{part}U": struct.Struct("<" + fmt).unpack_from}
+    lines = [
+        f"({', '.join(bits + slots)},) = {part}U({part}b, {base})",
+        f"if {' or '.join(bits)}: return REF(partition, kb, wb)",
+    ]
+    for i, field in enumerate(schema.fields):
+        body, extra = _field(i, field.type, part, key, str(base))
+        lines += body
+        helpers.update(extra)
+    lines.append(f"{part}r = " + " + ".join(f"{part}f{i}" for i in range(n)))
+    if key:
+        lines.append(f"{part}k = " + " + ".join(f"{part}k{i}" for i in range(n)))
+    return lines, helpers
+
+
+def _compile(
+    key_schema: StructType,
+    value_schema: StructType,
+    framing: RowFraming,
+    decode_key: RowDecode,
+    reference: RowTranscoder,
+) -> RowTranscoder:
+    base = 1 if framing.version_byte else 0
+    namespace: dict[str, Any] = {
+        "REF": reference,
+        "NF": b"\x0a\x02\x08\x01",
+        "KN": keycodec.encode(None),
+        "KT": keycodec.encode(True),
+        "KF": keycodec.encode(False),
+        "KI": keycodec.encode(0)[:1],
+        "KE": keycodec.encode,
+        "M": _MASK64,
+        "S": [bytes((n,)) for n in range(256)],
+        "V": varint,
+        "D": struct.Struct("<d").pack,
+        "Q": struct.Struct(">Q").pack,
+    }
+    lines: list[str] = []
+    checks = []
+    if framing.version_byte:
+        checks.append("wb[0]")
+    if framing.num_cols_prefix_key:
+        # Two rows in one key: decoded, then encoded through the Python values.
+        namespace["KD"] = decode_key
+        namespace["KR"] = row_encoder(key_schema)
+        namespace["KX"] = keycodec.encode_fields
+        lines += ["t = KD(kb)", "kk = KX(t)", "kr = KR(t)"]
+        key_lines: list[str] = []
+    else:
+        if framing.version_byte:
+            checks.append("kb[0]")
+        key_lines, helpers = _row("k", key_schema, True, base)
+        namespace.update(helpers)
+    value_lines, helpers = _row("w", value_schema, False, base)
+    namespace.update(helpers)
+    body = [
+        *([f"if {' or '.join(checks)}: return REF(partition, kb, wb)"] if checks else []),
+        *lines,
+        *key_lines,
+        *value_lines,
+        "n = len(kr); m = len(wr)",
+        "return kk, b''.join((b'\\x0a', S[n] if n < 128 else V(n), kr, b'\\x12', S[m] if m < 128 else V(m),"
+        " wr, b'\\x18\\x01\\x20' + V(partition & M) if partition else b'\\x18\\x01'))",
+    ]
+    bound = ", ".join(f"{name}={name}" for name in namespace)
+    # Anything the compiled code cannot take goes to the reference path, which
+    # raises CorruptRow for a damaged row.
+    source = (
+        f"def row(partition, kb, wb, {bound}):\n"
+        + "    try:\n"
+        + "\n".join("        " + line for line in body)
+        + "\n    except Exception:\n"
+        + "        return REF(partition, kb, wb)\n"
+    )
+    name = f"<transcoder {type_to_simple_string(key_schema)} {type_to_simple_string(value_schema)}>"
+    exec(compile(source, name, "exec"), namespace)
+    row: RowTranscoder = namespace["row"]
+    return row

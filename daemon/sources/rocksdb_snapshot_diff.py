@@ -1,0 +1,117 @@
+"""The changes between two consecutive snapshots of a RocksDB store, from the
+newest writes alone.
+
+Spark builds version ``v`` by loading version ``v - 1`` into RocksDB and writing
+the epoch's puts and removals, each with the next sequence number: the writes of
+``v`` are exactly the sequence numbers after ``v - 1``'s last one, up to ``v``'s.
+Only the keys they name can differ between the two versions. They live in the
+table files ``v`` added (a file of ``v - 1`` holds only older sequence numbers),
+and each keeps its sequence number unless a compaction dropped or renumbered it;
+so when the files read hold an entry for every one of those sequence numbers
+(numbers are unique), no write is missing, and the changes are those keys, each
+with its value at ``v`` read from the database (``None``: removed). Keys written
+with an unchanged value, or removed while absent, are included, as in a
+changelog. When the count does not match, the caller compares the whole states.
+
+Files are read newest level first (a commit's flush lands in level 0), and
+reading stops as soon as every write is found, so a compaction's large output
+is usually not read at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from epochstate.daemon.sources.errors import MissingStateFile, UnsupportedCheckpoint
+from epochstate.daemon.sources.rocksdb_snapshot import LOG_DIR, SnapshotReader, read_snapshot_metadata
+from epochstate.daemon.sources.rocksdb_sst import SstFormatError, sst_keys_written_after
+
+log = logging.getLogger(__name__)
+
+
+class SequenceCache:
+    """The last sequence number of snapshots already opened, so the next version's
+    changes need not open this one again. Keyed by the zip's path, size and mtime:
+    a batch that re-runs rewrites its zip."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, int, int], int] = {}
+
+    @staticmethod
+    def _key(zip_path: Path) -> tuple[str, int, int]:
+        stat = zip_path.stat()
+        return str(zip_path), stat.st_size, stat.st_mtime_ns
+
+    def take(self, zip_path: Path) -> int | None:
+        """The sequence recorded for ``zip_path``, forgotten (each is asked for once)."""
+        try:
+            return self._known.pop(self._key(zip_path), None)
+        except FileNotFoundError:
+            return None
+
+    def record(self, zip_path: Path, sequence: int) -> None:
+        if len(self._known) > 4096:  # a store that is no longer followed in order
+            self._known.clear()
+        self._known[self._key(zip_path)] = sequence
+
+
+def newest_writes_changes(
+    before_zip: Path, after_zip: Path, scratch_dir: Path | None, sequences: SequenceCache | None = None
+) -> list[tuple[bytes, bytes | None]] | None:
+    """The raw changes from the snapshot ``before_zip`` (version ``v - 1``) to
+    ``after_zip`` (``v``, same store directory), each key once in key order; ``None``
+    when they cannot be told from the newest writes (see the module docstring; also
+    for WAL files, column families or a table file the reader does not take).
+    ``sequences`` spares opening ``before_zip`` when it was ``after_zip`` of the
+    previous call.
+
+    Raises:
+        MissingStateFile, CorruptStateFile: a zip or a table file it names is missing
+            or damaged.
+    """
+    before = read_snapshot_metadata(before_zip)
+    if before.column_families or any(f.dfs_path.startswith(LOG_DIR + "/") for f in before.files):
+        return None
+    floor = sequences.take(before_zip) if sequences is not None else None
+    if floor is None:
+        with SnapshotReader(before_zip, scratch_dir) as snapshot:
+            floor = snapshot.latest_sequence()
+    kept = {f.dfs_path for f in before.files}
+    store_dir = after_zip.parent
+    with SnapshotReader(after_zip, scratch_dir) as snapshot:
+        metadata = snapshot.metadata
+        if metadata.column_families:
+            raise UnsupportedCheckpoint(f"{after_zip}: a store with column families")
+        if any(f.dfs_path.startswith(LOG_DIR + "/") for f in metadata.files):
+            return None
+        last = snapshot.latest_sequence()
+        if sequences is not None:
+            sequences.record(after_zip, last)
+        writes = last - floor
+        tables = snapshot.table_files()
+        added = [f for f in metadata.files if f.dfs_path not in kept]
+        if writes < 0 or any(f.local_name not in tables for f in added):
+            return None
+        # Newest first: lowest level, then highest file number.
+        added.sort(key=lambda f: f.local_name, reverse=True)
+        added.sort(key=lambda f: tables[f.local_name].level)
+        keys: list[bytes] = []
+        for f in added:
+            if len(keys) >= writes:
+                break
+            table = tables[f.local_name]
+            path = store_dir / f.dfs_path
+            try:
+                keys += sst_keys_written_after(
+                    path.read_bytes(), table.num_entries, table.smallest, table.largest, floor
+                )
+            except FileNotFoundError:
+                raise MissingStateFile(f"{path}: removed while reading") from None
+            except SstFormatError as err:
+                log.info("%s: %s; comparing whole snapshots", path, err)
+                return None
+        if len(keys) != writes:
+            return None
+        ordered = sorted(set(keys))
+        return list(zip(ordered, snapshot.get_many(ordered), strict=True))

@@ -1,0 +1,66 @@
+"""Changes between consecutive RocksDB snapshots read from their newest writes,
+against the difference of the two whole states, on checkpoints Spark wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from epochstate.daemon.sources.rocksdb_snapshot import SnapshotReader
+from epochstate.daemon.sources.rocksdb_snapshot_diff import newest_writes_changes
+from epochstate.daemon.sources.rocksdb_sst import SstFormatError, sst_keys_written_after
+
+pytestmark = pytest.mark.spark
+
+
+def _state(zip_path: Path, scratch: Path) -> dict[bytes, bytes]:
+    with SnapshotReader(zip_path, scratch) as snapshot:
+        return dict(snapshot.items())
+
+
+@pytest.mark.parametrize("name", ["window-zip", "dedup-zip"])
+def test_newest_writes_give_exactly_the_changed_keys(
+    name: str, rocksdb_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    read_from_writes = 0
+    for store_dir in sorted((rocksdb_checkpoints[name] / "state" / "0").iterdir()):
+        versions = sorted(int(p.stem) for p in store_dir.glob("*.zip"))
+        for version in versions[1:]:
+            before = _state(store_dir / f"{version - 1}.zip", tmp_path)
+            after = _state(store_dir / f"{version}.zip", tmp_path)
+            found = newest_writes_changes(
+                store_dir / f"{version - 1}.zip", store_dir / f"{version}.zip", tmp_path
+            )
+            if found is None:
+                continue
+            read_from_writes += 1
+            keys = [k for k, _ in found]
+            assert keys == sorted(set(keys))
+            # Every key found carries its value at `version`; every changed key is found.
+            assert all(after.get(k) == v for k, v in found)
+            changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+            assert changed <= set(keys), f"{store_dir} version {version}"
+    assert read_from_writes > 0, "no version was read from its newest writes"
+    assert list(tmp_path.iterdir()) == [], "a snapshot's scratch directory was left behind"
+
+
+def test_a_damaged_table_file_is_refused_not_misread(
+    rocksdb_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    store_dir = rocksdb_checkpoints["window-zip"] / "state" / "0" / "0"
+    for zip_path in sorted(store_dir.glob("*.zip"), key=lambda p: -int(p.stem)):
+        with SnapshotReader(zip_path, tmp_path) as snapshot:
+            tables = snapshot.table_files()
+            files = {f.local_name: store_dir / f.dfs_path for f in snapshot.metadata.files}
+        if tables:
+            break
+    name, table = max(tables.items(), key=lambda item: item[1].num_entries)
+    data = files[name].read_bytes()
+    args = (table.num_entries, table.smallest, table.largest, -1)
+    assert len(sst_keys_written_after(data, *args)) == table.num_entries
+    for damaged in (data[: len(data) // 2], data[:100] + bytes(200) + data[300:], data[:-1] + b"\x00"):
+        with pytest.raises(SstFormatError):
+            sst_keys_written_after(damaged, *args)
+    with pytest.raises(SstFormatError):
+        sst_keys_written_after(data, table.num_entries + 1, table.smallest, table.largest, -1)
