@@ -5,7 +5,7 @@ from pathlib import Path
 from epochstate.daemon.server.views import ReadViews
 from epochstate.daemon.store import keycodec
 from epochstate.daemon.store.descriptors import EpochRecord
-from epochstate.daemon.store.versioned import Change, VersionedStore
+from epochstate.daemon.store.versioned import VersionedStore
 
 
 def record(epoch: int) -> EpochRecord:
@@ -17,7 +17,7 @@ def test_a_view_is_reused_until_the_store_is_written(tmp_path: Path) -> None:
     job = store.add_job("j", "/cp", "q", "hdfs")
     sid = store.add_store("j", 0, "agg", "default", 1, "{}", "{}").store_id
     key = keycodec.encode_fields(("k",))
-    store.apply_epoch(job, 0, [Change(sid, ("k",), keycodec.encode((1,)))], record(0), fresh=True)
+    store.apply_epoch(job, 0, {sid: {key: keycodec.encode((1,))}}, record(0), fresh=True)
     views = ReadViews(store)
 
     first = views.view()
@@ -29,7 +29,7 @@ def test_a_view_is_reused_until_the_store_is_written(tmp_path: Path) -> None:
     assert reused in (first, concurrent)
     views.done(reused)
 
-    store.apply_epoch(job, 1, [Change(sid, ("k",), keycodec.encode((2,)))], record(1), fresh=False)
+    store.apply_epoch(job, 1, {sid: {key: keycodec.encode((2,))}}, record(1), fresh=False)
     fresh = views.view()
     assert fresh not in (first, concurrent)  # the write made every earlier view stale
     assert fresh.progress(job.job_id).newest == 1
