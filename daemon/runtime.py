@@ -210,7 +210,10 @@ class DaemonStartFailed(EpochStateError):
 def run(settings: DaemonSettings, on_serving: Callable[[Sequence[str]], None] | None = None) -> None:
     """Run a daemon until SIGTERM or SIGINT; ``on_serving`` gets its targets once it serves
     (TCP ``host:port``, then ``unix:///path`` when the Unix socket listener is on)."""
-    daemon = Daemon(settings)
+    try:
+        daemon = Daemon(settings)
+    except Exception as error:  # a store of another layout, a data dir another daemon holds, ...
+        raise DaemonStartFailed(f"daemon failed to start: {error}") from error
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         threading.Thread(target=daemon.stop, name="shutdown").start()

@@ -13,3 +13,7 @@ class StoreClosed(StoreError):
 
 class UnknownJob(StoreError):
     pass
+
+
+class LayoutMismatch(StoreError):
+    """The store on disk was written with another layout version than this daemon's."""

@@ -17,6 +17,7 @@ key                                        value
 ``S`` store_id                             store descriptor (JSON)
 ``s`` store_id first_epoch                 a later schema version of the store (JSON)
 ``u`` job_id epoch                         an epoch that will never be served: why
+``V``                                      the layout's version (:data:`LAYOUT_VERSION`)
 =========================================  =======================================
 
 ``~epoch`` is ``2**64 - 1 - epoch``, so a key's newest version comes first and
@@ -35,6 +36,11 @@ JOB = b"J"
 STORE = b"S"
 SCHEMA = b"s"
 UNAVAILABLE = b"u"
+LAYOUT = b"V"
+
+LAYOUT_VERSION = 2
+"""Bumped whenever a key or value above changes meaning. 1: one garbage entry per
+superseded data key (no ``V`` key); 2: garbage keys packed into chunks."""
 
 _ID = struct.Struct(">I")
 _EPOCH = struct.Struct(">Q")

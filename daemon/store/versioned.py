@@ -38,7 +38,7 @@ from epochstate.daemon.store.descriptors import (
     SchemaVersion,
     StoreDescriptor,
 )
-from epochstate.daemon.store.errors import StoreClosed, UnknownJob
+from epochstate.daemon.store.errors import LayoutMismatch, StoreClosed, UnknownJob
 
 # Data keys per garbage index value (a few MB at most).
 _GARBAGE_CHUNK = 50_000
@@ -183,6 +183,37 @@ class VersionedStore:
         self._db: Rdict | None = Rdict(str(path), self._options.to_options())
         self._lock = threading.Lock()  # guards id allocation and descriptor writes
         self._closed = False
+        try:
+            self._check_layout(Path(path))
+        except LayoutMismatch:
+            self.close()
+            raise
+
+    def _check_layout(self, path: Path) -> None:
+        """Stamp a new store with :data:`layout.LAYOUT_VERSION`; refuse one written with another.
+
+        Raises:
+            LayoutMismatch: the store holds data of another layout version. Nothing
+                in it is lost by deleting it: every retained epoch is re-ingested
+                from the checkpoints.
+        """
+        db = self.db
+        stamped = db.get(layout.LAYOUT)
+        if stamped is None:
+            it = db.iter()
+            it.seek_to_first()
+            if not it.valid():
+                db.put(layout.LAYOUT, str(layout.LAYOUT_VERSION).encode())
+                return
+            found = "1"  # layout 1 had no version key
+        else:
+            found = bytes(stamped).decode()
+        if found != str(layout.LAYOUT_VERSION):
+            raise LayoutMismatch(
+                f"the store at {path} has layout version {found}, this daemon writes version "
+                f"{layout.LAYOUT_VERSION}; delete that directory (the daemon re-ingests every retained "
+                f"epoch from the checkpoints) or run the epochstate release that wrote it"
+            )
 
     # -- lifecycle ---------------------------------------------------------
 
