@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import confluent_kafka
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
 
 from epochstate.spark_plugin.kafka.config import ClientConfig, consumer_settings
-from epochstate.spark_plugin.kafka.consumers import CONSUMERS, ConsumerPool
 from epochstate.spark_plugin.kafka.errors import (
     BrokerTimeout,
     KafkaError,
@@ -45,19 +44,13 @@ class KafkaRecord(NamedTuple):
 
 # Defaults the caller may change. A range that ends with a marker at the end of
 # the partition is only known complete when a Fetch answers "nothing new", which
-# the broker delays by up to this long; and a pooled consumer's next read waits
-# for the Fetch still in flight from its previous one (100 ms made a pooled read
-# take 100 ms; 1 ms, 2 ms against 5 ms for a new consumer, on tansu).
-_READER_DEFAULTS: ClientConfig = {"fetch.wait.max.ms": 1}
+# the broker delays by up to this long.
+_READER_DEFAULTS: ClientConfig = {"fetch.wait.max.ms": 100}
 
 
 def read_range(
-    consumer_config: ClientConfig,
-    offset_range: OffsetRange,
-    *,
-    timeout: float = 30.0,
-    pool: ConsumerPool = CONSUMERS,
-) -> Generator[KafkaRecord, None, None]:
+    consumer_config: ClientConfig, offset_range: OffsetRange, *, timeout: float = 30.0
+) -> Iterator[KafkaRecord]:
     """Yield the records of ``offset_range`` in offset order, and nothing else.
 
     Offsets without a record (compacted away, aborted, transaction markers) are
@@ -70,16 +63,15 @@ def read_range(
     :class:`BrokerTimeout` when the broker gave nothing for ``timeout`` seconds.
     Some brokers answer a fetch beyond their end with silence rather than an
     error; that case is told apart after the timeout.
-
-    The consumer comes from ``pool`` (this process's, by default) and goes back
-    to it once the range was read to its end.
     """
     if offset_range.size == 0:
         return
-    settings = consumer_settings({**_READER_DEFAULTS, **consumer_config}, _READER_SETTINGS)
-    with pool.lease(settings) as consumer:
+    consumer = Consumer(consumer_settings({**_READER_DEFAULTS, **consumer_config}, _READER_SETTINGS))
+    try:
         consumer.assign([TopicPartition(offset_range.topic, offset_range.partition, offset_range.start)])
         yield from _records(consumer, offset_range, timeout)
+    finally:
+        consumer.close()
 
 
 def _records(consumer: Consumer, wanted: OffsetRange, timeout: float) -> Iterator[KafkaRecord]:
@@ -92,8 +84,6 @@ def _records(consumer: Consumer, wanted: OffsetRange, timeout: float) -> Iterato
         if messages:
             idle_deadline = time.monotonic() + timeout
         for message in messages:
-            if message.partition() != wanted.partition or message.topic() != wanted.topic:
-                continue  # an event of the client, not of the range
             error, offset = message.error(), message.offset()
             if error is not None:
                 code = error.code()

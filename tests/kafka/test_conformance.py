@@ -23,7 +23,6 @@ from epochstate.spark_plugin.kafka import (
     TopicNotFound,
     read_range,
 )
-from epochstate.spark_plugin.kafka.consumers import ConsumerPool
 from tests.fixtures.kafka import KafkaBroker, MakeTopic
 
 
@@ -236,40 +235,3 @@ def test_ranges_with_gaps_from_transaction_markers(kafka_broker: KafkaBroker, ka
     assert offsets(3, 4) == []
     assert offsets(3, 5) == [4]
     assert offsets(5, 6) == []
-
-
-def test_one_consumer_reads_ranges_in_turn(kafka_broker: KafkaBroker, kafka_topic: MakeTopic) -> None:
-    """A pooled consumer, reassigned between reads, never returns records fetched for its previous range."""
-    topic = kafka_topic(2)
-    values = {p: [b"%d-%d" % (p, i) for i in range(2000 if p == 0 else 100)] for p in (0, 1)}
-    for partition, rows in values.items():
-        write_rows(kafka_broker, topic, partition, rows)
-    pool = ConsumerPool()
-    try:
-        # Each read prefetches far beyond its end; the next starts before, after or elsewhere.
-        for partition, start, end in [
-            (0, 0, 10),
-            (0, 1500, 1510),
-            (0, 5, 8),
-            (1, 0, 5),
-            (0, 1990, 2000),
-            (1, 99, 100),
-        ]:
-            records = list(
-                read_range(kafka_broker.config(), OffsetRange(topic, partition, start, end), pool=pool)
-            )
-            assert [(r.offset, r.value) for r in records] == [
-                (i, values[partition][i]) for i in range(start, end)
-            ]
-        assert pool.created == 1
-        with pytest.raises(RangeNotWritten):
-            list(read_range(kafka_broker.config(), OffsetRange(topic, 1, 99, 101), timeout=1.5, pool=pool))
-        half_read = read_range(kafka_broker.config(), OffsetRange(topic, 0, 0, 2000), pool=pool)
-        assert next(half_read).offset == 0
-        half_read.close()  # a failed or abandoned read closes its consumer: what it has queued is unknown
-        assert [
-            r.offset for r in read_range(kafka_broker.config(), OffsetRange(topic, 0, 7, 9), pool=pool)
-        ] == [7, 8]
-        assert pool.created == 3
-    finally:
-        pool.close()
