@@ -5,7 +5,7 @@ PySpark's worker calls ``importlib.invalidate_caches()`` at the start of every t
 Before CPython 3.13 (gh-103200) a zip importer answers that call by re-reading its
 archive's whole directory, and a worker holds one zip importer per package it
 imported from the archive (18 after one data source read): measured on the
-project's 2-core VM, 0.23-0.29 s of CPU at the start of every task, 1.6-2.5 s of
+project's 2-core VM, 0.22-0.29 s of CPU at the start of every task, 0.8-2.5 s of
 wall time on the loaded machine, more than the rest of an aligned read
 (``bench/alignment.py``).
 
