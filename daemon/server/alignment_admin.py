@@ -19,7 +19,7 @@ from epochstate.daemon.alignment.retention import DEFAULT_KEEP, Hold, SubjectRet
 from epochstate.daemon.alignment.subjects import SubjectRegistry
 from epochstate.daemon.server.handlers import add_to_server
 from epochstate.daemon.server.metrics import DaemonMetrics
-from epochstate.daemon.server.status import BadRequest, NoZooKeeper, domain_errors
+from epochstate.daemon.server.status import BadRequest, NoZooKeeper, domain_errors, wait_budget
 from epochstate.v1 import epochstate_pb2 as pb
 
 SERVICE = pb.DESCRIPTOR.services_by_name["AlignmentAdmin"]
@@ -151,7 +151,7 @@ class AlignmentAdminService:
         self, topic: str, job: str, command: Command, wait: float, context: grpc.ServicerContext
     ) -> pb.AlignmentCommandResponse:
         if wait > 0:
-            remaining = context.time_remaining()
+            remaining = wait_budget(context)
             report = self.coordinator.wait(
                 topic, job, command, wait if remaining is None else min(wait, remaining)
             )

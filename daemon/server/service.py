@@ -22,7 +22,7 @@ from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry, StoreHandle, StoreSchema
 from epochstate.daemon.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs
-from epochstate.daemon.server.status import BadRequest, domain_errors
+from epochstate.daemon.server.status import BadRequest, domain_errors, wait_budget
 from epochstate.daemon.server.values import KeyEncoder, key_from_proto
 from epochstate.daemon.server.views import ReadViews
 from epochstate.daemon.sources.sparktypes import StructType, type_to_json
@@ -37,7 +37,6 @@ MAX_KEY_BYTES = 64 * 1024
 MAX_KEYS_PER_CALL = 10_000
 DEFAULT_PAGE = 1000
 MAX_PAGE = 10_000
-DEADLINE_MARGIN = 0.05
 _TOKEN = struct.Struct(">q")
 
 
@@ -125,11 +124,8 @@ class EpochStateService:
     def _pin(
         self, entry: JobEntry, selector: pb.EpochSelector, context: grpc.ServicerContext
     ) -> epochs.Pinned:
-        remaining = context.time_remaining()
-        if remaining is not None:
-            # Answer before the deadline so the caller gets our reason, not a bare timeout.
-            remaining = max(0.0, remaining - DEADLINE_MARGIN)
-        return epochs.resolve(self._views, self._catalog, entry, selector, remaining, self._alignment)
+        budget = wait_budget(context)
+        return epochs.resolve(self._views, self._catalog, entry, selector, budget, self._alignment)
 
     def close(self) -> None:
         """Let go of the store's snapshots held for reads (before the store closes)."""
