@@ -125,11 +125,12 @@ class EpochStateService:
     def _pin(
         self, entry: JobEntry, selector: pb.EpochSelector, context: grpc.ServicerContext
     ) -> epochs.Pinned:
-        remaining = context.time_remaining()
-        if remaining is not None:
+        def time_left() -> float | None:
+            remaining = context.time_remaining()
             # Answer before the deadline so the caller gets our reason, not a bare timeout.
-            remaining = max(0.0, remaining - DEADLINE_MARGIN)
-        return epochs.resolve(self._views, self._catalog, entry, selector, remaining, self._alignment)
+            return None if remaining is None else max(0.0, remaining - DEADLINE_MARGIN)
+
+        return epochs.resolve(self._views, self._catalog, entry, selector, time_left, self._alignment)
 
     def close(self) -> None:
         """Let go of the store's snapshots held for reads (before the store closes)."""
