@@ -17,8 +17,8 @@ the caller reads from. Errors say why no such epoch exists:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
 
 from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry
@@ -149,10 +149,11 @@ def _resolve_covers(
     return Pinned(view, epoch)
 
 
-@dataclass(frozen=True)
-class Pinned:
+class Pinned(NamedTuple):
     """A view of the store and the epoch a read is pinned to within it."""
 
+    # A tuple, not a frozen dataclass: one is made per read, and a frozen dataclass's
+    # __init__ (object.__setattr__ per field) was a measurable part of a Get.
     view: StoreView
     epoch: int
 
@@ -189,7 +190,7 @@ def _resolve_aligned(
     epoch = alignment.epoch_of(entry, aligned, timeout)
     remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
     try:
-        return resolve(store, catalog, entry, pb.EpochSelector(exact=epoch, wait=True), remaining)
+        return resolve(store, catalog, entry, pb.EpochSelector(exact=epoch, wait=True), lambda: remaining)
     except EpochError as error:
         raise type(error)(f"(aligned with epoch {aligned.epoch} of job {aligned.job!r}) {error}") from error
 
@@ -199,57 +200,81 @@ def resolve(
     catalog: Catalog,
     entry: JobEntry,
     selector: pb.EpochSelector,
-    timeout: float | None,
+    time_left: Callable[[], float | None],
     alignment: AlignedEpochs | None = None,
 ) -> Pinned:
     """Pin a read of ``entry`` to the epoch ``selector`` names, waiting if it allows.
 
-    ``timeout`` is the time left until the call's deadline (None: no deadline).
+    ``time_left()`` is the time left until the call's deadline (None: no deadline);
+    it is asked only when the read has to wait or look further than the store.
     ``alignment`` resolves ``aligned_with`` selectors (None: no ZooKeeper, they fail).
     """
     kind = selector.WhichOneof("kind") or "latest"
     if kind == "covers":
-        return _resolve_covers(store, catalog, entry, selector.covers, timeout)
+        return _resolve_covers(store, catalog, entry, selector.covers, time_left())
     if kind == "aligned_with":
-        return _resolve_aligned(store, catalog, entry, selector.aligned_with, timeout, alignment)
+        return _resolve_aligned(store, catalog, entry, selector.aligned_with, time_left(), alignment)
+    target = 0
+    if kind == "exact":
+        target = selector.exact
+        if target in entry.unavailable:
+            # Skipped for good: the versions stored around it are not its state.
+            raise EpochUnavailable(
+                f"epoch {target} of job {entry.descriptor.name!r} cannot be served: "
+                f"{entry.unavailable[target]}"
+            )
+    elif kind == "at_least":
+        target = selector.at_least
+    if target < 0:
+        raise BadSelector(f"epoch must be >= 0, got {target}")
+    view = store.view()
+    progress = view.progress(entry.descriptor.job_id)
+    if progress.newest < target or progress.empty:
+        view, progress = _wait_until_ready(
+            store, catalog, entry, progress, kind, target, selector.wait, time_left
+        )
+    if kind == "exact":
+        if target < progress.oldest:
+            raise EpochRetired(
+                f"epoch {target} of job {entry.descriptor.name!r} is older than retention; "
+                f"{_range_text(progress)}"
+            )
+        return Pinned(view, target)
+    return Pinned(view, progress.newest)
+
+
+def _wait_until_ready(
+    store: EpochStore,
+    catalog: Catalog,
+    entry: JobEntry,
+    progress: JobProgress,
+    kind: str,
+    target: int,
+    wait: bool,
+    time_left: Callable[[], float | None],
+) -> tuple[StoreView, JobProgress]:
+    """A view whose progress reaches epoch ``target``, for a ``kind`` selector that
+    ``progress`` does not reach yet: waits if the selector allows, else raises why not.
+
+    Kept off :func:`resolve`'s path for a queryable epoch, the common read."""
     name = entry.descriptor.name
-    job_id = entry.descriptor.job_id
-    if kind in ("exact", "at_least") and getattr(selector, kind) < 0:
-        raise BadSelector(f"epoch must be >= 0, got {getattr(selector, kind)}")
-    target = selector.exact if kind == "exact" else selector.at_least if kind == "at_least" else 0
-    may_wait = kind == "at_least" or selector.wait
+    problem = entry.problems.get(target) if kind == "exact" else None
+    if problem is not None:
+        raise EpochUnavailable(f"epoch {target} of job {name!r} cannot be served: {problem}")
+    if not (kind == "at_least" or wait):
+        if kind == "latest":
+            raise EpochNotReady(f"job {name!r} has no queryable epoch yet")
+        committed = entry.committed
+        state = "has not committed yet" if committed < target else "is committed but not ingested yet"
+        raise EpochNotReady(f"epoch {target} of job {name!r} {state}; {_range_text(progress)}")
 
     def ready(p: JobProgress) -> bool:
         return not p.empty and p.newest >= target
 
-    if kind == "exact" and target in entry.unavailable:
-        # Skipped for good: the versions stored around it are not its state.
-        raise EpochUnavailable(
-            f"epoch {target} of job {name!r} cannot be served: {entry.unavailable[target]}"
+    if catalog.wait_until(name, ready, time_left()) is None:
+        raise EpochWaitTimedOut(
+            f"epoch {target} of job {name!r} did not become queryable before the deadline;"
+            f" {_range_text(catalog.get(name).progress)}"
         )
     view = store.view()
-    progress = view.progress(job_id)
-    if not ready(progress):
-        problem = entry.problems.get(target) if kind == "exact" else None
-        if problem is not None:
-            raise EpochUnavailable(f"epoch {target} of job {name!r} cannot be served: {problem}")
-        if not may_wait:
-            if kind == "latest":
-                raise EpochNotReady(f"job {name!r} has no queryable epoch yet")
-            committed = entry.committed
-            state = "has not committed yet" if committed < target else "is committed but not ingested yet"
-            raise EpochNotReady(f"epoch {target} of job {name!r} {state}; {_range_text(progress)}")
-        if catalog.wait_until(name, ready, timeout) is None:
-            raise EpochWaitTimedOut(
-                f"epoch {target} of job {name!r} did not become queryable before the deadline;"
-                f" {_range_text(catalog.get(name).progress)}"
-            )
-        view = store.view()
-        progress = view.progress(job_id)
-    if kind == "exact":
-        if target < progress.oldest:
-            raise EpochRetired(
-                f"epoch {target} of job {name!r} is older than retention; {_range_text(progress)}"
-            )
-        return Pinned(view, target)
-    return Pinned(view, progress.newest)
+    return view, view.progress(entry.descriptor.job_id)

@@ -124,8 +124,11 @@ class EpochStateService:
     def _pin(
         self, entry: JobEntry, selector: pb.EpochSelector, context: grpc.ServicerContext
     ) -> epochs.Pinned:
-        budget = wait_budget(context)
-        return epochs.resolve(self._views, self._catalog, entry, selector, budget, self._alignment)
+        # The deadline is asked only if the read waits (status.wait_budget: answer in time
+        # so the caller gets our reason, not a bare timeout).
+        return epochs.resolve(
+            self._views, self._catalog, entry, selector, lambda: wait_budget(context), self._alignment
+        )
 
     def close(self) -> None:
         """Let go of the store's snapshots held for reads (before the store closes)."""

@@ -90,16 +90,23 @@ class StoreView:
         # One iterator serves every point read of the view (a read is a progress check
         # and a batch of seeks): creating one per call was a measurable part of a Get.
         self._it = self._snapshot.iter()
+        # A snapshot never changes, so neither does a job's progress in it; a view
+        # reused by many reads (server/views.py) reads each job's marker once.
+        self._progress: dict[int, JobProgress] = {}
 
     def progress(self, job_id: int) -> JobProgress:
+        known = self._progress.get(job_id)
+        if known is not None:
+            return known
         wanted = layout.progress_key(job_id)
         it = self._it
         it.seek(wanted)
         if not it.valid() or it.key() != wanted:
-            return JobProgress(-1, -1)
-        raw = it.value()
-        newest, oldest = layout.unpack_progress(raw)
-        return JobProgress(newest, oldest)
+            progress = JobProgress(-1, -1)
+        else:
+            progress = JobProgress(*layout.unpack_progress(it.value()))
+        self._progress[job_id] = progress
+        return progress
 
     def get_many(self, store_id: int, encoded_keys: Sequence[bytes], epoch: int) -> list[Version | None]:
         """The version of each key visible at ``epoch`` (None: absent)."""
