@@ -46,6 +46,7 @@ from epochstate.daemon.embedded.zookeeper import EmbeddedZooKeeper  # noqa: E402
 from epochstate.spark_plugin.alignment import SubjectRegistry, register  # noqa: E402
 from epochstate.spark_plugin.kafka.admin import TopicAdmin  # noqa: E402
 from epochstate.spark_plugin.kafka.embedded import TansuProcess  # noqa: E402
+from epochstate.spark_plugin.session import local_session  # noqa: E402
 
 FORMAT = "epochstate-kafka"
 MODES = ("unaligned", "aligned")
@@ -214,22 +215,13 @@ def main() -> None:
     args = parser.parse_args()
     triggers = [args.trigger] if args.trigger is not None else [float(t) for t in args.triggers.split(",")]
 
-    from pyspark.sql import SparkSession
-
     workdir = Path(tempfile.mkdtemp(prefix="epochstate-bench-alignment-"))
     zookeeper = EmbeddedZooKeeper(workdir / "zookeeper").start()
     broker = TansuProcess(workdir / "tansu").start()
     runs: list[Run] = []
     try:
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.streaming.numRecentProgressUpdates", "1000")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        progress = {"spark.sql.streaming.numRecentProgressUpdates": "1000"}  # every batch's durations
+        spark = local_session("bench-alignment", conf=progress)
         register(spark)
         for trigger in triggers:
             run = Run(trigger, workdir)

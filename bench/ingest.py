@@ -39,11 +39,14 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from table import print_table  # noqa: E402
+
 from epochstate.client import EpochStateClient  # noqa: E402
 from epochstate.client.local_daemon import LocalDaemon  # noqa: E402
 from epochstate.daemon.ingest.follower import EpochPublisher, JobFollower  # noqa: E402
 from epochstate.daemon.runtime import NoRegistry  # noqa: E402
 from epochstate.daemon.store.versioned import VersionedStore  # noqa: E402
+from epochstate.spark_plugin.session import local_session  # noqa: E402
 
 _ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -204,12 +207,6 @@ def measure_freshness(spark: Any, workdir: Path, args: argparse.Namespace) -> tu
             spark.conf.unset(key)
 
 
-def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, tuple("-" * w for w in widths), *rows]:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -222,17 +219,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", choices=sorted(PROVIDERS), default=None)
     args = parser.parse_args(argv)
 
-    from pyspark.sql import SparkSession
-
     workdir = Path(tempfile.mkdtemp(prefix="epochstate-bench-ingest-"))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("bench-ingest", conf={"spark.sql.session.timeZone": "UTC"})
     rows: list[tuple[str, ...]] = []
     try:
         for name in args.providers.split(","):

@@ -46,10 +46,12 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from epochstate.client import EpochStateClient  # noqa: E402
 from epochstate.client.client import CHANNEL_OPTIONS  # noqa: E402
 from epochstate.client.local_daemon import LocalDaemon  # noqa: E402
+from epochstate.spark_plugin.session import local_session  # noqa: E402
 from epochstate.v1 import epochstate_pb2 as pb  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from streams import run_streams  # noqa: E402
+from table import print_table  # noqa: E402
 
 K = TypeVar("K")
 
@@ -156,19 +158,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="per concurrent MultiGet measurement")
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession
-
     from epochstate.spark_plugin import attach
 
     workdir = Path(tempfile.mkdtemp(prefix="epochstate-bench-"))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("bench-lookup", conf={"spark.sql.session.timeZone": "UTC"})
     daemon = LocalDaemon(
         workdir / "daemon", {}, extra_args=["--retention-epochs", str(max(100, args.epochs))]
     ).start()
@@ -320,10 +313,7 @@ def main() -> None:
             f"pinned epoch {pinned}; {os.cpu_count()} cores; "
             f"load average {load_before:.1f} -> {load_after:.1f} during the gRPC rows"
         )
-        header = ("measurement", "p50 (µs)", "p99 (µs)", "throughput", "unit")
-        widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(5)]
-        for row in [header, tuple("-" * w for w in widths), *rows]:
-            print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        print_table(("measurement", "p50 (µs)", "p99 (µs)", "throughput", "unit"), rows)
         print()
         print("targets (each transport against the echo floor over the same transport):")
         for transport in transports:
