@@ -184,21 +184,25 @@ class EpochStateService:
     @domain_errors
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> bytes:
         """A serialized ``GetResponse``."""
-        entry, handle = self._handle(request.store)
-        keys = [request.key]
-        pinned, schema, encoded = self._pinned_keys(entry, handle, keys, request.epoch, context)
-        found = pinned.view.payloads(handle.descriptor.store_id, encoded, pinned.epoch)
-        self._views.done(pinned.view)
-        return response_bytes(pinned.epoch, self._records(handle, schema, keys, found))
+        return self._lookup(request.store, [request.key], request.epoch, context)
 
     @domain_errors
     def MultiGet(self, request: pb.MultiGetRequest, context: grpc.ServicerContext) -> bytes:
         """A serialized ``MultiGetResponse``."""
-        entry, handle = self._handle(request.store)
-        keys = request.keys
+        return self._lookup(request.store, request.keys, request.epoch, context)
+
+    def _lookup(
+        self,
+        ref: pb.StoreRef,
+        keys: Sequence[pb.Row],
+        selector: pb.EpochSelector,
+        context: grpc.ServicerContext,
+    ) -> bytes:
+        """Get and MultiGet: ``keys`` of one store at one pinned epoch, as response bytes."""
+        entry, handle = self._handle(ref)
         if len(keys) > MAX_KEYS_PER_CALL:
             raise BadRequest(f"{len(keys)} keys in one call; the limit is {MAX_KEYS_PER_CALL}")
-        pinned, schema, encoded = self._pinned_keys(entry, handle, keys, request.epoch, context)
+        pinned, schema, encoded = self._pinned_keys(entry, handle, keys, selector, context)
         found = pinned.view.payloads(handle.descriptor.store_id, encoded, pinned.epoch)
         self._views.done(pinned.view)
         return response_bytes(pinned.epoch, self._records(handle, schema, keys, found))
