@@ -18,6 +18,7 @@ from tests.fixtures.streams import FileStream
 from tests.fixtures.tws_oracle import (
     LIST,
     MAP,
+    RUNS,
     TIMER,
     TIMERS,
     VALUE,
@@ -25,9 +26,9 @@ from tests.fixtures.tws_oracle import (
     run_batches,
     scanned_by_prefix,
     spark_variables,
+    tws_session,
 )
 
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 SCHEMA = "user string, v long, tag string, ts timestamp"
 
 
@@ -113,7 +114,6 @@ def tagged_rows(batch: int) -> list[dict[str, Any]]:
 VARIABLES = {"count": VALUE, "events": LIST, "tags": MAP, TIMERS: TIMER}
 # Job -> (changelog checkpointing, state encoding): each checkpointing mode and each
 # encoding once (a query costs minutes on a loaded machine).
-RUNS = {"changelog": (True, "unsaferow"), "snapshots-avro": (False, "avro")}
 
 
 @pytest.mark.timeout(900)
@@ -125,13 +125,7 @@ def test_transform_with_state_variables_equal_spark_reader(
     checkpoints = {job: tmp_path / job / "cp" for job in RUNS}
     streams = {}
     for job, (changelog, encoding) in RUNS.items():
-        session = spark.newSession()
-        session.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-        session.conf.set(
-            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", str(changelog).lower()
-        )
-        session.conf.set("spark.sql.streaming.stateStore.encodingFormat", encoding)
-        session.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        session = tws_session(spark, changelog, encoding)
         streams[job] = FileStream(session, tmp_path / job / "in", checkpoints[job], tagged, SCHEMA, "update")
     # One after the other: Python workers of concurrent queries time out connecting
     # back on a loaded machine. The daemon then follows both from their first epoch.

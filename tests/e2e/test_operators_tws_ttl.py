@@ -20,15 +20,16 @@ from tests.fixtures.streams import FileStream
 from tests.fixtures.tws_oracle import (
     LIST,
     MAP,
+    RUNS,
     TIMER,
     TIMERS,
     VALUE,
     assert_variables_served,
     run_batches,
     spark_variables,
+    tws_session,
 )
 
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 SCHEMA = "user string, v long, tag string"
 TTL_MS = 10_000
 VARIABLES = {"count": VALUE, "events": LIST, "tags": MAP, "kinds": VALUE, TIMERS: TIMER}
@@ -60,7 +61,6 @@ def kinds(v: int) -> tuple[Any, ...]:
 
 
 # Job -> (changelog checkpointing, state encoding), as in test_operators_tws.
-RUNS = {"changelog": (True, "unsaferow"), "snapshots-avro": (False, "avro")}
 # Batch 1 touches a again (a new expiry for its value, a list element of its own);
 # the pause before batch 2 outlasts every expiry set so far, so batch 2 removes
 # them all; batch 3 follows at once.
@@ -135,13 +135,7 @@ def test_state_variables_with_ttl_equal_spark_reader(
     checkpoints = {job: tmp_path / job / "cp" for job in RUNS}
     streams = {}
     for job, (changelog, encoding) in RUNS.items():
-        session = spark.newSession()
-        session.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-        session.conf.set(
-            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", str(changelog).lower()
-        )
-        session.conf.set("spark.sql.streaming.stateStore.encodingFormat", encoding)
-        session.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        session = tws_session(spark, changelog, encoding)
         streams[job] = FileStream(
             session, tmp_path / job / "in", checkpoints[job], expiring, SCHEMA, "update"
         )
