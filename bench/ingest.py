@@ -18,7 +18,7 @@ attached; from the mtime of ``commits/<n>`` to the epoch being queryable.
 
 Rates are wall clock (the target) and, beside them, CPU time of this process
 (``time.process_time``), which stays comparable when other work loads the machine.
-``--profile <provider>`` prints the cProfile of (b) for that provider.
+``--profile <provider>`` prints the cProfiles of (b) and (c) for that provider.
 """
 
 from __future__ import annotations
@@ -159,11 +159,19 @@ def measure_provider(
             rate(first.versions_written, time.process_time() - cpu),
         )
     )
+    if profile:
+        print(f"profile of (b), full load, {name}:", file=sys.stderr)
+        pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(18)
+        profile = cProfile.Profile()
     written, seconds = 0, 0.0
     cpu = time.process_time()
+    if profile:
+        profile.enable()
     while (stats := follower.step()) is not None:
         written += stats.versions_written
         seconds += stats.seconds
+    if profile:
+        profile.disable()
     cpu = time.process_time() - cpu
     rows.append(
         (name, f"(c) ingest, {last} epochs", f"{written:,}", rate(written, seconds), rate(written, cpu))
@@ -176,6 +184,7 @@ def measure_provider(
     spark_seconds = time.perf_counter() - started
     rows.append((name, "(d) Spark statestore reader", f"{decoded:,}", rate(decoded, spark_seconds), "-"))
     if profile:
+        print(f"profile of (c), later epochs, {name}:", file=sys.stderr)
         pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(18)
     for key in PROVIDERS[name]:
         spark.conf.unset(key)

@@ -45,6 +45,12 @@ class DaemonSettings(BaseSettings):
     zookeeper_root: str = "/epochstate"
     zookeeper_session_timeout: float = 10.0
     retention_epochs: int = Field(default=100, ge=1)
+    ingest_known_keys: int = Field(
+        default=1_000_000,
+        ge=1,
+        description="keys per store whose newest version ingest remembers (~100 bytes each); "
+        "changes to other keys cost a RocksDB seek each",
+    )
     poll_interval: float = Field(default=0.1, gt=0)
     metrics_port: int | None = Field(default=None, description="Prometheus metrics on this port")
     grpc_workers: int = Field(default=16, ge=1)

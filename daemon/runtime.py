@@ -34,7 +34,7 @@ from epochstate.daemon.server.handlers import add_to_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.service import EpochStateService
 from epochstate.daemon.store.descriptors import EpochRecord
-from epochstate.daemon.store.versioned import VersionedStore
+from epochstate.daemon.store.versioned import StoreOptions, VersionedStore
 from epochstate.v1 import epochstate_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,9 @@ class Daemon:
         self.settings = settings
         self.metrics = DaemonMetrics()
         self.catalog = Catalog()
-        self.store = VersionedStore(settings.data_dir / "store")
+        self.store = VersionedStore(
+            settings.data_dir / "store", StoreOptions(newest_keys_per_store=settings.ingest_known_keys)
+        )
         # Where RocksDB snapshots of checkpoints are opened; leftovers of a crash go.
         scratch = settings.data_dir / "scratch"
         shutil.rmtree(scratch, ignore_errors=True)

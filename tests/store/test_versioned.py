@@ -4,9 +4,11 @@ import random
 from pathlib import Path
 from typing import Any
 
-from epochstate.daemon.store import keycodec
+import pytest
+
+from epochstate.daemon.store import keycodec, layout
 from epochstate.daemon.store.descriptors import EpochRecord
-from epochstate.daemon.store.versioned import StoreChanges, VersionedStore
+from epochstate.daemon.store.versioned import StoreChanges, StoreOptions, VersionedStore
 
 
 def record(epoch: int) -> EpochRecord:
@@ -81,3 +83,70 @@ def test_apply_is_idempotent_and_atomic_marker(tmp_path: Path) -> None:
     reopened = VersionedStore(tmp_path / "db")
     assert reopened.progress(job.job_id).newest == 0
     reopened.close()
+
+
+def _versions(store: VersionedStore, sid: int) -> set[tuple[bytes, int]]:
+    """Every (encoded key, epoch) version the store holds for ``sid``."""
+    prefix = layout.data_prefix(sid)
+    out = set()
+    for raw in store.db.keys(from_key=prefix):
+        assert isinstance(raw, bytes)
+        if not raw.startswith(prefix):
+            break
+        user_key, epoch = layout.split_data_key(raw)
+        out.add((user_key[len(prefix) :], epoch))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("capacity", "reopen_at"),
+    [(1_000_000, ()), (6, ()), (1_000_000, (9, 17)), (6, (9, 17))],
+    ids=["remembered", "evicting", "reopened", "reopened-evicting"],
+)
+def test_superseded_versions_found_with_or_without_the_writers_memory(
+    tmp_path: Path, capacity: int, reopen_at: tuple[int, ...]
+) -> None:
+    """Whether the writer remembers a key's newest version (newest.py), learns it on
+    reopening, forgets it when its memory is full or seeks it: retention leaves
+    exactly the versions some retained epoch sees, and every read matches the model."""
+    rng = random.Random(7)
+    options = StoreOptions(newest_keys_per_store=capacity)
+    store = VersionedStore(tmp_path / "db", options)
+    job = store.add_job("j", "/cp", "q", "hdfs")
+    sid = store.add_store("j", 0, "agg", "default", 1, "{}", "{}").store_id
+    keys = [keycodec.encode_fields((i,)) for i in range(40)]
+    history: dict[bytes, dict[int, bytes | None]] = {k: {} for k in keys}  # what was written, per epoch
+    floor = 0
+    for epoch in range(26):
+        if epoch in reopen_at:
+            store.close()
+            store = VersionedStore(tmp_path / "db", options)
+        changes: StoreChanges = {}
+        for key in rng.sample(keys, 40 if epoch == 0 else 10):
+            changes[key] = None if epoch and rng.random() < 0.3 else b"%d" % epoch
+        store.apply_epoch(job, epoch, {sid: changes}, record(epoch), fresh=epoch == 0)
+        for key, payload in changes.items():
+            earlier = [e for e in history[key] if e < epoch]
+            if payload is not None or (earlier and history[key][max(earlier)] is not None):
+                history[key][epoch] = payload  # a removal of an absent key writes nothing
+        if epoch % 3 == 2:
+            floor = max(0, epoch - 4)
+            store.apply_retention(job, floor)
+
+        def visible(key: bytes, at: int) -> int | None:
+            older = [e for e in history[key] if e <= at]
+            return max(older) if older else None
+
+        expected: set[tuple[bytes, int]] = set()
+        for key, written in history.items():
+            expected.update((key, e) for e in written if e > floor)
+            kept = visible(key, floor)
+            if kept is not None and written[kept] is not None:
+                expected.add((key, kept))
+        assert _versions(store, sid) == expected, epoch
+        view = store.view()
+        for at in range(floor, epoch + 1):
+            want = [None if (e := visible(k, at)) is None else history[k][e] for k in keys]
+            assert view.payloads(sid, keys, at) == want, (epoch, at)
+        del view
+    store.close()
