@@ -9,9 +9,10 @@ table files ``v`` added (a file of ``v - 1`` holds only older sequence numbers),
 and each keeps its sequence number unless a compaction dropped or renumbered it;
 so when the files read hold an entry for every one of those sequence numbers
 (numbers are unique), no write is missing, and the changes are those keys, each
-with its value at ``v`` read from the database (``None``: removed). Keys written
-with an unchanged value, or removed while absent, are included, as in a
-changelog. When the count does not match, the caller compares the whole states.
+with the value of its newest write, which is its value at ``v`` (``None``:
+removed). Keys written with an unchanged value, or removed while absent, are
+included, as in a changelog. When the count does not match, the caller compares
+the whole states.
 
 Files are read newest level first (a commit's flush lands in level 0), and
 reading stops as soon as every write is found, so a compaction's large output
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from epochstate.daemon.sources.errors import MissingStateFile, UnsupportedCheckpoint
 from epochstate.daemon.sources.rocksdb_snapshot import LOG_DIR, SnapshotReader, read_snapshot_metadata
-from epochstate.daemon.sources.rocksdb_sst import SstFormatError, sst_keys_written_after
+from epochstate.daemon.sources.rocksdb_sst import SstFormatError, SstWrite, sst_writes_after
 
 log = logging.getLogger(__name__)
 
@@ -96,14 +97,14 @@ def newest_writes_changes(
         # Newest first: lowest level, then highest file number.
         added.sort(key=lambda f: f.local_name, reverse=True)
         added.sort(key=lambda f: tables[f.local_name].level)
-        keys: list[bytes] = []
+        found: list[SstWrite] = []
         for f in added:
-            if len(keys) >= writes:
+            if len(found) >= writes:
                 break
             table = tables[f.local_name]
             path = store_dir / f.dfs_path
             try:
-                keys += sst_keys_written_after(
+                found += sst_writes_after(
                     path.read_bytes(), table.num_entries, table.smallest, table.largest, floor
                 )
             except FileNotFoundError:
@@ -111,7 +112,12 @@ def newest_writes_changes(
             except SstFormatError as err:
                 log.info("%s: %s; comparing whole snapshots", path, err)
                 return None
-        if len(keys) != writes:
+        if len(found) != writes:
             return None
-        ordered = sorted(set(keys))
-        return list(zip(ordered, snapshot.get_many(ordered), strict=True))
+    # A key written more than once: its newest write is its value at `v`.
+    newest: dict[bytes, tuple[int, bytes | None]] = {}
+    for key, sequence, value in found:
+        known = newest.get(key)
+        if known is None or known[0] < sequence:
+            newest[key] = (sequence, value)
+    return [(key, newest[key][1]) for key in sorted(newest)]

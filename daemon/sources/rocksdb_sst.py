@@ -1,18 +1,21 @@
-"""The user keys (and sequence numbers) of a RocksDB table file (``.sst``), read
-without opening a database.
+"""The entries of a RocksDB table file (``.sst``) newer than a sequence number,
+read without opening a database.
 
-Used to learn which keys a snapshot's newest writes touched (see
-:mod:`rocksdb_snapshot_diff`); values are never taken from here, only from the
-database itself. So this reader only has to be right about *which keys* a file
-holds, and it checks that on every file: the entry count must equal the one
-RocksDB records for the file, keys must come in order, and the first and last
-must be the file's smallest and largest keys. Anything it does not understand
-raises :class:`SstFormatError`, and the caller compares whole snapshots instead.
+Used to read a snapshot's newest writes (see :mod:`rocksdb_snapshot_diff`). Every
+block read is checked against its checksum (a file whose checksum type this
+reader does not compute is refused), and every file against what RocksDB records
+for it: the entry count, keys in order, the first and last key equal to the
+file's smallest and largest. Anything it does not understand raises
+:class:`SstFormatError`, and the caller compares whole snapshots instead.
 
-Block-based table layout (facts from RocksDB's format documentation): a footer at
-the end (format version >= 1: checksum type byte, the metaindex and index block
-handles as varints padded to 40 bytes, uint32 format version, 8-byte magic); each
-block is followed by a 5-byte trailer (compression type, checksum). A block is a
+Block-based table layout (facts from RocksDB's format documentation and source): a
+footer at the end (format version >= 1: checksum type byte, the metaindex and index
+block handles as varints padded to 40 bytes, uint32 format version, 8-byte magic);
+each block is followed by a 5-byte trailer: the compression type byte and a
+little-endian uint32 checksum of the stored block and that byte (XXH3: the low 32
+bits of XXH3-64 of the block, xor the type byte times 0x6B9083D9; xxHash64: the low
+32 bits of XXH64 of block and byte; format versions >= 6 mix in the block's
+offset and are not taken). A block is a
 run of prefix-compressed entries (varint shared, varint non-shared, varint value
 length, key delta, value), then uint32 restart offsets and their uint32 count.
 LZ4 blocks (format version >= 2) start with the varint decompressed size.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import struct
 
 import lz4.block
+import xxhash
 
 from epochstate.daemon.errors import EpochStateError
 
@@ -34,6 +38,10 @@ _FOOTER = 53
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _NO_COMPRESSION, _LZ4 = 0x0, 0x4
+_XXHASH64, _XXH3 = 0x3, 0x4
+_XXH3_LAST_BYTE = 0x6B9083D9
+_LOW32 = 0xFFFFFFFF
+_DELETIONS = frozenset({0x0, 0x7})
 # Value, deletion, single deletion: the only entry types a store without column
 # families writes. A merge or range deletion is refused (the caller falls back).
 _POINT_TYPES = frozenset({0x0, 0x1, 0x7})
@@ -56,18 +64,29 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise SstFormatError("varint too long")
 
 
-def _block(data: bytes, offset: int, size: int) -> bytes:
+def _checksum(kind: int, stored: bytes, compression: int) -> int:
+    if kind == _XXH3:
+        return (xxhash.xxh3_64_intdigest(stored) & _LOW32) ^ ((compression * _XXH3_LAST_BYTE) & _LOW32)
+    return xxhash.xxh64_intdigest(stored + bytes((compression,))) & _LOW32
+
+
+def _block(data: bytes, offset: int, size: int, checksum: int) -> bytes:
+    """The contents of the block at ``offset``, its checksum (of type ``checksum``) checked."""
     end = offset + size
     if offset < 0 or end + 5 > len(data):
         raise SstFormatError(f"block [{offset}, {end}) outside the file")
+    stored = data[offset:end]
     kind = data[end]
+    (expected,) = _U32.unpack_from(data, end + 1)
+    if _checksum(checksum, stored, kind) != expected:
+        raise SstFormatError(f"block at {offset}: checksum mismatch")
     if kind == _NO_COMPRESSION:
-        return data[offset:end]
+        return stored
     if kind != _LZ4:
         raise SstFormatError(f"block compression type {kind:#x}")
-    expected, start = _varint(data, offset)
+    expected, start = _varint(stored, 0)
     try:
-        out: bytes = lz4.block.decompress(data[start:end], uncompressed_size=expected)
+        out: bytes = lz4.block.decompress(stored[start:], uncompressed_size=expected)
     except lz4.block.LZ4BlockError as err:
         raise SstFormatError(f"block at {offset} does not decompress: {err}") from err
     return out
@@ -86,7 +105,8 @@ def _entries_end(block: bytes) -> tuple[int, int]:
     return end, restarts
 
 
-def _data_handles(data: bytes) -> list[tuple[int, int]]:
+def _data_handles(data: bytes) -> tuple[int, list[tuple[int, int]]]:
+    """The checksum type and the data blocks' handles of a table file."""
     if len(data) < _FOOTER:
         raise SstFormatError("shorter than a footer")
     footer = data[-_FOOTER:]
@@ -94,12 +114,15 @@ def _data_handles(data: bytes) -> list[tuple[int, int]]:
     (version,) = _U32.unpack_from(footer, _FOOTER - 12)
     if magic != _MAGIC or not 2 <= version <= 5:
         raise SstFormatError(f"not a block-based table of format version 2 to 5 ({version})")
+    checksum = footer[0]
+    if checksum not in (_XXHASH64, _XXH3):
+        raise SstFormatError(f"checksum type {checksum}")
     pos = 1
     _, pos = _varint(footer, pos)  # metaindex offset
     _, pos = _varint(footer, pos)  # metaindex size
     index_offset, pos = _varint(footer, pos)
     index_size, pos = _varint(footer, pos)
-    index = _block(data, index_offset, index_size)
+    index = _block(data, index_offset, index_size, checksum)
     end, restarts = _entries_end(index)
     handles: list[tuple[int, int]] = []
     pos = 0
@@ -117,48 +140,63 @@ def _data_handles(data: bytes) -> list[tuple[int, int]]:
         handles.append((offset, size))
     if pos != end or len(handles) != restarts:
         raise SstFormatError("index block with delta-encoded handles")
-    return handles
+    return checksum, handles
 
 
-def sst_keys_written_after(
+def _first_user_key(block: bytes) -> bytes:
+    """The user key of a block's first entry (which shares nothing with a previous one)."""
+    _, pos = _varint(block, 0)
+    non_shared, pos = _varint(block, pos)
+    _, pos = _varint(block, pos)
+    return block[pos : pos + non_shared][:-8]
+
+
+SstWrite = tuple[bytes, int, bytes | None]
+"""An entry of a table file: user key, sequence number, value (``None``: a deletion)."""
+
+
+def sst_writes_after(
     data: bytes, num_entries: int, smallest: bytes, largest: bytes, sequence: int
-) -> list[bytes]:
-    """The user keys of the entries of a table file (its bytes) whose sequence number
-    is greater than ``sequence``, in file order.
+) -> list[SstWrite]:
+    """The entries of a table file (its bytes) whose sequence number is greater than
+    ``sequence``, in file order (a key's newer entries first).
 
     ``num_entries``, ``smallest`` and ``largest`` are what RocksDB records for the
     file (its live file metadata); every entry is read and checked against them.
 
     Raises:
-        SstFormatError: a layout, compression or entry type this reader does not
-            take, a damaged file, or entries that do not match the metadata.
+        SstFormatError: a layout, compression, checksum or entry type this reader
+            does not take, a damaged file, or entries that do not match the metadata.
     """
     try:
-        count, first, last, keys = _scan(data, sequence)
+        count, first, last, writes = _scan(data, sequence)
     except (IndexError, struct.error) as err:
         raise SstFormatError(f"truncated structure: {err}") from err
     if count != num_entries or first != smallest or last != largest:
         raise SstFormatError(
             f"{count} entries from {first!r} to {last!r} read, the file records {num_entries}"
         )
-    return keys
+    return writes
 
 
-def _scan(data: bytes, sequence: int) -> tuple[int, bytes, bytes, list[bytes]]:
-    """(entries, first and last user key, user keys written after ``sequence``)."""
-    keys: list[bytes] = []
-    append_key = keys.append
+def _scan(data: bytes, sequence: int) -> tuple[int, bytes, bytes, list[SstWrite]]:
+    """(entries, first and last user key, entries written after ``sequence``)."""
+    writes: list[SstWrite] = []
+    append = writes.append
     first: bytes | None = None
     previous_user = b""
     count = 0
     # An entry's trailer is ``sequence << 8 | type``, little-endian: compare as integers.
     floor = (sequence + 1) << 8
     unpack = _U64.unpack_from
-    for offset, size in _data_handles(data):
-        block = _block(data, offset, size)
+    point_types, deletions = _POINT_TYPES, _DELETIONS
+    checksum, handles = _data_handles(data)
+    for offset, size in handles:
+        block = _block(data, offset, size, checksum)
         end, _ = _entries_end(block)
         pos = 0
         key = b""
+        start = count
         while pos < end:
             shared = block[pos]
             non_shared = block[pos + 1]
@@ -170,20 +208,23 @@ def _scan(data: bytes, sequence: int) -> tuple[int, bytes, bytes, list[bytes]]:
                 non_shared, pos = _varint(block, pos)
                 value_length, pos = _varint(block, pos)
             key = key[:shared] + block[pos : pos + non_shared]
-            pos += non_shared + value_length
-            if len(key) < 8 or key[-8] not in _POINT_TYPES:
-                raise SstFormatError(f"entry type {key[-8:][:1].hex()} in block at {offset}")
+            pos += non_shared
             user = key[:-8]
-            if user < previous_user:
+            if user < previous_user or len(key) < 8 or key[-8] not in point_types:
+                if len(key) < 8 or key[-8] not in point_types:
+                    raise SstFormatError(f"entry type {key[-8:][:1].hex()} in block at {offset}")
                 raise SstFormatError(f"keys out of order in block at {offset}")
-            if first is None:
-                first = user
             previous_user = user
             count += 1
-            if unpack(key, len(key) - 8)[0] >= floor:
-                append_key(user)
+            trailer = unpack(key, len(key) - 8)[0]
+            if trailer >= floor:
+                value = None if key[-8] in deletions else block[pos : pos + value_length]
+                append((user, trailer >> 8, value))
+            pos += value_length
         if pos != end:
             raise SstFormatError(f"block at {offset} overruns its entries")
+        if first is None and count > start:
+            first = _first_user_key(block)
     if first is None:
         raise SstFormatError("no entries")
-    return count, first, previous_user, keys
+    return count, first, previous_user, writes

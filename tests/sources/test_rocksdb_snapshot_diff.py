@@ -9,7 +9,7 @@ import pytest
 
 from epochstate.daemon.sources.rocksdb_snapshot import SnapshotReader
 from epochstate.daemon.sources.rocksdb_snapshot_diff import newest_writes_changes
-from epochstate.daemon.sources.rocksdb_sst import SstFormatError, sst_keys_written_after
+from epochstate.daemon.sources.rocksdb_sst import SstFormatError, sst_writes_after
 
 pytestmark = pytest.mark.spark
 
@@ -37,7 +37,8 @@ def test_newest_writes_give_exactly_the_changed_keys(
             read_from_writes += 1
             keys = [k for k, _ in found]
             assert keys == sorted(set(keys))
-            # Every key found carries its value at `version`; every changed key is found.
+            # Every key found carries its value at `version` (read from the table files,
+            # not the database); every changed key is found.
             assert all(after.get(k) == v for k, v in found)
             changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
             assert changed <= set(keys), f"{store_dir} version {version}"
@@ -58,9 +59,19 @@ def test_a_damaged_table_file_is_refused_not_misread(
     name, table = max(tables.items(), key=lambda item: item[1].num_entries)
     data = files[name].read_bytes()
     args = (table.num_entries, table.smallest, table.largest, -1)
-    assert len(sst_keys_written_after(data, *args)) == table.num_entries
-    for damaged in (data[: len(data) // 2], data[:100] + bytes(200) + data[300:], data[:-1] + b"\x00"):
+    entries = sst_writes_after(data, *args)
+    assert len(entries) == table.num_entries
+    assert entries[0][0] == table.smallest and entries[-1][0] == table.largest
+    # One bit flipped in a block's stored bytes (key, value or LZ4 framing) is caught by
+    # the block's checksum, wherever it lands.
+    flipped = [data[:i] + bytes([data[i] ^ 0x10]) + data[i + 1 :] for i in (7, 40, 200)]
+    for damaged in (
+        data[: len(data) // 2],
+        data[:100] + bytes(200) + data[300:],
+        data[:-1] + b"\x00",
+        *flipped,
+    ):
         with pytest.raises(SstFormatError):
-            sst_keys_written_after(damaged, *args)
+            sst_writes_after(damaged, *args)
     with pytest.raises(SstFormatError):
-        sst_keys_written_after(data, table.num_entries + 1, table.smallest, table.largest, -1)
+        sst_writes_after(data, table.num_entries + 1, table.smallest, table.largest, -1)
