@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from rocksdict import AccessType, Options, Rdict
 
@@ -230,20 +229,6 @@ class SnapshotReader:
             it.status()
         except Exception as err:
             raise CorruptStateFile(f"{self.zip_path}: RocksDB read error: {err}") from err
-
-    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        """The value of each key (``None``: absent), in the order given.
-
-        Raises:
-            CorruptStateFile: RocksDB reports an error while reading.
-        """
-        if self._db is None:
-            raise RuntimeError("snapshot is not open")
-        try:
-            found: list[bytes | None] = self._db.get(list[Any](keys))  # type: ignore[assignment]
-        except Exception as err:  # rocksdict raises plain Exception with RocksDB's status
-            raise CorruptStateFile(f"{self.zip_path}: RocksDB read error: {err}") from err
-        return found
 
     def table_files(self) -> dict[str, TableFile]:
         """The table files the database has open, by local name, as RocksDB records them."""
