@@ -92,6 +92,13 @@ def store_changes(
             log.info("store %d: no delta for version %d (%s); diffing full states", store_id, version, error)
     out: StoreChanges = {}
     if mode is ReadMode.FULL:
+        if codec.transcoder is not None:
+            assert isinstance(reader, RawStoreReader)
+            transcode = codec.transcoder.rows
+            for partition, raw, path in reader.raw_state(version):
+                with _naming(path):
+                    transcode(partition, raw, out)
+            return out
         for rows, where in _full(reader, codec, version):
             with _naming(where):
                 for key, payload in rows:
@@ -117,15 +124,10 @@ def _delta(reader: StoreReader, codec: StoreCodec, version: int) -> StoreChanges
             out[encode_fields(c.key)] = None if c.value is None else present(c.partition, c.key, c.value)
         return out
     assert isinstance(reader, RawStoreReader)
-    row, removed = transcoder.row, transcoder.key
+    transcode = transcoder.rows
     for partition, rows, where in reader.raw_changes(version):
         with _naming(where):
-            for raw_key, raw_value in rows:
-                if raw_value is None:
-                    out[removed(raw_key)] = None
-                else:
-                    key, payload = row(partition, raw_key, raw_value)
-                    out[key] = payload
+            transcode(partition, rows, out)
     return out
 
 

@@ -5,7 +5,8 @@ Decoding each row into Python values, then encoding those values twice (the
 ``Record`` payload and the :mod:`keycodec` key), built two tuples and went through
 three layers of calls per row. A :class:`Transcoder` is compiled per (key schema,
 value schema, framing) into one function that unpacks the UnsafeRow slots and
-writes both encodings of every atomic field inline. Values that are not atomic
+writes both encodings of every atomic field inline, and into a loop of the same
+statements over many rows (no call per row). Values that are not atomic
 (decimals, structs, arrays, maps) are converted to Python values and encoded by the
 general encoders.
 
@@ -19,7 +20,7 @@ reference path, so damaged rows raise the reference path's :class:`CorruptRow`.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from epochstate.daemon.records import RecordEncoder, row_encoder, value_encoder, varint
@@ -29,7 +30,11 @@ from epochstate.daemon.sources.unsaferow import slot_converter, slot_format
 from epochstate.daemon.store import keycodec
 
 RowTranscoder = Callable[[int, bytes, bytes], tuple[bytes, bytes]]
+RowsTranscoder = Callable[[int, Iterable[tuple[bytes, bytes | None]], dict[bytes, bytes | None]], None]
 RowDecode = Callable[[bytes], tuple[Any, ...]]
+
+# Where the compiled code gives a row to the reference path: a statement per mode.
+_FALLBACK = "<fallback>"
 
 _MASK64 = (1 << 64) - 1
 _SIGN = 1 << 63
@@ -45,7 +50,7 @@ class Transcoder:
     does not take. Thread-safe (holds no mutable state).
     """
 
-    __slots__ = ("key", "row")
+    __slots__ = ("key", "row", "rows")
 
     def __init__(
         self,
@@ -62,7 +67,7 @@ class Transcoder:
             key = decode_key(raw_key)
             return encode_key(key), present(partition, key, decode_value(raw_value))
 
-        self.row: RowTranscoder = _compile(key_schema, value_schema, framing, decode_key, reference)
+        self.row: RowTranscoder = _compile(key_schema, value_schema, framing, decode_key, reference, False)
         """``row(partition, raw_key, raw_value)``: the encoded key and the ``Record``.
 
         Raises:
@@ -70,6 +75,17 @@ class Transcoder:
         """
         self.key: Callable[[bytes], bytes] = lambda raw_key: encode_key(decode_key(raw_key))
         """The encoded key of a removed row's raw key. Raises CorruptRow."""
+        rows: RowsTranscoder = _compile(key_schema, value_schema, framing, decode_key, reference, True)
+        self.rows = rows
+        """``rows(partition, raw_rows, out)``: sets ``out[encoded key]`` for every
+        (raw key, raw value) row, to its ``Record`` or, for a ``None`` value (a
+        removal), to ``None``; what :attr:`row` and :attr:`key` give, row by row,
+        without a call per row.
+
+        Raises:
+            CorruptRow: a row does not fit the schemas (``out`` then holds the rows
+                before it).
+        """
 
 
 def _field(i: int, t: SparkType, part: str, key: bool, base: str) -> tuple[list[str], dict[str, Any]]:
@@ -146,7 +162,7 @@ def _row(part: str, schema: StructType, key: bool, base: int) -> tuple[list[str]
     helpers: dict[str, Any] = {f"{part}U": struct.Struct("<" + fmt).unpack_from}
     lines = [
         f"({', '.join(bits + slots)},) = {part}U({part}b, {base})",
-        f"if {' or '.join(bits)}: return REF(partition, kb, wb)",
+        f"if {' or '.join(bits)}: {_FALLBACK}",
     ]
     for i, field in enumerate(schema.fields):
         body, extra = _field(i, field.type, part, key, str(base))
@@ -164,7 +180,10 @@ def _compile(
     framing: RowFraming,
     decode_key: RowDecode,
     reference: RowTranscoder,
-) -> RowTranscoder:
+    batch: bool,
+) -> Any:
+    """One row's function (``batch`` false: :data:`RowTranscoder`) or the loop over
+    rows (:data:`RowsTranscoder`), the same statements either way."""
     base = 1 if framing.version_byte else 0
     namespace: dict[str, Any] = {
         "REF": reference,
@@ -179,6 +198,9 @@ def _compile(
         "V": varint,
         "D": struct.Struct("<d").pack,
         "Q": struct.Struct(">Q").pack,
+        "KX": keycodec.encode_fields,
+        "KD": decode_key,
+        "FB": _Fallback(),
     }
     lines: list[str] = []
     checks = []
@@ -186,9 +208,7 @@ def _compile(
         checks.append("wb[0]")
     if framing.num_cols_prefix_key:
         # Two rows in one key: decoded, then encoded through the Python values.
-        namespace["KD"] = decode_key
         namespace["KR"] = row_encoder(key_schema)
-        namespace["KX"] = keycodec.encode_fields
         lines += ["t = KD(kb)", "kk = KX(t)", "kr = KR(t)"]
         key_lines: list[str] = []
     else:
@@ -198,26 +218,47 @@ def _compile(
         namespace.update(helpers)
     value_lines, helpers = _row("w", value_schema, False, base)
     namespace.update(helpers)
+    record = (
+        "b''.join((b'\\x0a', S[n] if n < 128 else V(n), kr, b'\\x12', S[m] if m < 128 else V(m),"
+        " wr, b'\\x18\\x01\\x20' + V(partition & M) if partition else b'\\x18\\x01'))"
+    )
     body = [
-        *([f"if {' or '.join(checks)}: return REF(partition, kb, wb)"] if checks else []),
+        *([f"if {' or '.join(checks)}: {_FALLBACK}"] if checks else []),
         *lines,
         *key_lines,
         *value_lines,
         "n = len(kr); m = len(wr)",
-        "return kk, b''.join((b'\\x0a', S[n] if n < 128 else V(n), kr, b'\\x12', S[m] if m < 128 else V(m),"
-        " wr, b'\\x18\\x01\\x20' + V(partition & M) if partition else b'\\x18\\x01'))",
+        f"out[kk] = {record}" if batch else f"return kk, {record}",
     ]
     bound = ", ".join(f"{name}={name}" for name in namespace)
     # Anything the compiled code cannot take goes to the reference path, which
     # raises CorruptRow for a damaged row.
-    source = (
-        f"def row(partition, kb, wb, {bound}):\n"
-        + "    try:\n"
-        + "\n".join("        " + line for line in body)
-        + "\n    except Exception:\n"
-        + "        return REF(partition, kb, wb)\n"
-    )
+    if batch:
+        source = (
+            f"def rows(partition, pairs, out, {bound}):\n"
+            + "    for kb, wb in pairs:\n"
+            + "        if wb is None:\n"
+            + "            out[KX(KD(kb))] = None\n"
+            + "            continue\n"
+            + "        try:\n"
+            + "\n".join("            " + line.replace(_FALLBACK, "raise FB") for line in body)
+            + "\n        except Exception:\n"
+            + "            k, p = REF(partition, kb, wb)\n"
+            + "            out[k] = p\n"
+        )
+    else:
+        fallback = "return REF(partition, kb, wb)"
+        source = (
+            f"def row(partition, kb, wb, {bound}):\n"
+            + "    try:\n"
+            + "\n".join("        " + line.replace(_FALLBACK, fallback) for line in body)
+            + "\n    except Exception:\n"
+            + "        return REF(partition, kb, wb)\n"
+        )
     name = f"<transcoder {type_to_simple_string(key_schema)} {type_to_simple_string(value_schema)}>"
     exec(compile(source, name, "exec"), namespace)
-    row: RowTranscoder = namespace["row"]
-    return row
+    return namespace["rows" if batch else "row"]
+
+
+class _Fallback(Exception):
+    """Raised inside the compiled loop to give a row to the reference path."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -438,37 +439,65 @@ class VersionedStore:
         with one seek (sorted, so the seeks move forward through the keyspace).
         """
         prefix, suffix = layout.data_prefix(store_id), layout.epoch_suffix(epoch)
-        live_marker, tombstone = layout.LIVE, layout.TOMBSTONE
-        put = batch.put
-        superseded = garbage.append
-        complete = newest.complete
-        live: list[bytes] = []
-        removed: list[bytes] = []
-        unknown: list[bytes] = []
         # In key order: RocksDB inserts a sorted batch about twice as fast.
         ordered = sorted(changes)
-        for encoded_key, previous in zip(ordered, map(newest.get, ordered), strict=True):
-            if previous is None and not complete:
-                unknown.append(encoded_key)
-                continue
-            payload = changes[encoded_key]
-            head = prefix + encoded_key
+        previous = list(map(newest.get, ordered))
+        unknown: list[bytes] = []
+        if not newest.complete and None in previous:
+            unknown = [k for k, p in zip(ordered, previous, strict=True) if p is None]
+            pairs = [(k, p) for k, p in zip(ordered, previous, strict=True) if p is not None]
+            ordered, previous = [k for k, _ in pairs], [p for _, p in pairs]
+        payloads = list(map(changes.__getitem__, ordered))
+        live: list[bytes] = []
+        removed: list[bytes] = []
+        heads = [prefix + k for k in ordered]
+        if None not in payloads:
+            # Only new live versions (the usual epoch): whole lists at a time.
+            deque(
+                map(
+                    batch.put,
+                    [h + suffix for h in heads],
+                    [layout.LIVE + p for p in payloads if p is not None],
+                ),
+                0,
+            )
+            # Readers at epochs before `epoch` still need the superseded; none after.
+            garbage += [h + p for h, p in zip(heads, previous, strict=True) if p is not None]
+            live += ordered
+        else:
+            self._put_known(batch, suffix, ordered, heads, previous, payloads, garbage, live, removed)
+        if unknown:
+            self._put_unknown(batch, prefix, suffix, changes, unknown, garbage, live, removed)
+        return live, removed
+
+    @staticmethod
+    def _put_known(
+        batch: WriteBatch,
+        suffix: bytes,
+        ordered: list[bytes],
+        heads: list[bytes],
+        previous: list[bytes | None],
+        payloads: list[bytes | None],
+        garbage: list[bytes],
+        live: list[bytes],
+        removed: list[bytes],
+    ) -> None:
+        """:meth:`_put_versions` of an epoch with removals, for keys whose newest
+        version is known (``previous``: its suffix, ``None``: absent)."""
+        put, superseded = batch.put, garbage.append
+        for encoded_key, head, before, payload in zip(ordered, heads, previous, payloads, strict=True):
             if payload is None:
-                if previous is None:
+                if before is None:
                     continue  # removing an absent key changes nothing
                 key = head + suffix
-                put(key, tombstone)
+                put(key, layout.TOMBSTONE)
                 superseded(key)
                 removed.append(encoded_key)
             else:
-                put(head + suffix, live_marker + payload)
+                put(head + suffix, layout.LIVE + payload)
                 live.append(encoded_key)
-            if previous is not None:
-                # Readers at epochs before `epoch` still need it; none after.
-                superseded(head + previous)
-        if unknown:
-            self._put_unknown(batch, prefix, suffix, changes, sorted(unknown), garbage, live, removed)
-        return live, removed
+            if before is not None:
+                superseded(head + before)
 
     def _put_unknown(
         self,

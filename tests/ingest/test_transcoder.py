@@ -142,6 +142,8 @@ def test_transcoder_writes_the_reference_bytes(framing: RowFraming, nulls: bool)
         return result
 
     transcoder = Transcoder(KEY, VALUE, framing, keys, counted)
+    batches: dict[int, list[tuple[bytes, bytes | None]]] = {}
+    expected: dict[int, dict[bytes, bytes | None]] = {}
     for _ in range(200):
         key = tuple(sample(f.type, rng, nulls) for f in KEY.fields)
         value = tuple(sample(f.type, rng, nulls) for f in VALUE.fields)
@@ -150,6 +152,15 @@ def test_transcoder_writes_the_reference_bytes(framing: RowFraming, nulls: bool)
         partition = rng.choice([0, 1, 199, 2**31 - 1])
         assert transcoder.row(partition, raw_key, raw_value) == run(partition, raw_key, raw_value)
         assert transcoder.key(raw_key) == run(partition, raw_key, raw_value)[0]
+        removal = rng.random() < 0.2
+        batches.setdefault(partition, []).append((raw_key, None if removal else raw_value))
+        encoded, record = run(partition, raw_key, raw_value)
+        expected.setdefault(partition, {})[encoded] = None if removal else record
+    # The loop over many rows gives what the row-at-a-time function gives.
+    for partition, rows in batches.items():
+        out: dict[bytes, bytes | None] = {}
+        transcoder.rows(partition, rows, out)
+        assert out == expected[partition]
     # Rows without nulls take the compiled path, which decodes no value.
     assert bool(decoded) == nulls
 
@@ -171,10 +182,15 @@ def test_damaged_rows_raise_what_the_reference_raises(framing: RowFraming) -> No
     ]
     damaged.append(raw_value[:-8] + struct.pack("<Q", (900 << 32) | 8))
     for bad in damaged:
+        out: dict[bytes, bytes | None] = {}
         try:
             expected = run(0, raw_key, bad)
         except CorruptRow as err:
             with pytest.raises(CorruptRow, match=str(err)[:20]):
                 transcoder.row(0, raw_key, bad)
+            with pytest.raises(CorruptRow, match=str(err)[:20]):
+                transcoder.rows(0, [(raw_key, raw_value), (raw_key, bad)], out)
         else:
             assert transcoder.row(0, raw_key, bad) == expected
+            transcoder.rows(0, [(raw_key, bad)], out)
+            assert out == dict([expected])
