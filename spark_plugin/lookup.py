@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from epochstate.client.client import AlignedWith, EpochStateClient, Lookup
+from epochstate.spark_plugin.zip_imports import steady_zip_imports
 
 # The daemon's limit of keys per MultiGet call.
 KEYS_PER_CALL = 10_000
@@ -107,6 +108,7 @@ class AlignedLookup:
         columns = list(key_columns)
 
         def add_state(frames: Iterator[Any]) -> Iterator[Any]:
+            steady_zip_imports()  # for the next tasks of this Python worker
             with self._client() as client:
                 fields = [
                     f.name for f in client.describe(self.job).store(self.operator_id, self.store).value.fields
