@@ -1,26 +1,24 @@
 """``epochstate align``: move sources of Kafka subjects between unaligned and aligned.
 
 Talks to ZooKeeper directly (the coordinator is a recipe on the source znodes,
-``epochstate.daemon.alignment.coordinator``). Exit codes as the rest of
-the CLI: 0 success; 2 bad usage; 3 unknown subject or source; 4 a command the
-source's state does not allow (or a bad name); 5 the source did not answer
-within ``--wait``; 6 ZooKeeper unavailable.
+``epochstate.daemon.alignment.coordinator``), or with ``--target`` to a daemon's
+``AlignmentAdmin`` service, which runs the same recipe: the same output either
+way. Exit codes as the rest of the CLI: 0 success; 2 bad usage; 3 unknown subject
+or source; 4 a command the source's state does not allow (or a bad name); 5 the
+source did not answer within ``--wait``; 6 ZooKeeper (or the daemon) unavailable.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-if TYPE_CHECKING:
-    from epochstate.daemon.alignment.commands import Command
-    from epochstate.daemon.alignment.coordinator import AlignmentCoordinator, SourceStatus
+from epochstate.client.align_control import AlignControl, AlignFailure, CommandKind
 
 align_app = typer.Typer(
     name="align",
@@ -42,81 +40,39 @@ ZooKeeperOpt = Annotated[
         help="ZooKeeper connect string: host:port,... and an optional /chroot",
     ),
 ]
+TargetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        "-t",
+        help="go through this daemon (host:port or unix:///path) instead of ZooKeeper",
+    ),
+]
 RootOpt = Annotated[str, typer.Option("--root", help="the epochstate root znode")]
 WaitOpt = Annotated[
     float, typer.Option("--wait", help="seconds to wait until the source did it (0: do not wait)")
 ]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", help="seconds to wait for ZooKeeper")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="seconds to wait for ZooKeeper or the daemon")]
 Topic = Annotated[str, typer.Argument(help="the subject (Kafka topic)")]
 Job = Annotated[str, typer.Argument(help="the reading job (the source's option job)")]
 
 
-def _exit_code(error: Exception) -> int:
-    from epochstate.daemon.alignment import errors
+def _control(target: str | None, zookeeper: str, root: str, timeout: float) -> AlignControl:
+    if target:
+        from epochstate.client.align_daemon import DaemonControl
 
-    table: list[tuple[type[Exception], int]] = [
-        (errors.SubjectNotFound, 3),
-        (errors.SourceNotFound, 3),
-        (errors.InvalidTransition, 4),
-        (errors.InvalidOption, 4),
-        (errors.NotAnswered, 5),
-        (errors.RegistryUnavailable, 6),
-    ]
-    return next((code for kind, code in table if isinstance(error, kind)), 1)
+        return DaemonControl(target, timeout)
+    from epochstate.client.align_zookeeper import ZooKeeperControl
+
+    return ZooKeeperControl(zookeeper, root, timeout)
 
 
-def _fail(message: str, code: int) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
-    return typer.Exit(code)
-
-
-@contextmanager
-def _coordinator(zookeeper: str, root: str, timeout: float) -> Iterator[AlignmentCoordinator]:
+def _run(action: Callable[[], T]) -> T:
     try:
-        from kazoo.handlers.threading import KazooTimeoutError
-
-        from epochstate.daemon.alignment.coordinator import AlignmentCoordinator
-        from epochstate.daemon.alignment.errors import AlignmentError
-        from epochstate.daemon.alignment.layout import SubjectLayout
-        from epochstate.daemon.alignment.subjects import SubjectRegistry
-        from epochstate.daemon.registry.client import new_client
-    except ImportError as error:
-        raise _fail(f"align needs the spark extra: pip install 'epochstate[spark]' ({error})", 1) from None
-    try:
-        SubjectLayout(root)
-    except AlignmentError as error:
-        raise _fail(f"--root: {error}", 2) from None
-    client = new_client(zookeeper)
-    try:
-        client.start(timeout=timeout)
-    except KazooTimeoutError:
-        client.close()
-        raise _fail(f"ZooKeeper {zookeeper} did not answer within {timeout:g} s", 6) from None
-    try:
-        yield AlignmentCoordinator(SubjectRegistry(client, root, timeout=timeout))
-    except AlignmentError as error:
-        raise _fail(str(error), _exit_code(error)) from None
-    finally:
-        client.stop()
-        client.close()
-
-
-def _row(status: SourceStatus) -> dict[str, Any]:
-    record, report = status.record, status.record.report
-    command = record.command
-    return {
-        "job": status.job,
-        "mode": record.mode,
-        "state": status.state,
-        "command": None if command is None else str(command),
-        "command_id": None if command is None else command.id,
-        "answered": status.answered,
-        "subject_epoch": None if report is None else report.subject_epoch,
-        "batch": None if report is None else report.batch,
-        "position": {} if report is None else {str(p): o for p, o in sorted(report.position.items())},
-        "refused": None if report is None else report.refused,
-        "updated_at_ms": record.updated_at_ms,
-    }
+        return action()
+    except AlignFailure as failure:
+        err.print(f"[red]error:[/red] {failure}", highlight=False, markup=True)
+        raise typer.Exit(failure.code) from None
 
 
 def _show(value: Any) -> str:
@@ -130,10 +86,11 @@ def status(
     root: RootOpt = "/epochstate",
     timeout: TimeoutOpt = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    target: TargetOpt = None,
 ) -> None:
     """Show each source of a subject: mode, state, newest command, last subject epoch, position."""
-    with _coordinator(zookeeper, root, timeout) as coordinator:
-        rows = [_row(s) for s in coordinator.status(topic)]
+    control = _control(target, zookeeper, root, timeout)
+    rows = _run(lambda: control.status(topic))
     if as_json:
         out.print_json(json.dumps(rows))
         return
@@ -155,23 +112,15 @@ def status(
 
 
 def _send(
-    zookeeper: str,
-    root: str,
-    timeout: float,
-    wait: float,
-    topic: str,
-    job: str,
-    issue: Callable[[AlignmentCoordinator], Command],
+    control: AlignControl, kind: CommandKind, topic: str, job: str, epoch: int | None, wait: float
 ) -> None:
-    with _coordinator(zookeeper, root, timeout) as coordinator:
-        command = issue(coordinator)
-        out.print(f"sent {command} (command {command.id}) to source {job!r} of {topic!r}", highlight=False)
-        if wait <= 0:
-            return
-        report = coordinator.wait(topic, job, command, wait)
-    if report.refused is not None:
-        raise _fail(f"source {job!r} refused {command}: {report.refused}", 4)
-    out.print(f"source {job!r} is {report.state} after batch {_show(report.batch)}", highlight=False)
+    outcome = _run(lambda: control.command(kind, topic, job, epoch, wait))
+    out.print(
+        f"sent {outcome.command} (command {outcome.command_id}) to source {job!r} of {topic!r}",
+        highlight=False,
+    )
+    if outcome.waited:
+        out.print(f"source {job!r} is {outcome.state} after batch {_show(outcome.batch)}", highlight=False)
 
 
 @align_app.command("catch-up")
@@ -182,9 +131,10 @@ def catch_up(
     root: RootOpt = "/epochstate",
     timeout: TimeoutOpt = 10.0,
     wait: WaitOpt = 0.0,
+    target: TargetOpt = None,
 ) -> None:
     """CatchUp: the source reports ready once it has passed the subject's second-to-last epoch."""
-    _send(zookeeper, root, timeout, wait, topic, job, lambda c: c.catch_up(topic, job))
+    _send(_control(target, zookeeper, root, timeout), "catch-up", topic, job, None, wait)
 
 
 @align_app.command()
@@ -198,9 +148,10 @@ def align(
     root: RootOpt = "/epochstate",
     timeout: TimeoutOpt = 10.0,
     wait: WaitOpt = 0.0,
+    target: TargetOpt = None,
 ) -> None:
     """Align(k): a ready source reads up to the start of subject epoch k, then one batch per epoch."""
-    _send(zookeeper, root, timeout, wait, topic, job, lambda c: c.align(topic, job, epoch))
+    _send(_control(target, zookeeper, root, timeout), "align", topic, job, epoch, wait)
 
 
 @align_app.command()
@@ -211,9 +162,10 @@ def abort(
     root: RootOpt = "/epochstate",
     timeout: TimeoutOpt = 10.0,
     wait: WaitOpt = 0.0,
+    target: TargetOpt = None,
 ) -> None:
     """Abort: the source reads unaligned again, from where its newest batch ended."""
-    _send(zookeeper, root, timeout, wait, topic, job, lambda c: c.abort(topic, job))
+    _send(_control(target, zookeeper, root, timeout), "abort", topic, job, None, wait)
 
 
 @align_app.command()
@@ -225,31 +177,24 @@ def prune(
     root: RootOpt = "/epochstate",
     timeout: TimeoutOpt = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of text")] = False,
+    target: TargetOpt = None,
 ) -> None:
     """Apply the subject's retention: delete epochs (and mapping entries) no source or daemon needs.
 
     The aligned sink does this itself as it writes (option subjectRetention).
     """
-    from epochstate.daemon.alignment.retention import SubjectRetention
-
-    with _coordinator(zookeeper, root, timeout) as coordinator:
-        coordinator.require_subject(topic)
-        retention = SubjectRetention(coordinator.registry, keep)
-        deleted: tuple[int, ...] = ()
-        entries: dict[str, int] = {}
-        if dry_run:
-            plan = retention.plan(topic)
-        else:
-            pruned = retention.prune(topic)
-            plan, deleted, entries = pruned.plan, pruned.epochs, dict(pruned.mapping_entries)
+    control = _control(target, zookeeper, root, timeout)
+    pruned = _run(lambda: control.prune(topic, keep, dry_run))
     if as_json:
-        holds = [{"epoch": h.epoch, "reason": h.reason} for h in plan.holds]
-        answer = {"horizon": plan.horizon, "holds": holds, "deleted": list(deleted)}
-        out.print_json(json.dumps(answer | {"mapping_entries": entries}))
+        holds = [{"epoch": epoch, "reason": reason} for epoch, reason in pruned.holds]
+        answer = {"horizon": pruned.horizon, "holds": holds, "deleted": list(pruned.deleted)}
+        out.print_json(json.dumps(answer | {"mapping_entries": pruned.mapping_entries}))
         return
-    out.print(f"subject {topic!r} keeps epochs from {plan.horizon}: {plan.binding.reason}", highlight=False)
-    for hold in sorted(plan.holds, key=lambda h: h.epoch):
-        out.print(f"  from {hold.epoch}: {hold.reason}", highlight=False)
+    out.print(f"subject {topic!r} keeps epochs from {pruned.horizon}: {pruned.binding}", highlight=False)
+    for epoch, reason in pruned.holds:
+        out.print(f"  from {epoch}: {reason}", highlight=False)
     if not dry_run:
-        span = f"{deleted[0]}..{deleted[-1]}" if deleted else "none"
-        out.print(f"deleted epochs {span}, {sum(entries.values())} mapping entries", highlight=False)
+        span = f"{pruned.deleted[0]}..{pruned.deleted[-1]}" if pruned.deleted else "none"
+        out.print(
+            f"deleted epochs {span}, {sum(pruned.mapping_entries.values())} mapping entries", highlight=False
+        )

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
@@ -28,6 +30,7 @@ from epochstate.spark_plugin.alignment import (
     SubjectRegistry,
 )
 from epochstate.spark_plugin.kafka import OffsetRange
+from tests.fixtures.daemon import DaemonProcess
 
 TOPIC, JOB = "t", "reader"
 
@@ -128,8 +131,24 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_cli_commands_status_and_exit_codes(registry: SubjectRegistry, zk_connect: str) -> None:
-    z = ["--zookeeper", zk_connect]
+@pytest.fixture(params=["zookeeper", "daemon"])
+def reach(request: pytest.FixtureRequest, zk_connect: str, tmp_path: Path) -> Iterator[list[str]]:
+    """How ``epochstate align`` reaches the sources: ZooKeeper, or a daemon (``--target``)."""
+    if request.param == "zookeeper":
+        yield ["--zookeeper", zk_connect]
+        return
+    daemon = DaemonProcess(tmp_path / "daemon", {}, zookeeper=zk_connect, env={"EPOCHSTATE_NODE": "cli"})
+    daemon.start()
+    try:
+        yield ["--target", daemon.target]
+    finally:
+        daemon.stop()
+
+
+def test_cli_commands_status_and_exit_codes(registry: SubjectRegistry, reach: list[str]) -> None:
+    """The same output and exit codes whichever way the CLI goes."""
+    z = reach
+    via_daemon = z[0] == "--target"
     code, output = cli("catch-up", TOPIC, JOB, *z)
     assert (code, "sent catch-up (command 1)" in output) == (0, True), output
     answer(registry, "ready", {0: 4, 1: 5}, subject_epoch=0, batch=3)
@@ -154,19 +173,22 @@ def test_cli_commands_status_and_exit_codes(registry: SubjectRegistry, zk_connec
 
     assert cli("align", TOPIC, JOB, *z, "--epoch", "1")[0] == 4, "epoch 1 is passed"
     code, output = cli("align", TOPIC, JOB, *z, "--wait", "0.3")
-    assert code == 5 and "sent align(2)" in output, output
+    assert code == 5 and "align(2)" in output, output
     answer(registry, "ready", {0: 4, 1: 6}, refused="moved on")  # refused align(2): ready for another
     later = threading.Timer(0.5, lambda: answer(registry, "ready", {0: 4, 1: 6}, refused="passed it"))
     later.start()
     code, output = cli("align", TOPIC, JOB, *z, "--epoch", "3", "--wait", "30")
     later.join()
-    assert code == 4 and "refused align(3): passed it" in output, output
+    assert code == 4 and "refused align(3): passed it" in " ".join(output.split()), output
     assert cli("abort", TOPIC, "nobody", *z)[0] == 3
     assert cli("status", "unknown", *z)[0] == 3
     assert cli("status", "bad/topic", *z)[0] == 4
     assert cli("abort", TOPIC, *z)[0] == 2, "no job"
-    assert cli("status", TOPIC, *z, "--root", "relative")[0] == 2
-    assert cli("status", TOPIC, "-z", f"127.0.0.1:{free_port()}", "--timeout", "1")[0] == 6
+    if via_daemon:
+        assert cli("status", TOPIC, "-t", f"127.0.0.1:{free_port()}", "--timeout", "1")[0] == 6
+    else:
+        assert cli("status", TOPIC, *z, "--root", "relative")[0] == 2
+        assert cli("status", TOPIC, "-z", f"127.0.0.1:{free_port()}", "--timeout", "1")[0] == 6
 
     # Retention: the refused align(3) is the newest command, so epoch 2 (its start) stays.
     for k in (2, 3, 4):
