@@ -105,11 +105,13 @@ def _field(i: int, t: SparkType, part: str, key: bool, base: str) -> tuple[list[
         if t.name == "string":
             # The JVM's decoding of invalid UTF-8; ASCII (most keys) round-trips as is.
             lines.append("if not r.isascii(): r = r.decode('utf-8', 'replace').encode('utf-8')")
-        tag = "\\x32" if t.name == "string" else "\\x3a"
+        value_tag = 0x32 if t.name == "string" else 0x3A
+        # The field's head (Value tag, lengths) for every short length, made once.
+        helpers[f"H{value_tag:x}"] = [bytes((0x0A, n + 2, value_tag, n)) for n in range(126)]
         lines += [
             "n = len(r)",
-            f"if n < 126: {f} = b'\\x0a' + S[n + 2] + b'{tag}' + S[n] + r",
-            f"else: p = b'{tag}' + V(n) + r; {f} = b'\\x0a' + V(len(p)) + p",
+            f"if n < 126: {f} = H{value_tag:x}[n] + r",
+            f"else: p = b'\\x{value_tag:x}' + V(n) + r; {f} = b'\\x0a' + V(len(p)) + p",
         ]
         if key:
             head = "\\x30" if t.name == "string" else "\\x31"
@@ -120,9 +122,11 @@ def _field(i: int, t: SparkType, part: str, key: bool, base: str) -> tuple[list[
             tag, word = "\\x18", f"(({v} << 1) ^ ({v} >> 63)) & M"
         else:
             tag, word = ("\\x40" if t.name == "date" else "\\x48"), f"{v} & M"
+        # The whole field for every one-byte varint, made once.
+        helpers[f"I{tag[2:]}"] = [b"\x0a\x02" + bytes((int(tag[2:], 16), z)) for z in range(128)]
         lines = [
             f"z = {word}",
-            f"if z < 128: {f} = b'\\x0a\\x02{tag}' + S[z]",
+            f"if z < 128: {f} = I{tag[2:]}[z]",
             f"elif z < 16384: {f} = b'\\x0a\\x03{tag}' + S[z & 127 | 128] + S[z >> 7]",
             f"else: p = b'{tag}' + V(z); {f} = b'\\x0a' + S[len(p)] + p",
         ]
@@ -218,9 +222,11 @@ def _compile(
         namespace.update(helpers)
     value_lines, helpers = _row("w", value_schema, False, base)
     namespace.update(helpers)
+    # The Record's partition fields, the same for all rows of a batch call.
+    trailer = "b'\\x18\\x01\\x20' + V(partition & M) if partition else b'\\x18\\x01'"
     record = (
         "b''.join((b'\\x0a', S[n] if n < 128 else V(n), kr, b'\\x12', S[m] if m < 128 else V(m),"
-        " wr, b'\\x18\\x01\\x20' + V(partition & M) if partition else b'\\x18\\x01'))"
+        f" wr, {'PT' if batch else trailer}))"
     )
     body = [
         *([f"if {' or '.join(checks)}: {_FALLBACK}"] if checks else []),
@@ -236,6 +242,7 @@ def _compile(
     if batch:
         source = (
             f"def rows(partition, pairs, out, {bound}):\n"
+            + f"    PT = {trailer}\n"
             + "    for kb, wb in pairs:\n"
             + "        if wb is None:\n"
             + "            out[KX(KD(kb))] = None\n"
