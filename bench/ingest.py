@@ -1,6 +1,6 @@
 """Ingest throughput per provider and freshness, against baselines measured in the same run.
 
-    python bench/ingest.py [--keys 100000] [--epochs 6] [--changed 10000] [--profile hdfs]
+    python bench/ingest.py [--keys 100000] [--epochs 11] [--changed 10000] [--profile hdfs]
 
 For each state store provider (HDFS-backed; RocksDB with changelog checkpointing;
 RocksDB with snapshots only) Spark builds an aggregation state (``--keys`` string
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--keys", type=int, default=100_000)
-    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--epochs", type=int, default=11)
     parser.add_argument("--changed", type=int, default=10_000)
     parser.add_argument("--fresh-epochs", type=int, default=12)
     parser.add_argument("--providers", default=",".join(PROVIDERS))
