@@ -27,7 +27,8 @@ from epochstate.daemon.sources.errors import CorruptRow, CorruptStateFile, Missi
 from epochstate.daemon.sources.readers import StoreReader
 from epochstate.daemon.sources.sparktypes import StructType
 from epochstate.daemon.store.keycodec import encode_fields
-from epochstate.daemon.store.versioned import StoreChanges, StoreView
+from epochstate.daemon.store.placement import StoreChanges
+from epochstate.daemon.store.view import StoreView
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,8 @@ from epochstate.daemon.sources.errors import SourceError
 from epochstate.daemon.sources.readers import StoreReader, open_store_reader
 from epochstate.daemon.sources.sparktypes import type_to_json
 from epochstate.daemon.store.descriptors import EpochRecord, JobProgress, SchemaVersion
-from epochstate.daemon.store.versioned import StoreChanges, VersionedStore
+from epochstate.daemon.store.placement import StoreChanges
+from epochstate.daemon.store.versioned import VersionedStore
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from rocksdict import Rdict
 
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.errors import StoreClosed
-from epochstate.daemon.store.versioned import StoreView, VersionedStore
+from epochstate.daemon.store.versioned import VersionedStore
+from epochstate.daemon.store.view import StoreView
 
 
 class _SequencedView(StoreView):

@@ -10,9 +10,9 @@ Guarantees:
   not at all.
 * A read at epoch ``e`` returns the newest version ``<= e`` of the key; a tombstone
   there means "absent".
-* Reads go through a :class:`StoreView`, a RocksDB snapshot, so retention running
-  concurrently can never make a read see a half-reclaimed epoch: the view's
-  progress marker and its data come from the same instant.
+* Reads go through a :class:`StoreView` (:mod:`view`), a RocksDB snapshot, so
+  retention running concurrently can never make a read see a half-reclaimed
+  epoch: the view's progress marker and its data come from the same instant.
 * Retention reclaims exactly the versions no retained epoch can see, found through
   the garbage index written alongside each epoch (no full scans): per epoch, the
   keys of the versions it superseded, packed into a few values rather than one
@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from rocksdict import Options, Rdict, WriteBatch
 
@@ -40,21 +38,11 @@ from epochstate.daemon.store.descriptors import (
     StoreDescriptor,
 )
 from epochstate.daemon.store.errors import LayoutMismatch, StoreClosed, UnknownJob
-from epochstate.daemon.store.newest import NewestVersions
+from epochstate.daemon.store.placement import StoreChanges, VersionPlacer
+from epochstate.daemon.store.view import StoreView
 
 # Data keys per garbage index value (a few MB at most).
 _GARBAGE_CHUNK = 50_000
-
-StoreChanges = dict[bytes, bytes | None]
-"""One store's changes in an epoch: each changed key (its :mod:`keycodec` encoding)
-once, with its new payload, or ``None`` when it was removed."""
-
-
-class Version(NamedTuple):
-    """A live version found by a read."""
-
-    encoded_key: bytes
-    payload: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,108 +72,6 @@ class ApplyResult:
     versions_written: int
 
 
-class StoreView:
-    """A consistent, read-only view of the store at one instant.
-
-    A view serves one read on one thread: its point reads share one iterator.
-    """
-
-    def __init__(self, db: Rdict) -> None:
-        self._snapshot = db.snapshot()
-        # One iterator serves every point read of the view (a read is a progress check
-        # and a batch of seeks): creating one per call was a measurable part of a Get.
-        self._it = self._snapshot.iter()
-        # A snapshot never changes, so neither does a job's progress in it; a view
-        # reused by many reads (server/views.py) reads each job's marker once.
-        self._progress: dict[int, JobProgress] = {}
-
-    def progress(self, job_id: int) -> JobProgress:
-        known = self._progress.get(job_id)
-        if known is not None:
-            return known
-        wanted = layout.progress_key(job_id)
-        it = self._it
-        it.seek(wanted)
-        if not it.valid() or it.key() != wanted:
-            progress = JobProgress(-1, -1)
-        else:
-            progress = JobProgress(*layout.unpack_progress(it.value()))
-        self._progress[job_id] = progress
-        return progress
-
-    def get_many(self, store_id: int, encoded_keys: Sequence[bytes], epoch: int) -> list[Version | None]:
-        """The version of each key visible at ``epoch`` (None: absent)."""
-        found = self.payloads(store_id, encoded_keys, epoch)
-        return [None if p is None else Version(k, p) for k, p in zip(encoded_keys, found, strict=True)]
-
-    def payloads(self, store_id: int, encoded_keys: Iterable[bytes], epoch: int) -> list[bytes | None]:
-        """The payload of each key visible at ``epoch`` (None: absent). The read hot path.
-
-        One seek per key, in the caller's order; the calls into RocksDB per key are
-        kept to three (seek, key, value) because each costs as much as the seek.
-        """
-        it = self._it
-        seek, key, value = it.seek, it.key, it.value
-        prefix = layout.data_prefix(store_id)
-        suffix = layout.epoch_suffix(epoch)
-        width = layout.EPOCH_WIDTH
-        tombstone = layout.TOMBSTONE
-        found: list[bytes | None] = []
-        append = found.append
-        for encoded in encoded_keys:
-            head = prefix + encoded
-            seek(head + suffix)
-            # The newest version <= epoch sorts first; it must be of this very key
-            # (key() is None past the end of the keyspace).
-            raw_key = key()
-            if raw_key is not None and raw_key[:-width] == head:
-                raw = value()
-                append(None if raw[:1] == tombstone else raw[1:])
-            else:
-                append(None)
-        return found
-
-    def scan(
-        self,
-        store_id: int,
-        epoch: int,
-        lower: bytes,
-        upper: bytes | None,
-        limit: int,
-        after: bytes | None = None,
-    ) -> list[Version]:
-        """Live versions at ``epoch`` of keys in ``[lower, upper)``, in key order.
-
-        ``after`` resumes a previous page: only keys strictly greater than it.
-        """
-        prefix = layout.data_prefix(store_id)
-        start = prefix + lower
-        if after is not None and after >= lower:
-            start = prefix + after + b"\xff" * layout.EPOCH_WIDTH
-        stop = prefix + upper if upper is not None else layout.prefix_end(prefix)
-        it = self._snapshot.iter()
-        it.seek(start)
-        out: list[Version] = []
-        skip_user_key = prefix + after if after is not None else None
-        while it.valid() and len(out) < limit:
-            raw_key = it.key()
-            if stop is not None and raw_key >= stop:
-                break
-            user_key, version_epoch = layout.split_data_key(raw_key)
-            if user_key == skip_user_key:
-                it.next()
-                continue
-            if version_epoch > epoch:
-                it.seek(layout.data_key(store_id, user_key[len(prefix) :], epoch))
-                continue
-            payload = layout.parse_version(it.value())
-            if payload is not None:
-                out.append(Version(user_key[len(prefix) :], payload))
-            skip_user_key = user_key
-            it.next()
-        return out
-
-
 class VersionedStore:
     """The daemon's RocksDB. One writer (the ingest loop) per job; many readers."""
 
@@ -194,7 +80,7 @@ class VersionedStore:
         Path(path).mkdir(parents=True, exist_ok=True)
         self._db: Rdict | None = Rdict(str(path), self._options.to_options())
         self._lock = threading.Lock()  # guards id allocation and descriptor writes
-        self._newest: dict[int, NewestVersions] = {}  # per store id; see newest.py
+        self._placer = VersionPlacer(lambda: self.db, self._options.newest_keys_per_store)
         self._closed = False
         try:
             self._check_layout(Path(path))
@@ -317,8 +203,7 @@ class VersionedStore:
                 first_epoch,
             )
             self.db.put(layout.store_key(descriptor.store_id), descriptor.to_json())
-            # A new store id has no versions (a dropped job's are deleted with it).
-            self._newest[descriptor.store_id] = NewestVersions(self._options.newest_keys_per_store, True)
+            self._placer.new_store(descriptor.store_id)
             return descriptor
 
     def schema_versions(self, store: StoreDescriptor) -> list[SchemaVersion]:
@@ -380,19 +265,14 @@ class VersionedStore:
         if epoch <= current.newest:
             return ApplyResult(current, 0)
         batch = WriteBatch(raw_mode=True)
-        written = 0
         garbage: list[bytes] = []
-        newest: list[tuple[NewestVersions, list[bytes], list[bytes]]] = []
-        for store_id, store_changes in changes.items():
-            if fresh:
-                written += self._put_fresh(batch, store_id, store_changes, epoch)
-                known = self._newest[store_id] = NewestVersions(self._options.newest_keys_per_store, True)
-                newest.append((known, [k for k, p in store_changes.items() if p is not None], []))
-            else:
-                known = self._newest_versions(store_id)
-                live, removed = self._put_versions(batch, store_id, store_changes, epoch, garbage, known)
-                written += len(live) + len(removed)
-                newest.append((known, live, removed))
+        placer = self._placer
+        placed = [
+            placer.place_fresh(batch, store_id, store_changes, epoch)
+            if fresh
+            else placer.place(batch, store_id, store_changes, epoch, garbage)
+            for store_id, store_changes in changes.items()
+        ]
         for chunk, start in enumerate(range(0, len(garbage), _GARBAGE_CHUNK)):
             value = layout.pack_keys(garbage[start : start + _GARBAGE_CHUNK])
             batch.put(layout.garbage_key(job.job_id, epoch, chunk), value)
@@ -405,175 +285,9 @@ class VersionedStore:
         batch.put(layout.epoch_key(job.job_id, epoch), record.to_json())
         batch.put(layout.progress_key(job.job_id), layout.pack_progress(progress.newest, progress.oldest))
         self._write(batch)
-        suffix = layout.epoch_suffix(epoch)
-        for known, live, removed in newest:
-            known.written(live, removed, suffix)
-        return ApplyResult(progress, written)
-
-    @staticmethod
-    def _put_fresh(batch: WriteBatch, store_id: int, changes: StoreChanges, epoch: int) -> int:
-        """A store's first versions: nothing to supersede, nothing to remove."""
-        prefix, suffix, live = layout.data_prefix(store_id), layout.epoch_suffix(epoch), layout.LIVE
-        put = batch.put
-        written = 0
-        for encoded_key, payload in changes.items():
-            if payload is not None:
-                put(prefix + encoded_key + suffix, live + payload)
-                written += 1
-        return written
-
-    def _put_versions(
-        self,
-        batch: WriteBatch,
-        store_id: int,
-        changes: StoreChanges,
-        epoch: int,
-        garbage: list[bytes],
-        newest: NewestVersions,
-    ) -> tuple[list[bytes], list[bytes]]:
-        """New versions of a store's keys; appends to ``garbage`` the data keys of the
-        versions they supersede and of new tombstones. Returns the keys given a live
-        version and those given a tombstone (removing an absent key writes nothing).
-
-        The superseded version is found in ``newest``, or for a key it does not know
-        with one seek (sorted, so the seeks move forward through the keyspace).
-        """
-        prefix, suffix = layout.data_prefix(store_id), layout.epoch_suffix(epoch)
-        # In key order: RocksDB inserts a sorted batch about twice as fast.
-        ordered = sorted(changes)
-        previous = list(map(newest.get, ordered))
-        unknown: list[bytes] = []
-        if not newest.complete and None in previous:
-            unknown = [k for k, p in zip(ordered, previous, strict=True) if p is None]
-            pairs = [(k, p) for k, p in zip(ordered, previous, strict=True) if p is not None]
-            ordered, previous = [k for k, _ in pairs], [p for _, p in pairs]
-        payloads = list(map(changes.__getitem__, ordered))
-        live: list[bytes] = []
-        removed: list[bytes] = []
-        heads = [prefix + k for k in ordered]
-        if None not in payloads:
-            # Only new live versions (the usual epoch): whole lists at a time.
-            deque(
-                map(
-                    batch.put,
-                    [h + suffix for h in heads],
-                    [layout.LIVE + p for p in payloads if p is not None],
-                ),
-                0,
-            )
-            # Readers at epochs before `epoch` still need the superseded; none after.
-            garbage += [h + p for h, p in zip(heads, previous, strict=True) if p is not None]
-            live += ordered
-        else:
-            self._put_known(batch, suffix, ordered, heads, previous, payloads, garbage, live, removed)
-        if unknown:
-            self._put_unknown(batch, prefix, suffix, changes, unknown, garbage, live, removed)
-        return live, removed
-
-    @staticmethod
-    def _put_known(
-        batch: WriteBatch,
-        suffix: bytes,
-        ordered: list[bytes],
-        heads: list[bytes],
-        previous: list[bytes | None],
-        payloads: list[bytes | None],
-        garbage: list[bytes],
-        live: list[bytes],
-        removed: list[bytes],
-    ) -> None:
-        """:meth:`_put_versions` of an epoch with removals, for keys whose newest
-        version is known (``previous``: its suffix, ``None``: absent)."""
-        put, superseded = batch.put, garbage.append
-        for encoded_key, head, before, payload in zip(ordered, heads, previous, payloads, strict=True):
-            if payload is None:
-                if before is None:
-                    continue  # removing an absent key changes nothing
-                key = head + suffix
-                put(key, layout.TOMBSTONE)
-                superseded(key)
-                removed.append(encoded_key)
-            else:
-                put(head + suffix, layout.LIVE + payload)
-                live.append(encoded_key)
-            if before is not None:
-                superseded(head + before)
-
-    def _put_unknown(
-        self,
-        batch: WriteBatch,
-        prefix: bytes,
-        suffix: bytes,
-        changes: StoreChanges,
-        encoded_keys: list[bytes],
-        garbage: list[bytes],
-        live: list[bytes],
-        removed: list[bytes],
-    ) -> None:
-        """:meth:`_put_versions` for keys whose newest version must be looked up."""
-        it = self.db.iter()
-        seek, found_key, found_value = it.seek, it.key, it.value
-        live_marker, tombstone = layout.LIVE, layout.TOMBSTONE
-        put = batch.put
-        superseded = garbage.append
-        for encoded_key in encoded_keys:
-            payload = changes[encoded_key]
-            head = prefix + encoded_key
-            key = head + suffix
-            seek(key)  # the newest version older than `epoch` sorts right after
-            # key() is None past the end of the keyspace.
-            previous = found_key()
-            if previous is not None and (len(previous) != len(key) or not previous.startswith(head)):
-                previous = None
-            if payload is None:
-                if previous is None or not found_value().startswith(live_marker):
-                    continue  # removing an absent key changes nothing
-                put(key, tombstone)
-                superseded(key)
-                removed.append(encoded_key)
-            else:
-                put(key, live_marker + payload)
-                live.append(encoded_key)
-            if previous is not None:
-                superseded(previous)
-
-    def _newest_versions(self, store_id: int) -> NewestVersions:
-        known = self._newest.get(store_id)
-        if known is None:
-            known = self._newest[store_id] = self._learn_newest(store_id)
-        return known
-
-    def _learn_newest(self, store_id: int) -> NewestVersions:
-        """The newest live version of each key of a store written before this process
-        opened it: one pass over its versions, given up (keys then learnt as they
-        change) when the store has more keys than the map may hold."""
-        capacity = self._options.newest_keys_per_store
-        known = NewestVersions(capacity, False)
-        prefix = layout.data_prefix(store_id)
-        width, live_marker, start = layout.EPOCH_WIDTH, layout.LIVE, len(prefix)
-        found: dict[bytes, list[bytes]] = {}
-        count = 0
-        current: bytes | None = None
-        it = self.db.iter()
-        it.seek(prefix)
-        key, value, step, valid = it.key, it.value, it.next, it.valid
-        while valid():
-            raw = key()
-            if not raw.startswith(prefix):
-                break
-            encoded = raw[start:-width]
-            if encoded != current:  # the newest version of the next key
-                current = encoded
-                if value()[:1] == live_marker:
-                    found.setdefault(raw[-width:], []).append(encoded)
-                    count += 1
-                    if count >= capacity // 2:
-                        return known
-            step()
-        for suffix, keys in found.items():
-            known.written(keys, (), suffix)
-        known.complete = True
-        return known
+        for part in placed:
+            part.settle(epoch)
+        return ApplyResult(progress, sum(len(p.live) + len(p.removed) for p in placed))
 
     def apply_retention(self, job: JobDescriptor, oldest: int) -> int:
         """Make ``oldest`` the oldest retained epoch; reclaim what no epoch >= it sees.
@@ -608,7 +322,7 @@ class VersionedStore:
     def drop_job(self, job: JobDescriptor) -> None:
         """Delete every version, record and descriptor of a job."""
         for store in self.stores(job.name):
-            self._newest.pop(store.store_id, None)
+            self._placer.forget_store(store.store_id)
             prefix = layout.data_prefix(store.store_id)
             end = layout.prefix_end(prefix)
             assert end is not None

@@ -8,7 +8,8 @@ import pytest
 
 from epochstate.daemon.store import keycodec, layout
 from epochstate.daemon.store.descriptors import EpochRecord
-from epochstate.daemon.store.versioned import StoreChanges, StoreOptions, VersionedStore
+from epochstate.daemon.store.placement import StoreChanges
+from epochstate.daemon.store.versioned import StoreOptions, VersionedStore
 
 
 def record(epoch: int) -> EpochRecord:
