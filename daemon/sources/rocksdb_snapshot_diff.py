@@ -26,7 +26,7 @@ from pathlib import Path
 
 from epochstate.daemon.sources.errors import MissingStateFile, UnsupportedCheckpoint
 from epochstate.daemon.sources.rocksdb_snapshot import LOG_DIR, SnapshotReader, read_snapshot_metadata
-from epochstate.daemon.sources.rocksdb_sst import SstFormatError, SstWrite, sst_writes_after
+from epochstate.daemon.sources.rocksdb_sst import SstFormatError, SstWrites, sst_writes_after
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +97,15 @@ def newest_writes_changes(
         # Newest first: lowest level, then highest file number.
         added.sort(key=lambda f: f.local_name, reverse=True)
         added.sort(key=lambda f: tables[f.local_name].level)
-        found: list[SstWrite] = []
+        found: list[SstWrites] = []
+        count = 0
         for f in added:
-            if len(found) >= writes:
+            if count >= writes:
                 break
             table = tables[f.local_name]
             path = store_dir / f.dfs_path
             try:
-                found += sst_writes_after(
+                read = sst_writes_after(
                     path.read_bytes(), table.num_entries, table.smallest, table.largest, floor
                 )
             except FileNotFoundError:
@@ -112,12 +113,22 @@ def newest_writes_changes(
             except SstFormatError as err:
                 log.info("%s: %s; comparing whole snapshots", path, err)
                 return None
-        if len(found) != writes:
+            found.append(read)
+            count += len(read.keys)
+        if count != writes:
             return None
-    # A key written more than once: its newest write is its value at `v`.
+    return _newest(found)
+
+
+def _newest(found: list[SstWrites]) -> list[tuple[bytes, bytes | None]]:
+    """Each key once, in key order, with the value of its newest write (its value at ``v``)."""
+    if len(found) == 1 and len(set(found[0].keys)) == len(found[0].keys):
+        # The usual epoch: one flushed file, each key written once, in key order.
+        return list(zip(found[0].keys, found[0].values, strict=True))
     newest: dict[bytes, tuple[int, bytes | None]] = {}
-    for key, sequence, value in found:
-        known = newest.get(key)
-        if known is None or known[0] < sequence:
-            newest[key] = (sequence, value)
+    for read in found:
+        for key, sequence, value in zip(read.keys, read.sequences, read.values, strict=True):
+            known = newest.get(key)
+            if known is None or known[0] < sequence:
+                newest[key] = (sequence, value)
     return [(key, newest[key][1]) for key in sorted(newest)]

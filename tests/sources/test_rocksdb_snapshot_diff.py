@@ -60,8 +60,8 @@ def test_a_damaged_table_file_is_refused_not_misread(
     data = files[name].read_bytes()
     args = (table.num_entries, table.smallest, table.largest, -1)
     entries = sst_writes_after(data, *args)
-    assert len(entries) == table.num_entries
-    assert entries[0][0] == table.smallest and entries[-1][0] == table.largest
+    assert len(entries.keys) == len(entries.sequences) == len(entries.values) == table.num_entries
+    assert entries.keys[0] == table.smallest and entries.keys[-1] == table.largest
     # One bit flipped in a block's stored bytes (key, value or LZ4 framing) is caught by
     # the block's checksum, wherever it lands.
     flipped = [data[:i] + bytes([data[i] ^ 0x10]) + data[i + 1 :] for i in (7, 40, 200)]
