@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import NamedTuple
 
 from epochstate.daemon.sources.errors import MissingStateFile, UnsupportedCheckpoint
 from epochstate.daemon.sources.rocksdb_snapshot import LOG_DIR, SnapshotReader, read_snapshot_metadata
@@ -31,30 +32,38 @@ from epochstate.daemon.sources.rocksdb_sst import SstFormatError, SstWrites, sst
 log = logging.getLogger(__name__)
 
 
+class Opened(NamedTuple):
+    """What the diff needs of a snapshot it opened: its last sequence number and
+    the table files it names (``dfs_path``); one without column families or WAL files."""
+
+    sequence: int
+    files: frozenset[str]
+
+
 class SequenceCache:
-    """The last sequence number of snapshots already opened, so the next version's
-    changes need not open this one again. Keyed by the zip's path, size and mtime:
-    a batch that re-runs rewrites its zip."""
+    """Snapshots already opened (:class:`Opened`), so the next version's changes need
+    not open or even read this one again. Keyed by the zip's path, size and mtime: a
+    batch that re-runs rewrites its zip."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[str, int, int], int] = {}
+        self._known: dict[tuple[str, int, int], Opened] = {}
 
     @staticmethod
     def _key(zip_path: Path) -> tuple[str, int, int]:
         stat = zip_path.stat()
         return str(zip_path), stat.st_size, stat.st_mtime_ns
 
-    def take(self, zip_path: Path) -> int | None:
-        """The sequence recorded for ``zip_path``, forgotten (each is asked for once)."""
+    def take(self, zip_path: Path) -> Opened | None:
+        """What was recorded for ``zip_path``, forgotten (each is asked for once)."""
         try:
             return self._known.pop(self._key(zip_path), None)
         except FileNotFoundError:
             return None
 
-    def record(self, zip_path: Path, sequence: int) -> None:
+    def record(self, zip_path: Path, opened: Opened) -> None:
         if len(self._known) > 4096:  # a store that is no longer followed in order
             self._known.clear()
-        self._known[self._key(zip_path)] = sequence
+        self._known[self._key(zip_path)] = opened
 
 
 def newest_writes_changes(
@@ -71,14 +80,14 @@ def newest_writes_changes(
         MissingStateFile, CorruptStateFile: a zip or a table file it names is missing
             or damaged.
     """
-    before = read_snapshot_metadata(before_zip)
-    if before.column_families or any(f.dfs_path.startswith(LOG_DIR + "/") for f in before.files):
-        return None
-    floor = sequences.take(before_zip) if sequences is not None else None
-    if floor is None:
+    opened = sequences.take(before_zip) if sequences is not None else None
+    if opened is None:
+        before = read_snapshot_metadata(before_zip)
+        if before.column_families or any(f.dfs_path.startswith(LOG_DIR + "/") for f in before.files):
+            return None
         with SnapshotReader(before_zip, scratch_dir) as snapshot:
-            floor = snapshot.latest_sequence()
-    kept = {f.dfs_path for f in before.files}
+            opened = Opened(snapshot.latest_sequence(), frozenset(f.dfs_path for f in before.files))
+    floor, kept = opened
     store_dir = after_zip.parent
     with SnapshotReader(after_zip, scratch_dir) as snapshot:
         metadata = snapshot.metadata
@@ -88,7 +97,7 @@ def newest_writes_changes(
             return None
         last = snapshot.latest_sequence()
         if sequences is not None:
-            sequences.record(after_zip, last)
+            sequences.record(after_zip, Opened(last, frozenset(f.dfs_path for f in metadata.files)))
         writes = last - floor
         tables = snapshot.table_files()
         added = [f for f in metadata.files if f.dfs_path not in kept]
