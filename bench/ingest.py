@@ -4,14 +4,15 @@
 
 For each state store provider (HDFS-backed; RocksDB with changelog checkpointing;
 RocksDB with snapshots only) Spark builds an aggregation state (``--keys`` string
-keys at epoch 0, then ``--changed`` keys per later epoch). Then, on one thread of
-this process:
+keys at epoch 0, then ``--changed`` keys per later epoch), and (d) and (e) run.
+Then, with Spark stopped, on one thread of this process:
 
 (a) decode: our reader alone, the whole state of the newest version (the floor);
 (b) ingest, full load: epoch 0 into a fresh store (decode + record encoding + write);
 (c) ingest, per epoch: each later epoch's changes (delta, changelog, or the
     difference of two snapshots);
-(d) Spark's own statestore reader reading the newest version (2 tasks).
+(d) (measured while Spark ran) Spark's own statestore reader reading the newest
+    version (2 tasks).
 
 (e) freshness: a real daemon follows a RocksDB changelog query with the listener
 attached; from the mtime of ``commits/<n>`` to the epoch being queryable.
@@ -113,19 +114,38 @@ def rate(rows: int, seconds: float) -> str:
     return f"{rows / seconds:,.0f}"
 
 
-def measure_provider(
-    spark: Any, workdir: Path, name: str, args: argparse.Namespace, rows: list[tuple[str, ...]]
-) -> None:
+def build(spark: Any, workdir: Path, name: str, args: argparse.Namespace) -> tuple[Path, float]:
+    """Spark builds the provider's checkpoint; then (d): Spark's own statestore reader
+    reads the newest version, forced to decode every row. Returns the checkpoint and
+    the reader's seconds."""
     query = Query(spark, workdir, PROVIDERS[name])
     try:
         for epoch in range(args.epochs):
             query.feed(range(args.keys) if epoch == 0 else changed_users(epoch, args.keys, args.changed))
     finally:
         query.stop()
+    started = time.perf_counter()
+    frame = spark.read.format("statestore").option("batchId", args.epochs - 1).load(str(query.checkpoint))
+    frame.write.format("noop").mode("overwrite").save()
+    seconds = time.perf_counter() - started
+    for key in PROVIDERS[name]:
+        spark.conf.unset(key)
+    return query.checkpoint, seconds
+
+
+def measure_ingest(
+    workdir: Path,
+    name: str,
+    checkpoint: Path,
+    spark_seconds: float,
+    args: argparse.Namespace,
+    rows: list[tuple[str, ...]],
+) -> None:
+    """(a), (b), (c) on a checkpoint Spark built, with no Spark running beside them."""
     last = args.epochs - 1
     publisher: EpochPublisher = NoRegistry()
     store = VersionedStore(workdir / "store")
-    follower = JobFollower("bench", str(query.checkpoint), store, publisher, 1000, scratch_dir=workdir)
+    follower = JobFollower("bench", str(checkpoint), store, publisher, 1000, scratch_dir=workdir)
     # (a) our reader alone.
     follower._discover_stores(last)
     ((_, handle),) = follower.entry.stores.items()
@@ -172,22 +192,14 @@ def measure_provider(
         seconds += stats.seconds
     if profile:
         profile.disable()
+        print(f"profile of (c), later epochs, {name}:", file=sys.stderr)
+        pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(18)
     cpu = time.process_time() - cpu
     rows.append(
         (name, f"(c) ingest, {last} epochs", f"{written:,}", rate(written, seconds), rate(written, cpu))
     )
     store.close()
-    # (d) Spark's reader, forced to decode every row of the newest version.
-    started = time.perf_counter()
-    frame = spark.read.format("statestore").option("batchId", last).load(str(query.checkpoint))
-    frame.write.format("noop").mode("overwrite").save()
-    spark_seconds = time.perf_counter() - started
     rows.append((name, "(d) Spark statestore reader", f"{decoded:,}", rate(decoded, spark_seconds), "-"))
-    if profile:
-        print(f"profile of (c), later epochs, {name}:", file=sys.stderr)
-        pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(18)
-    for key in PROVIDERS[name]:
-        spark.conf.unset(key)
 
 
 def measure_freshness(spark: Any, workdir: Path, args: argparse.Namespace) -> tuple[float, float, int]:
@@ -231,14 +243,24 @@ def main(argv: list[str] | None = None) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="epochstate-bench-ingest-"))
     spark = local_session("bench-ingest", conf={"spark.sql.session.timeZone": "UTC"})
     rows: list[tuple[str, ...]] = []
+    names = args.providers.split(",")
+    built: dict[str, tuple[Path, float]] = {}
     try:
-        for name in args.providers.split(","):
-            print(f"building and ingesting: {name} ...", file=sys.stderr)
-            measure_provider(spark, workdir / name.replace(" ", "-"), name, args, rows)
-        print("freshness: rocksdb changelog, daemon + listener ...", file=sys.stderr)
-        fresh_p50, fresh_p99, count = measure_freshness(spark, workdir / "fresh", args)
+        try:
+            for name in names:
+                print(f"building with Spark: {name} ...", file=sys.stderr)
+                built[name] = build(spark, workdir / name.replace(" ", "-"), name, args)
+            print("freshness: rocksdb changelog, daemon + listener ...", file=sys.stderr)
+            fresh_p50, fresh_p99, count = measure_freshness(spark, workdir / "fresh", args)
+        finally:
+            # Ingest is measured with Spark stopped: its JVM winding down after the
+            # queries stopped would take CPU (and caches) from the ingesting thread.
+            spark.stop()
+        for name in names:
+            print(f"ingesting: {name} ...", file=sys.stderr)
+            checkpoint, spark_seconds = built[name]
+            measure_ingest(workdir / name.replace(" ", "-"), name, checkpoint, spark_seconds, args, rows)
     finally:
-        spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
     print()
