@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from epochstate.client.align_control import (
     AlignFailure,
@@ -16,9 +16,8 @@ from epochstate.client.align_control import (
 )
 
 if TYPE_CHECKING:
+    from epochstate.daemon.alignment.commands import Command
     from epochstate.daemon.alignment.coordinator import AlignmentCoordinator, SourceStatus
-
-T = TypeVar("T")
 
 
 def _exit_code(error: Exception) -> int:
@@ -99,16 +98,13 @@ class ZooKeeperControl:
     def command(
         self, kind: CommandKind, topic: str, job: str, epoch: int | None, wait: float
     ) -> CommandOutcome:
-        issue: dict[CommandKind, Callable[[AlignmentCoordinator], object]] = {
+        issue: dict[CommandKind, Callable[[AlignmentCoordinator], Command]] = {
             "catch-up": lambda c: c.catch_up(topic, job),
             "align": lambda c: c.align(topic, job, epoch),
             "abort": lambda c: c.abort(topic, job),
         }
         with self._coordinator() as coordinator:
-            from epochstate.daemon.alignment.commands import Command
-
             command = issue[kind](coordinator)
-            assert isinstance(command, Command)
             if wait <= 0:
                 return CommandOutcome(str(command), command.id, waited=False)
             report = coordinator.wait(topic, job, command, wait)

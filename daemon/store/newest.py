@@ -40,9 +40,6 @@ class NewestVersions:
         self.complete = complete
         """Every live key is known: an unknown key is absent."""
 
-    def __len__(self) -> int:
-        return len(self._known)
-
     @property
     def get(self) -> Callable[[bytes], bytes | None]:
         """``get(encoded_key)``: the epoch suffix of the key's newest live version;
@@ -61,8 +58,3 @@ class NewestVersions:
         if len(known) > self._capacity:
             known.clear()
             self.complete = False
-
-    def forget(self) -> None:
-        """Know nothing (the store's versions changed behind the writer's back)."""
-        self._known.clear()
-        self.complete = False
