@@ -161,7 +161,7 @@ class RocksDBStoreReader:
             raise files.missing(partition, path)
         before_zip = files.path(partition, version - 1, ZIP)
         if version > 1 and before_zip.is_file() and not files.stale(partition, version - 1):
-            found = newest_writes_changes(before_zip, after_zip, self.scratch_dir, self._sequences)
+            found = newest_writes_changes(before_zip, after_zip, self._sequences)
             if found is not None:
                 return RawRows(partition, found, self._dir(partition))
         after = files.snapshot(partition, version)[1]

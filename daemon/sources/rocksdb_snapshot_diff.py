@@ -14,7 +14,9 @@ removed). Keys written with an unchanged value, or removed while absent, are
 included, as in a changelog. When the count does not match, the caller compares
 the whole states.
 
-Files are read newest level first (a commit's flush lands in level 0), and
+Both snapshots' last sequence numbers and live table files come from their
+MANIFESTs (:mod:`rocksdb_manifest`); no database is opened. Files are read newest
+level first (a commit's flush lands in level 0), and
 reading stops as soon as every write is found, so a compaction's large output
 is usually not read at all.
 """
@@ -25,8 +27,9 @@ import logging
 from pathlib import Path
 from typing import NamedTuple
 
-from epochstate.daemon.sources.errors import MissingStateFile, UnsupportedCheckpoint
-from epochstate.daemon.sources.rocksdb_snapshot import LOG_DIR, SnapshotReader, read_snapshot_metadata
+from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile, UnsupportedCheckpoint
+from epochstate.daemon.sources.rocksdb_manifest import LiveFile, ManifestFormatError, read_snapshot_manifest
+from epochstate.daemon.sources.rocksdb_snapshot import LOG_DIR, SnapshotFile
 from epochstate.daemon.sources.rocksdb_sst import SstFormatError, SstWrites, sst_writes_after
 
 log = logging.getLogger(__name__)
@@ -66,66 +69,89 @@ class SequenceCache:
         self._known[self._key(zip_path)] = opened
 
 
+def _opened(zip_path: Path) -> tuple[Opened, dict[str, LiveFile], dict[str, SnapshotFile]] | None:
+    """A snapshot's last sequence number, live table files (by local name) and the
+    files its metadata names (by local name); ``None`` for a snapshot the diff does
+    not take (column families, WAL files, a MANIFEST the reader does not take)."""
+    try:
+        metadata, manifest = read_snapshot_manifest(zip_path)
+    except ManifestFormatError as err:
+        log.info("%s; comparing whole snapshots", err)
+        return None
+    if metadata.column_families:
+        raise UnsupportedCheckpoint(f"{zip_path}: a store with column families")
+    if any(f.dfs_path.startswith(LOG_DIR + "/") for f in metadata.files):
+        return None
+    named = {f.local_name: f for f in metadata.files}
+    live = {f.local_name: f for f in manifest.files.values()}
+    if named.keys() != live.keys():
+        log.info(
+            "%s: its metadata and MANIFEST name different table files; comparing whole snapshots", zip_path
+        )
+        return None
+    opened = Opened(manifest.last_sequence, frozenset(f.dfs_path for f in metadata.files))
+    return opened, live, named
+
+
 def newest_writes_changes(
-    before_zip: Path, after_zip: Path, scratch_dir: Path | None, sequences: SequenceCache | None = None
+    before_zip: Path, after_zip: Path, sequences: SequenceCache | None = None
 ) -> list[tuple[bytes, bytes | None]] | None:
     """The raw changes from the snapshot ``before_zip`` (version ``v - 1``) to
     ``after_zip`` (``v``, same store directory), each key once in key order; ``None``
     when they cannot be told from the newest writes (see the module docstring; also
-    for WAL files, column families or a table file the reader does not take).
-    ``sequences`` spares opening ``before_zip`` when it was ``after_zip`` of the
-    previous call.
+    for WAL files, column families or a file the readers do not take).
+    ``sequences`` spares reading ``before_zip`` when it was ``after_zip`` of the
+    previous call. Neither snapshot is opened as a database: their MANIFESTs say
+    what is needed.
 
     Raises:
         MissingStateFile, CorruptStateFile: a zip or a table file it names is missing
             or damaged.
     """
-    opened = sequences.take(before_zip) if sequences is not None else None
-    if opened is None:
-        before = read_snapshot_metadata(before_zip)
-        if before.column_families or any(f.dfs_path.startswith(LOG_DIR + "/") for f in before.files):
+    before = sequences.take(before_zip) if sequences is not None else None
+    if before is None:
+        found_before = _opened(before_zip)
+        if found_before is None:
             return None
-        with SnapshotReader(before_zip, scratch_dir) as snapshot:
-            opened = Opened(snapshot.latest_sequence(), frozenset(f.dfs_path for f in before.files))
-    floor, kept = opened
+        before = found_before[0]
+    found_after = _opened(after_zip)
+    if found_after is None:
+        return None
+    after, live, named = found_after
+    if sequences is not None:
+        sequences.record(after_zip, after)
+    floor, kept = before
+    writes = after.sequence - floor
+    if writes < 0:
+        return None
+    # Newest first: lowest level, then highest file number.
+    added = sorted(
+        (f for name, f in live.items() if named[name].dfs_path not in kept),
+        key=lambda f: (f.level, -f.number),
+    )
     store_dir = after_zip.parent
-    with SnapshotReader(after_zip, scratch_dir) as snapshot:
-        metadata = snapshot.metadata
-        if metadata.column_families:
-            raise UnsupportedCheckpoint(f"{after_zip}: a store with column families")
-        if any(f.dfs_path.startswith(LOG_DIR + "/") for f in metadata.files):
+    found: list[SstWrites] = []
+    count = 0
+    for table in added:
+        if count >= writes:
+            break
+        file = named[table.local_name]
+        path = store_dir / file.dfs_path
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise MissingStateFile(f"{path}: named by {after_zip.name}, does not exist") from None
+        if len(data) != file.size:
+            raise CorruptStateFile(f"{path}: {len(data)} bytes, {after_zip.name} says {file.size}")
+        try:
+            read = sst_writes_after(data, table.smallest, table.largest, floor)
+        except SstFormatError as err:
+            log.info("%s: %s; comparing whole snapshots", path, err)
             return None
-        last = snapshot.latest_sequence()
-        if sequences is not None:
-            sequences.record(after_zip, Opened(last, frozenset(f.dfs_path for f in metadata.files)))
-        writes = last - floor
-        tables = snapshot.table_files()
-        added = [f for f in metadata.files if f.dfs_path not in kept]
-        if writes < 0 or any(f.local_name not in tables for f in added):
-            return None
-        # Newest first: lowest level, then highest file number.
-        added.sort(key=lambda f: f.local_name, reverse=True)
-        added.sort(key=lambda f: tables[f.local_name].level)
-        found: list[SstWrites] = []
-        count = 0
-        for f in added:
-            if count >= writes:
-                break
-            table = tables[f.local_name]
-            path = store_dir / f.dfs_path
-            try:
-                read = sst_writes_after(
-                    path.read_bytes(), table.num_entries, table.smallest, table.largest, floor
-                )
-            except FileNotFoundError:
-                raise MissingStateFile(f"{path}: removed while reading") from None
-            except SstFormatError as err:
-                log.info("%s: %s; comparing whole snapshots", path, err)
-                return None
-            found.append(read)
-            count += len(read.keys)
-        if count != writes:
-            return None
+        found.append(read)
+        count += len(read.keys)
+    if count != writes:
+        return None
     return _newest(found)
 
 

@@ -4,8 +4,8 @@ read without opening a database.
 Used to read a snapshot's newest writes (see :mod:`rocksdb_snapshot_diff`). Every
 block read is checked against its checksum (a file whose checksum type this
 reader does not compute is refused), and every file against what RocksDB records
-for it: the entry count, keys in order, the first and last key equal to the
-file's smallest and largest. Anything it does not understand raises
+for it: the entry count of its properties block, keys in order, the first and last
+key equal to the smallest and largest its MANIFEST records. Anything it does not understand raises
 :class:`SstFormatError`, and the caller compares whole snapshots instead.
 
 Block-based table layout (facts from RocksDB's format documentation and source): a
@@ -21,7 +21,10 @@ length, key delta, value), then uint32 restart offsets and their uint32 count.
 LZ4 blocks (format version >= 2) start with the varint decompressed size.
 Index entries (format version >= 4, restart interval 1) omit the value length
 and hold a block handle (varint offset, varint size). Keys of data blocks are
-internal keys: user key, then 8 bytes of ``sequence << 8 | type``.
+internal keys: user key, then 8 bytes of ``sequence << 8 | type``. The metaindex block
+(general layout, with value lengths) maps ``rocksdb.properties`` to the properties
+block's handle; that block maps property names to values, ``rocksdb.num.entries``
+a varint.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ _little_endian: Callable[[bytes], int] = partial(int.from_bytes, byteorder="litt
 # Value, deletion, single deletion: the only entry types a store without column
 # families writes. A merge or range deletion is refused (the caller falls back).
 _POINT_TYPES = frozenset({0x0, 0x1, 0x7})
+_PROPERTIES = b"rocksdb.properties"
+_NUM_ENTRIES = b"rocksdb.num.entries"
 
 
 class SstFormatError(EpochStateError):
@@ -112,8 +117,14 @@ def _entries_end(block: bytes) -> tuple[int, int]:
     return end, restarts
 
 
-def _data_handles(data: bytes) -> tuple[int, list[tuple[int, int]]]:
-    """The checksum type and the data blocks' handles of a table file."""
+class _Footer(NamedTuple):
+    checksum: int
+    version: int
+    metaindex_handle: tuple[int, int]
+    index_handle: tuple[int, int]
+
+
+def _footer(data: bytes) -> _Footer:
     if len(data) < _FOOTER:
         raise SstFormatError("shorter than a footer")
     footer = data[-_FOOTER:]
@@ -124,30 +135,68 @@ def _data_handles(data: bytes) -> tuple[int, list[tuple[int, int]]]:
     checksum = footer[0]
     if checksum not in (_XXHASH64, _XXH3):
         raise SstFormatError(f"checksum type {checksum}")
-    pos = 1
-    _, pos = _varint(footer, pos)  # metaindex offset
-    _, pos = _varint(footer, pos)  # metaindex size
+    metaindex_offset, pos = _varint(footer, 1)
+    metaindex_size, pos = _varint(footer, pos)
     index_offset, pos = _varint(footer, pos)
     index_size, pos = _varint(footer, pos)
-    index = _block(data, index_offset, index_size, checksum)
+    return _Footer(checksum, version, (metaindex_offset, metaindex_size), (index_offset, index_size))
+
+
+def _entries(block: bytes) -> list[tuple[bytes, bytes]]:
+    """The (key, value) entries of a block in the general layout (meta blocks)."""
+    end, _ = _entries_end(block)
+    out: list[tuple[bytes, bytes]] = []
+    pos = 0
+    key = b""
+    while pos < end:
+        shared, pos = _varint(block, pos)
+        non_shared, pos = _varint(block, pos)
+        value_length, pos = _varint(block, pos)
+        key = key[:shared] + block[pos : pos + non_shared]
+        pos += non_shared
+        out.append((key, block[pos : pos + value_length]))
+        pos += value_length
+    if pos != end:
+        raise SstFormatError("a meta block overruns its entries")
+    return out
+
+
+def _num_entries(data: bytes, footer: _Footer) -> int:
+    """The entry count the file's properties block records (``rocksdb.num.entries``)."""
+    metaindex = dict(_entries(_block(data, *footer.metaindex_handle, footer.checksum)))
+    handle = metaindex.get(_PROPERTIES)
+    if handle is None:
+        raise SstFormatError("no properties block")
+    offset, pos = _varint(handle, 0)
+    size, _ = _varint(handle, pos)
+    properties = dict(_entries(_block(data, offset, size, footer.checksum)))
+    count = properties.get(_NUM_ENTRIES)
+    if count is None:
+        raise SstFormatError("no entry count among the properties")
+    return _varint(count, 0)[0]
+
+
+def _data_handles(data: bytes, footer: _Footer) -> list[tuple[int, int]]:
+    """The data blocks' handles of a table file."""
+    index = _block(data, *footer.index_handle, footer.checksum)
     end, restarts = _entries_end(index)
     handles: list[tuple[int, int]] = []
     pos = 0
     while pos < end:
         shared, pos = _varint(index, pos)
         non_shared, pos = _varint(index, pos)
-        if version < 4:
+        if footer.version < 4:
             _, pos = _varint(index, pos)  # value length
         pos += non_shared
         offset, pos = _varint(index, pos)
         size, pos = _varint(index, pos)
         expected = handles[-1][0] + handles[-1][1] + 5 if handles else 0
-        if offset != expected or (shared and version >= 4):
+        if offset != expected or (shared and footer.version >= 4):
             raise SstFormatError(f"index entry {len(handles)} is not a full handle of the next block")
         handles.append((offset, size))
     if pos != end or len(handles) != restarts:
         raise SstFormatError("index block with delta-encoded handles")
-    return checksum, handles
+    return handles
 
 
 class SstWrites(NamedTuple):
@@ -159,21 +208,22 @@ class SstWrites(NamedTuple):
     values: list[bytes | None]
 
 
-def sst_writes_after(
-    data: bytes, num_entries: int, smallest: bytes, largest: bytes, sequence: int
-) -> SstWrites:
+def sst_writes_after(data: bytes, smallest: bytes, largest: bytes, sequence: int) -> SstWrites:
     """The entries of a table file (its bytes) whose sequence number is greater than
     ``sequence``, in file order (a key's newer entries first).
 
-    ``num_entries``, ``smallest`` and ``largest`` are what RocksDB records for the
-    file (its live file metadata); every entry is read and checked against them.
+    ``smallest`` and ``largest`` are the user keys RocksDB records for the file (in
+    its MANIFEST); every entry is read and checked against them and against the
+    entry count of the file's properties block.
 
     Raises:
         SstFormatError: a layout, compression, checksum or entry type this reader
             does not take, a damaged file, or entries that do not match the metadata.
     """
     try:
-        count, first, last, writes = _scan(data, sequence)
+        footer = _footer(data)
+        num_entries = _num_entries(data, footer)
+        count, first, last, writes = _scan(data, footer, sequence)
     except (IndexError, struct.error) as err:
         raise SstFormatError(f"truncated structure: {err}") from err
     if count != num_entries or first != smallest or last != largest:
@@ -183,7 +233,7 @@ def sst_writes_after(
     return writes
 
 
-def _scan(data: bytes, sequence: int) -> tuple[int, bytes, bytes, SstWrites]:
+def _scan(data: bytes, footer: _Footer, sequence: int) -> tuple[int, bytes, bytes, SstWrites]:
     """(entries, first and last user key, entries written after ``sequence``).
 
     The entries are cut out one by one (prefix compression leaves no other way);
@@ -192,8 +242,8 @@ def _scan(data: bytes, sequence: int) -> tuple[int, bytes, bytes, SstWrites]:
     keys: list[bytes] = []
     values: list[bytes] = []
     add_key, add_value = keys.append, values.append
-    checksum, handles = _data_handles(data)
-    for offset, size in handles:
+    checksum = footer.checksum
+    for offset, size in _data_handles(data, footer):
         block = _block(data, offset, size, checksum)
         end, _ = _entries_end(block)
         pos = 0
