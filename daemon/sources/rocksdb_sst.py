@@ -30,8 +30,6 @@ a varint.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from functools import partial
 from itertools import compress, repeat
 from operator import rshift
 from typing import NamedTuple
@@ -51,7 +49,6 @@ _XXH3_LAST_BYTE = 0x6B9083D9
 _LOW32 = 0xFFFFFFFF
 _DELETIONS = frozenset({0x0, 0x7})
 _TYPE_MASK = 0xFF
-_little_endian: Callable[[bytes], int] = partial(int.from_bytes, byteorder="little")
 # Value, deletion, single deletion: the only entry types a store without column
 # families writes. A merge or range deletion is refused (the caller falls back).
 _POINT_TYPES = frozenset({0x0, 0x1, 0x7})
@@ -273,7 +270,7 @@ def _scan(data: bytes, footer: _Footer, sequence: int) -> tuple[int, bytes, byte
     if sorted(users) != users:
         raise SstFormatError("keys out of order")
     # An entry's trailer is ``sequence << 8 | type``, little-endian.
-    trailers = list(map(_little_endian, [k[-8:] for k in keys]))
+    trailers = list(struct.unpack(f"<{len(keys)}Q", b"".join([k[-8:] for k in keys])))
     kinds = set(map(_TYPE_MASK.__and__, trailers))
     if not kinds <= _POINT_TYPES:
         raise SstFormatError(f"entry types {sorted(kinds - _POINT_TYPES)}")
