@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from epochstate import __version__
+from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.config import DaemonSettings
 from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry
@@ -212,6 +213,7 @@ class DaemonStartFailed(EpochStateError):
 def run(settings: DaemonSettings, on_serving: Callable[[Sequence[str]], None] | None = None) -> None:
     """Run a daemon until SIGTERM or SIGINT; ``on_serving`` gets its targets once it serves
     (TCP ``host:port``, then ``unix:///path`` when the Unix socket listener is on)."""
+    tune_for_ingest()
     try:
         daemon = Daemon(settings)
     except Exception as error:  # a store of another layout, a data dir another daemon holds, ...
@@ -227,6 +229,7 @@ def run(settings: DaemonSettings, on_serving: Callable[[Sequence[str]], None] | 
     except Exception as error:
         daemon.stop()
         raise DaemonStartFailed(f"daemon failed to start: {error}") from error
+    freeze_startup_objects()
     if on_serving is not None:
         on_serving(daemon.targets)
     daemon.wait()
