@@ -264,12 +264,11 @@ def _scan(data: bytes, footer: _Footer, sequence: int) -> tuple[int, bytes, byte
             raise SstFormatError(f"block at {offset} overruns its entries")
     if not keys:
         raise SstFormatError("no entries")
-    if min(map(len, keys)) < 8:
-        raise SstFormatError("an entry key shorter than its 8-byte trailer")
     users = [k[:-8] for k in keys]
     if sorted(users) != users:
         raise SstFormatError("keys out of order")
     # An entry's trailer is ``sequence << 8 | type``, little-endian.
+    # A key shorter than its trailer leaves the joined trailers short: struct.error.
     trailers = list(struct.unpack(f"<{len(keys)}Q", b"".join([k[-8:] for k in keys])))
     kinds = set(map(_TYPE_MASK.__and__, trailers))
     if not kinds <= _POINT_TYPES:

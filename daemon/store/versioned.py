@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
 from epochstate.daemon.store import layout
 from epochstate.daemon.store.descriptors import (
@@ -62,7 +62,14 @@ class StoreOptions:
         opts.create_if_missing(True)
         opts.set_write_buffer_size(self.write_buffer_mb << 20)
         opts.set_max_background_jobs(self.max_background_jobs)
-        opts.optimize_for_point_lookup(self.block_cache_mb)
+        # Every data read is a seek (a key's newest version at or before an epoch):
+        # whole-key blooms and data-block hash indexes serve only point gets, and
+        # the memtable's bloom cost ~0.35 us per write (measured). Only a block cache.
+        table = BlockBasedOptions()
+        table.set_block_cache(Cache(self.block_cache_mb << 20))
+        opts.set_block_based_table_factory(table)
+        # Writes come from the ingest loop; a group of them is inserted by its leader.
+        opts.set_allow_concurrent_memtable_write(False)
         return opts
 
 
