@@ -3,6 +3,8 @@ against the difference of the two whole states, on checkpoints Spark wrote."""
 
 from __future__ import annotations
 
+import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,26 @@ def test_a_damaged_table_file_is_refused_not_misread(
             sst_writes_after(damaged, *args)
     with pytest.raises(SstFormatError):
         sst_writes_after(data, table.smallest + b"\x00", table.largest, -1)
+
+
+def test_a_manifest_the_reader_does_not_take_falls_back_to_whole_states(
+    rocksdb_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    source = rocksdb_checkpoints["window-zip"] / "state" / "0" / "0"
+    store_dir = tmp_path / "store"
+    shutil.copytree(source, store_dir)
+    version = max(int(p.stem) for p in store_dir.glob("*.zip"))
+    before, after = store_dir / f"{version - 1}.zip", store_dir / f"{version}.zip"
+    assert newest_writes_changes(before, after) is not None
+    # The same snapshot with one more MANIFEST record holding a field the reader does
+    # not know (tag 8): the diff declines rather than guessing.
+    with zipfile.ZipFile(after) as archive:
+        entries = {info.filename: archive.read(info) for info in archive.infolist()}
+    current = entries["CURRENT"].decode().strip()
+    payload = b"\x08\x01"
+    record = b"\x00\x00\x00\x00" + len(payload).to_bytes(2, "little") + b"\x01" + payload
+    entries[current] += record
+    with zipfile.ZipFile(after, "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    assert newest_writes_changes(before, after) is None
