@@ -447,6 +447,7 @@ def zookeeper(
 def demo(
     duration: Annotated[float, typer.Option(help="seconds to keep asking (default: two minutes)")] = 120.0,
     interval: Annotated[float, typer.Option(help="seconds between asks")] = 30.0,
+    trigger: Annotated[float, typer.Option(help="the job's trigger interval in seconds")] = 2.0,
     workdir: Annotated[Path, typer.Option(help="where the demo keeps its files")] = Path("var/demo"),
 ) -> None:
     """Run everything locally: ZooKeeper, the daemon, a Spark job, pinned lookups."""
@@ -454,7 +455,8 @@ def demo(
         from epochstate.spark_plugin.demo import DemoOptions, run
     except ImportError as error:
         raise _fail(f"the demo needs the spark extra: pip install 'epochstate[spark]' ({error})", 1) from None
-    raise typer.Exit(run(DemoOptions(workdir=workdir, duration=duration, interval=interval)))
+    options = DemoOptions(workdir=workdir, duration=duration, interval=interval, trigger_seconds=trigger)
+    raise typer.Exit(run(options))
 
 
 @app.command("demo-chain")

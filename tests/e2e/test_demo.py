@@ -16,9 +16,11 @@ def test_demo_runs_and_pinned_answers_hold(tmp_path: Path) -> None:
             "epochstate.client.cli",
             "demo",
             "--duration",
-            "8",
-            "--interval",
             "4",
+            "--interval",
+            "2",
+            "--trigger",
+            "1",
             "--workdir",
             str(tmp_path),
         ],
@@ -27,6 +29,7 @@ def test_demo_runs_and_pinned_answers_hold(tmp_path: Path) -> None:
         timeout=400,
         env={**os.environ, "COLUMNS": "200"},
     )
+    print(result.stdout)  # the trace, for -s
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "asked again -> identical" in result.stdout
     assert "DIFFERENT" not in result.stdout

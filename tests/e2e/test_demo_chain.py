@@ -20,7 +20,7 @@ def test_demo_chain_runs_and_aligned_lookups_explain_every_batch(tmp_path: Path)
             "epochstate.client.cli",
             "demo-chain",
             "--duration",
-            "10",
+            "3",
             "--workdir",
             str(tmp_path),
         ],
