@@ -18,9 +18,12 @@ read here: 4 last sequence (varint), 6 deleted file (varint level, varint number
 103 new file (varint level, number, size, length-prefixed smallest and largest
 internal keys, smallest and largest sequence, then custom fields, each a varint
 tag and a length-prefixed value, ended by tag 1; a custom tag with bit 6 set may
-not be ignored), 200 column family (varint id). Skipped: 1 comparator, 2, 3, 9, 10
+not be ignored), 200 column family (varint id). Skipped: 2, 3, 9, 10
 (file numbers), 5 compaction cursor, 201 column family add, 203 max column family,
-300 atomic group, and any tag with bit 13 set (length-prefixed, safe to ignore).
+and tags with bit 13 set (length-prefixed, safe to ignore) except 8196 and 8197
+(legacy WAL records, not length-prefixed). The comparator (1) must be the bytewise
+one and 8201 (user-defined timestamps persisted) must say 1; 300 (atomic group) is refused. A file
+added while already live is refused, as RocksDB refuses it.
 """
 
 from __future__ import annotations
@@ -45,8 +48,14 @@ _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 _HEADER_FIELDS = struct.Struct("<IHB")
 
 _LAST_SEQUENCE, _DELETED_FILE, _NEW_FILE4, _COLUMN_FAMILY = 4, 6, 103, 200
-_SKIP_VARINT = frozenset({2, 3, 9, 10, 203, 300})
-_SKIP_SLICE = frozenset({1, 201})
+_SKIP_VARINT = frozenset({2, 3, 9, 10, 203})
+_SKIP_SLICE = frozenset({201})
+_COMPARATOR = 1
+_BYTEWISE = b"leveldb.BytewiseComparator"
+# Bit-13 tags whose bodies are not length-prefixed (legacy WAL addition and
+# deletion), and user-defined timestamps (keys would not be plain bytewise).
+_NOT_IGNORABLE = frozenset({8196, 8197})
+_PERSIST_TIMESTAMPS = 8201
 _COMPACT_CURSOR = 5
 _SAFE_IGNORE = 1 << 13
 _CUSTOM_TERMINATE = 1
@@ -196,6 +205,8 @@ def parse_manifest(data: bytes) -> Manifest:
             tag = reader.varint()
             if tag == _NEW_FILE4:
                 added = _new_file(reader)
+                if added.number in files:
+                    raise ManifestFormatError(f"file {added.number} added while live")
                 files[added.number] = added
             elif tag == _DELETED_FILE:
                 level = reader.varint()
@@ -209,7 +220,13 @@ def parse_manifest(data: bytes) -> Manifest:
                     raise ManifestFormatError("an edit of a column family other than the default")
             elif tag in _SKIP_VARINT:
                 reader.varint()
-            elif tag in _SKIP_SLICE or tag & _SAFE_IGNORE:
+            elif tag == _PERSIST_TIMESTAMPS:
+                if reader.slice() != b"\x01":
+                    raise ManifestFormatError("user-defined timestamps not persisted in keys")
+            elif tag == _COMPARATOR:
+                if reader.slice() != _BYTEWISE:
+                    raise ManifestFormatError("a comparator other than the bytewise one")
+            elif tag in _SKIP_SLICE or (tag & _SAFE_IGNORE and tag not in _NOT_IGNORABLE):
                 reader.slice()
             elif tag == _COMPACT_CURSOR:
                 reader.varint()
