@@ -109,7 +109,7 @@ def test_recreated_checkpoint_starts_a_new_query(
     daemon.wait_for_epoch("again", 2)
     with daemon.client() as client:
         old_query = client.describe("again", refresh=True).query_id
-    shutil.rmtree(checkpoint)
+    _remove_checkpoint(checkpoint)
     second = FileStream(spark, tmp_path / "in2", checkpoint, counts, SCHEMA, name="again").start()
     try:
         second.feed(orders(10))
@@ -125,3 +125,18 @@ def test_recreated_checkpoint_starts_a_new_query(
         assert served(client, "again", 0) == spark_state(spark, checkpoint, 0)
         with pytest.raises(EpochNotReady):
             client.get("again", ["u1"], epoch=2)  # the old query's epoch 2 is gone
+
+
+def _remove_checkpoint(checkpoint: Path) -> None:
+    """Delete a stopped query's checkpoint. Spark's state store maintenance thread can
+    still write a snapshot file into it just after the query stops (seen in CI:
+    ``rmtree`` failed with "Directory not empty"), so try again until it is gone."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            shutil.rmtree(checkpoint)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
