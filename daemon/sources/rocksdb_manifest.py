@@ -30,16 +30,16 @@ from __future__ import annotations
 
 import struct
 import zipfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from epochstate.daemon.errors import EpochStateError
-from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile
+from epochstate.daemon.sources.errors import CorruptStateFile
 from epochstate.daemon.sources.rocksdb_snapshot import (
     METADATA,
     SnapshotMetadata,
-    parse_snapshot_metadata,
+    metadata_from_bytes,
+    zip_errors,
 )
 
 _BLOCK = 32 * 1024
@@ -246,27 +246,18 @@ def read_snapshot_manifest(zip_path: Path) -> tuple[SnapshotMetadata, Manifest]:
         ManifestFormatError: a MANIFEST or WAL this reader does not take.
         MissingStateFile, CorruptStateFile: no such zip, or a damaged one.
     """
-    try:
-        with zipfile.ZipFile(zip_path) as archive:
-            entries = {info.filename: info for info in archive.infolist()}
-            if METADATA not in entries or "CURRENT" not in entries:
-                raise CorruptStateFile(f"{zip_path}: no {METADATA} or CURRENT entry")
-            if any(name.endswith(".log") and info.file_size for name, info in entries.items()):
-                raise ManifestFormatError(f"{zip_path}: a WAL with writes not in any table file")
-            raw_metadata = archive.read(METADATA)  # each read checks the entry's CRC-32
-            current = archive.read("CURRENT").decode("ascii", "replace").strip()
-            if not current.startswith("MANIFEST-") or current not in entries:
-                raise CorruptStateFile(f"{zip_path}: CURRENT names {current[:40]!r}, not in the zip")
-            manifest = archive.read(current)
-    except FileNotFoundError:
-        raise MissingStateFile(f"{zip_path}: does not exist") from None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError) as err:
-        raise CorruptStateFile(f"{zip_path}: not a readable zip: {err}") from err
-    try:
-        text = raw_metadata.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise CorruptStateFile(f"{zip_path}: metadata is not UTF-8") from err
-    metadata = parse_snapshot_metadata(text, f"{zip_path}:{METADATA}")
+    with zip_errors(zip_path), zipfile.ZipFile(zip_path) as archive:
+        entries = {info.filename: info for info in archive.infolist()}
+        if METADATA not in entries or "CURRENT" not in entries:
+            raise CorruptStateFile(f"{zip_path}: no {METADATA} or CURRENT entry")
+        if any(name.endswith(".log") and info.file_size for name, info in entries.items()):
+            raise ManifestFormatError(f"{zip_path}: a WAL with writes not in any table file")
+        raw_metadata = archive.read(METADATA)  # each read checks the entry's CRC-32
+        current = archive.read("CURRENT").decode("ascii", "replace").strip()
+        if not current.startswith("MANIFEST-") or current not in entries:
+            raise CorruptStateFile(f"{zip_path}: CURRENT names {current[:40]!r}, not in the zip")
+        manifest = archive.read(current)
+    metadata = metadata_from_bytes(raw_metadata, zip_path)
     try:
         return metadata, parse_manifest(manifest)
     except ManifestFormatError as err:

@@ -27,6 +27,7 @@ import tempfile
 import zipfile
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -114,15 +115,33 @@ def read_snapshot_metadata(zip_path: Path) -> SnapshotMetadata:
         UnsupportedCheckpoint, CorruptStateFile: as for :func:`parse_snapshot_metadata`,
             or a zip that cannot be read.
     """
-    try:
-        with zipfile.ZipFile(zip_path) as archive:
+    with zip_errors(zip_path), zipfile.ZipFile(zip_path) as archive:
+        try:
             raw = archive.read(METADATA)  # checks the entry's CRC-32
+        except KeyError:
+            raise CorruptStateFile(f"{zip_path}: no {METADATA} entry") from None
+    return metadata_from_bytes(raw, zip_path)
+
+
+@contextmanager
+def zip_errors(zip_path: Path) -> Iterator[None]:
+    """Reading a snapshot zip inside: a missing zip raises MissingStateFile, an
+    unreadable one (bad structure, CRC-32 mismatch) CorruptStateFile."""
+    try:
+        yield
     except FileNotFoundError:
         raise MissingStateFile(f"{zip_path}: does not exist") from None
-    except KeyError:
-        raise CorruptStateFile(f"{zip_path}: no {METADATA} entry") from None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError) as err:
         raise CorruptStateFile(f"{zip_path}: not a readable zip: {err}") from err
+
+
+def metadata_from_bytes(raw: bytes, zip_path: Path) -> SnapshotMetadata:
+    """The parsed ``metadata`` entry of ``zip_path``.
+
+    Raises:
+        UnsupportedCheckpoint, CorruptStateFile: as for :func:`parse_snapshot_metadata`,
+            or bytes that are not UTF-8.
+    """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
