@@ -1,12 +1,13 @@
 # Two commands do all the set-up on a fresh machine (Python 3.10+, Java 17):
 #   make demo   - embedded ZooKeeper, the daemon, a demo Spark job, epoch-pinned lookups
 #   make test   - lint, types and the whole test suite (what CI runs)
+SHELL  := /bin/bash
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test lint typecheck pytest proto bench bench-ingest bench-alignment clean
+.PHONY: demo demo-chain test lint typecheck imports view docs pytest proto bench bench-ingest bench-alignment clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,13 +21,26 @@ demo: $(STAMP)
 demo-chain: $(STAMP)
 	$(BIN)/epochstate demo-chain $(DEMO_ARGS)
 
-test: lint typecheck pytest
+test: lint typecheck imports pytest
+
+SOURCES := epochstate core client cli daemon spark_plugin devtools
 
 lint: $(STAMP)
-	$(BIN)/ruff check daemon client spark_plugin proto/generate.py tests bench
+	$(BIN)/ruff check $(SOURCES) proto/generate.py tests bench .ci
 
-typecheck: $(STAMP)
-	$(BIN)/mypy epochstate tests bench
+# mypy and import-linter read the package as installed: build/view (see .ci/package_view.py).
+view: $(STAMP)
+	$(BIN)/python .ci/package_view.py >/dev/null
+
+typecheck: view
+	set -o pipefail; MYPYPATH=build/view $(BIN)/mypy build/view/epochstate tests bench \
+		| $(BIN)/python .ci/package_view.py --paths
+
+imports: view
+	cd build/view && PYTHONPATH=. ../../$(BIN)/lint-imports ../../.importlinter --no-cache
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

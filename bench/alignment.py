@@ -42,11 +42,11 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from epochstate.daemon.embedded.zookeeper import EmbeddedZooKeeper  # noqa: E402
+from epochstate.devtools.kafka_broker import TansuProcess  # noqa: E402
+from epochstate.devtools.spark_session import local_session  # noqa: E402
+from epochstate.devtools.zookeeper import EmbeddedZooKeeper  # noqa: E402
 from epochstate.spark_plugin.alignment import SubjectRegistry, register  # noqa: E402
 from epochstate.spark_plugin.kafka.admin import TopicAdmin  # noqa: E402
-from epochstate.spark_plugin.kafka.embedded import TansuProcess  # noqa: E402
-from epochstate.spark_plugin.session import local_session  # noqa: E402
 
 FORMAT = "epochstate-kafka"
 MODES = ("unaligned", "aligned")

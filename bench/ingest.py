@@ -45,12 +45,12 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from table import print_table  # noqa: E402
 
 from epochstate.client import EpochStateClient  # noqa: E402
-from epochstate.client.local_daemon import LocalDaemon  # noqa: E402
 from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest  # noqa: E402
 from epochstate.daemon.ingest.follower import EpochPublisher, JobFollower  # noqa: E402
 from epochstate.daemon.runtime import NoRegistry  # noqa: E402
 from epochstate.daemon.store.versioned import VersionedStore  # noqa: E402
-from epochstate.spark_plugin.session import local_session  # noqa: E402
+from epochstate.devtools.local_daemon import LocalDaemon  # noqa: E402
+from epochstate.devtools.spark_session import local_session  # noqa: E402
 
 _ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"

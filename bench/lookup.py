@@ -45,8 +45,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from epochstate.client import EpochStateClient  # noqa: E402
 from epochstate.client.client import CHANNEL_OPTIONS  # noqa: E402
-from epochstate.client.local_daemon import LocalDaemon  # noqa: E402
-from epochstate.spark_plugin.session import local_session  # noqa: E402
+from epochstate.devtools.local_daemon import LocalDaemon  # noqa: E402
+from epochstate.devtools.spark_session import local_session  # noqa: E402
 from epochstate.v1 import epochstate_pb2 as pb  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))

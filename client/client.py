@@ -20,7 +20,7 @@ import grpc
 from epochstate.client.alignment_admin import AlignmentAdmin
 from epochstate.client.errors import DeadlineExceeded, InvalidArgument, from_rpc_error
 from epochstate.client.values import from_row, to_row
-from epochstate.daemon.sources.sparktypes import StructType, parse_struct
+from epochstate.core.sparktypes import StructType, parse_struct
 from epochstate.v1 import epochstate_pb2 as pb
 from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
 

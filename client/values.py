@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from epochstate.daemon.sources.sparktypes import (
+from epochstate.core.sparktypes import (
     ArrayType,
     AtomicType,
     DecimalType,

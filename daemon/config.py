@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from epochstate.daemon.errors import EpochStateError
+from epochstate.core.errors import EpochStateError
 
 
 class ConfigError(EpochStateError):

@@ -21,9 +21,9 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from epochstate import __version__
+from epochstate.core.errors import EpochStateError
 from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.config import DaemonSettings
-from epochstate.daemon.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
 from epochstate.daemon.ingest.loop import IngestLoop

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from epochstate.daemon.records import RecordEncoder, response_bytes
-from epochstate.daemon.sources.sparktypes import (
+from epochstate.core.sparktypes import (
     ArrayType,
     AtomicType,
     DecimalType,
@@ -19,6 +18,7 @@ from epochstate.daemon.sources.sparktypes import (
     StructField,
     StructType,
 )
+from epochstate.daemon.codec.records import RecordEncoder, response_bytes
 from epochstate.v1 import epochstate_pb2 as pb
 
 

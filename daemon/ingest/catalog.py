@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from epochstate.daemon.errors import EpochStateError
-from epochstate.daemon.sources.sparktypes import StructType, parse_struct
+from epochstate.core.errors import EpochStateError
+from epochstate.core.sparktypes import StructType, parse_struct
+from epochstate.daemon.codec.keycodec import decode_fields
 from epochstate.daemon.store.descriptors import JobDescriptor, JobProgress, SchemaVersion, StoreDescriptor
-from epochstate.daemon.store.keycodec import decode_fields
 
 
 class CatalogError(EpochStateError):

@@ -20,13 +20,13 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Protocol, runtime_checkable
 
+from epochstate.core.sparktypes import StructType
+from epochstate.daemon.codec.keycodec import encode_fields
+from epochstate.daemon.codec.records import RecordEncoder
 from epochstate.daemon.ingest.transcoder import Transcoder
-from epochstate.daemon.records import RecordEncoder
 from epochstate.daemon.sources.changes import RawRows, RowFraming
 from epochstate.daemon.sources.errors import CorruptRow, CorruptStateFile, MissingStateFile
 from epochstate.daemon.sources.readers import StoreReader
-from epochstate.daemon.sources.sparktypes import StructType
-from epochstate.daemon.store.keycodec import encode_fields
 from epochstate.daemon.store.placement import StoreChanges
 from epochstate.daemon.store.view import StoreView
 

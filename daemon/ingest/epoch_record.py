@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from epochstate.daemon.sources.checkpoint import Checkpoint
-from epochstate.daemon.sources.epochlog import SourceRange
+from epochstate.core.checkpoint.epochlog import SourceRange
+from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import MissingCheckpointFile
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.descriptors import SourceRange as SourcePosition

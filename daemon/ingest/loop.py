@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from epochstate.daemon.errors import EpochStateError
+from epochstate.core.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats, JobFollower
 from epochstate.daemon.sources.errors import SourceError

@@ -12,11 +12,11 @@ import json
 import logging
 from typing import Any
 
+from epochstate.core.zookeeper.client import new_client
+from epochstate.core.zookeeper.errors import RegistryError
+from epochstate.core.zookeeper.records import JsonObject
 from epochstate.daemon.config import DaemonSettings
 from epochstate.daemon.ingest.catalog import JobEntry
-from epochstate.daemon.registry.client import new_client
-from epochstate.daemon.registry.errors import RegistryError
-from epochstate.daemon.registry.records import JsonObject
 from epochstate.daemon.registry.registry import Registry
 from epochstate.daemon.store.descriptors import EpochRecord
 

@@ -23,11 +23,11 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from epochstate.daemon.records import RecordEncoder, row_encoder, value_encoder, varint
+from epochstate.core.sparktypes import AtomicType, SparkType, StructType, type_to_simple_string
+from epochstate.daemon.codec import keycodec
+from epochstate.daemon.codec.records import RecordEncoder, row_encoder, value_encoder, varint
 from epochstate.daemon.sources.changes import RowFraming
-from epochstate.daemon.sources.sparktypes import AtomicType, SparkType, StructType, type_to_simple_string
-from epochstate.daemon.sources.unsaferow import slot_converter, slot_format
-from epochstate.daemon.store import keycodec
+from epochstate.daemon.sources.rows.unsaferow import slot_converter, slot_format
 
 RowTranscoder = Callable[[int, bytes, bytes], tuple[bytes, bytes]]
 RowsTranscoder = Callable[[int, Iterable[tuple[bytes, bytes | None]], dict[bytes, bytes | None]], None]

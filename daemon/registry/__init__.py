@@ -5,8 +5,8 @@ reads them, ``znodes`` writes one node's part, ``pending``, ``sync`` and
 ``registry`` keep that part in ZooKeeper across outages and expired sessions.
 """
 
-from epochstate.daemon.registry.client import new_client
-from epochstate.daemon.registry.errors import (
+from epochstate.core.zookeeper.client import new_client
+from epochstate.core.zookeeper.errors import (
     EpochConflict,
     InvalidName,
     InvalidRecord,
@@ -14,7 +14,7 @@ from epochstate.daemon.registry.errors import (
     RegistryError,
     RegistryUnavailable,
 )
-from epochstate.daemon.registry.layout import DEFAULT_ROOT, Layout
+from epochstate.core.zookeeper.layout import DEFAULT_ROOT, Layout
 from epochstate.daemon.registry.registry import Registry
 from epochstate.daemon.registry.view import RegistryView
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from epochstate.daemon.registry.errors import EpochConflict
-from epochstate.daemon.registry.records import ReplicaState, same_record
+from epochstate.core.zookeeper.errors import EpochConflict
+from epochstate.core.zookeeper.records import ReplicaState, same_record
 
 
 @dataclass(eq=False)

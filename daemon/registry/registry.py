@@ -35,17 +35,17 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
-from epochstate.daemon.registry.errors import EpochConflict, JobNotRegistered, RegistryError
-from epochstate.daemon.registry.layout import DEFAULT_ROOT, check_epoch, check_name
-from epochstate.daemon.registry.pending import PendingEpoch, PendingEpochs
-from epochstate.daemon.registry.records import (
+from epochstate.core.zookeeper.errors import EpochConflict, JobNotRegistered, RegistryError
+from epochstate.core.zookeeper.layout import DEFAULT_ROOT, check_epoch, check_name
+from epochstate.core.zookeeper.records import (
     JsonObject,
     ReplicaState,
     encode,
     job_record,
     node_record,
 )
-from epochstate.daemon.registry.session import CONNECTION_ERRORS
+from epochstate.core.zookeeper.session import CONNECTION_ERRORS
+from epochstate.daemon.registry.pending import PendingEpoch, PendingEpochs
 from epochstate.daemon.registry.sync import SyncThread
 from epochstate.daemon.registry.view import RegistryView
 from epochstate.daemon.registry.znodes import ZnodeWriter

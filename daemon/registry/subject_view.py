@@ -24,10 +24,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import KazooState, WatchedEvent
 
-from epochstate.daemon.registry.errors import InvalidRecord, RegistryUnavailable
-from epochstate.daemon.registry.layout import DEFAULT_ROOT, Layout, parse_epoch_name
-from epochstate.daemon.registry.session import CONNECTION_ERRORS, wait
-from epochstate.daemon.registry.subject_records import SubjectEpochRecord, SubjectSourceRecord
+from epochstate.core.zookeeper.errors import InvalidRecord, RegistryUnavailable
+from epochstate.core.zookeeper.layout import DEFAULT_ROOT, Layout, parse_epoch_name
+from epochstate.core.zookeeper.session import CONNECTION_ERRORS, wait
+from epochstate.core.zookeeper.subject_records import SubjectEpochRecord, SubjectSourceRecord
 
 MAX_CACHED_EPOCHS = 4096
 R = TypeVar("R")

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
-from epochstate.daemon.registry.errors import RegistryError
-from epochstate.daemon.registry.session import CONNECTION_ERRORS
+from epochstate.core.zookeeper.errors import RegistryError
+from epochstate.core.zookeeper.session import CONNECTION_ERRORS
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from epochstate.daemon.registry.errors import RegistryUnavailable
-from epochstate.daemon.registry.layout import DEFAULT_ROOT, Layout, parse_epoch_name
-from epochstate.daemon.registry.records import JsonObject, decode
-from epochstate.daemon.registry.session import CONNECTION_ERRORS, wait
+from epochstate.core.zookeeper.errors import RegistryUnavailable
+from epochstate.core.zookeeper.layout import DEFAULT_ROOT, Layout, parse_epoch_name
+from epochstate.core.zookeeper.records import JsonObject, decode
+from epochstate.core.zookeeper.session import CONNECTION_ERRORS, wait
 
 log = logging.getLogger(__name__)
 

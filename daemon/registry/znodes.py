@@ -22,10 +22,10 @@ from kazoo.exceptions import (
 )
 from kazoo.retry import ForceRetryError
 
-from epochstate.daemon.registry.errors import EpochConflict, RegistryError
-from epochstate.daemon.registry.layout import Layout, parse_epoch_name
-from epochstate.daemon.registry.records import same_record
-from epochstate.daemon.registry.session import session_id, wait
+from epochstate.core.zookeeper.errors import EpochConflict, RegistryError
+from epochstate.core.zookeeper.layout import Layout, parse_epoch_name
+from epochstate.core.zookeeper.records import same_record
+from epochstate.core.zookeeper.session import session_id, wait
 
 # ZooKeeper handles larger multi-ops, but a bounded transaction keeps each request
 # well under jute.maxbuffer and each commit short.

@@ -12,11 +12,11 @@ from __future__ import annotations
 import grpc
 from kazoo.client import KazooClient
 
-from epochstate.daemon.alignment.commands import Command
-from epochstate.daemon.alignment.coordinator import AlignmentCoordinator, SourceStatus
-from epochstate.daemon.alignment.errors import InvalidTransition, RegistryUnavailable
-from epochstate.daemon.alignment.retention import DEFAULT_KEEP, Hold, SubjectRetention
-from epochstate.daemon.alignment.subjects import SubjectRegistry
+from epochstate.core.alignment.commands import Command
+from epochstate.core.alignment.coordinator import AlignmentCoordinator, SourceStatus
+from epochstate.core.alignment.errors import InvalidTransition, RegistryUnavailable
+from epochstate.core.alignment.retention import DEFAULT_KEEP, Hold, SubjectRetention
+from epochstate.core.alignment.subjects import SubjectRegistry
 from epochstate.daemon.server.handlers import add_to_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.status import BadRequest, NoZooKeeper, domain_errors, wait_budget

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
-from epochstate.daemon.errors import EpochStateError
+from epochstate.core.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry
 from epochstate.daemon.server.positions import Position, covers, describe, end_position, start_position
 from epochstate.daemon.store.descriptors import EpochRecord, JobProgress

@@ -18,15 +18,16 @@ from typing import Protocol, cast
 
 import grpc
 
-from epochstate.daemon.errors import EpochStateError
+from epochstate.core.errors import EpochStateError
+from epochstate.core.sparktypes import StructType, type_to_json
+from epochstate.daemon.codec import keycodec
+from epochstate.daemon.codec.records import RecordEncoder, response_bytes
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry, StoreHandle, StoreSchema
-from epochstate.daemon.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs
 from epochstate.daemon.server.status import BadRequest, domain_errors, wait_budget
 from epochstate.daemon.server.values import KeyEncoder, key_from_proto
 from epochstate.daemon.server.views import ReadViews
-from epochstate.daemon.sources.sparktypes import StructType, type_to_json
-from epochstate.daemon.store import keycodec, layout
+from epochstate.daemon.store import layout
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.versioned import VersionedStore
 from epochstate.v1 import epochstate_pb2 as pb

@@ -16,10 +16,10 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from epochstate.daemon.alignment import errors as alignment
-from epochstate.daemon.errors import EpochStateError
+from epochstate.core.alignment import errors as alignment
+from epochstate.core.errors import EpochStateError
+from epochstate.core.zookeeper.errors import InvalidRecord, RegistryUnavailable
 from epochstate.daemon.ingest.catalog import JobNotFound, ShuttingDown, StoreNotFound
-from epochstate.daemon.registry.errors import InvalidRecord, RegistryUnavailable
 from epochstate.daemon.server.epochs import (
     BadSelector,
     EpochNotReady,

@@ -14,7 +14,7 @@ import socket
 import stat
 from pathlib import Path
 
-from epochstate.daemon.errors import EpochStateError
+from epochstate.core.errors import EpochStateError
 
 # sockaddr_un.sun_path holds 108 bytes on Linux, the terminating NUL included.
 MAX_PATH_BYTES = 107

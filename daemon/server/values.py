@@ -5,7 +5,7 @@ it to the canonical decoded form the store indexes by; anything that does not fi
 raises :class:`BadKey` naming the offending field. :class:`KeyEncoder` is the read
 hot path: a whole batch of request keys straight to the store's key encoding.
 (Outbound conversion, decoded values to messages, lives in
-:mod:`epochstate.daemon.records`.)
+:mod:`epochstate.daemon.codec.records`.)
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from epochstate.daemon.errors import EpochStateError
-from epochstate.daemon.sources.sparktypes import (
+from epochstate.core.errors import EpochStateError
+from epochstate.core.sparktypes import (
     ArrayType,
     AtomicType,
     DecimalType,
@@ -27,7 +27,7 @@ from epochstate.daemon.sources.sparktypes import (
     StructType,
     type_to_simple_string,
 )
-from epochstate.daemon.store import keycodec
+from epochstate.daemon.codec import keycodec
 from epochstate.v1 import epochstate_pb2 as pb
 
 

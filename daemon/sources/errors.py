@@ -1,4 +1,4 @@
-"""Errors of the sources layer: one root, one line per kind of failure.
+"""Errors of the sources layer: the checkpoint's (from the core) and the state files'.
 
 Every message names the file (and where useful the byte offset) so an operator
 can find the checkpoint file at fault.
@@ -6,11 +6,22 @@ can find the checkpoint file at fault.
 
 from __future__ import annotations
 
-from epochstate.daemon.errors import EpochStateError
+from epochstate.core.checkpoint.errors import (
+    CorruptCheckpointFile,
+    MissingCheckpointFile,
+    SourceError,
+    UnsupportedCheckpoint,
+)
 
-
-class SourceError(EpochStateError):
-    """Root of the errors raised while reading a Spark checkpoint."""
+__all__ = [
+    "CorruptCheckpointFile",
+    "CorruptRow",
+    "CorruptStateFile",
+    "MissingCheckpointFile",
+    "MissingStateFile",
+    "SourceError",
+    "UnsupportedCheckpoint",
+]
 
 
 class CorruptStateFile(SourceError):
@@ -25,13 +36,4 @@ class MissingStateFile(SourceError):
     """A state file needed to rebuild a store version does not exist (purged or never written)."""
 
 
-class CorruptCheckpointFile(SourceError):
-    """A log, metadata or schema file of the checkpoint is malformed."""
 
-
-class MissingCheckpointFile(SourceError):
-    """A log entry, metadata or schema file of the checkpoint does not exist."""
-
-
-class UnsupportedCheckpoint(SourceError):
-    """The checkpoint uses a feature this reader does not handle (provider, codec, format)."""

@@ -11,15 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
+from epochstate.core.sparktypes import StructType
 from epochstate.daemon.sources.changes import StateChange
-from epochstate.daemon.sources.checkpoint import Checkpoint
+from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
+from epochstate.daemon.sources.checkpoint.operators import StateVariable
 from epochstate.daemon.sources.errors import UnsupportedCheckpoint
-from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader
-from epochstate.daemon.sources.operators import StateVariable
-from epochstate.daemon.sources.rocksdb_conf import check_rocksdb_conf, state_encoding
-from epochstate.daemon.sources.rocksdb_provider import RocksDBStoreReader
-from epochstate.daemon.sources.sparktypes import StructType
-from epochstate.daemon.sources.tws_reader import StateVariableReader
+from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
+from epochstate.daemon.sources.rocksdb.conf import check_rocksdb_conf, state_encoding
+from epochstate.daemon.sources.rocksdb.provider import RocksDBStoreReader
+from epochstate.daemon.sources.tws.reader import StateVariableReader
 
 
 class StoreReader(Protocol):

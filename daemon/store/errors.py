@@ -1,6 +1,6 @@
 """Errors of the store layer."""
 
-from epochstate.daemon.errors import EpochStateError
+from epochstate.core.errors import EpochStateError
 
 
 class StoreError(EpochStateError):

@@ -54,9 +54,9 @@ ZooKeeper (``<root>`` = ``zookeeperRoot``)::
                                             "retired": {"source_epoch", "subject_epoch"} (after pruning)}
 """
 
-from epochstate.daemon.alignment.layout import SubjectLayout
-from epochstate.daemon.alignment.records import SourceRecord, SubjectEpoch
-from epochstate.daemon.alignment.subjects import SubjectRegistry
+from epochstate.core.alignment.layout import SubjectLayout
+from epochstate.core.alignment.records import SourceRecord, SubjectEpoch
+from epochstate.core.alignment.subjects import SubjectRegistry
 from epochstate.spark_plugin.alignment.datasource import FORMAT, EpochStateKafka, register
 from epochstate.spark_plugin.alignment.errors import (
     AlignmentError,

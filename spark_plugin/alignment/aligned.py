@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 from kazoo.protocol.states import WatchedEvent
 
-from epochstate.daemon.alignment.boundaries import Boundaries
-from epochstate.daemon.alignment.records import SubjectEpoch
-from epochstate.daemon.alignment.subjects import SubjectRegistry
+from epochstate.core.alignment.boundaries import Boundaries
+from epochstate.core.alignment.records import SubjectEpoch
+from epochstate.core.alignment.subjects import SubjectRegistry
 from epochstate.spark_plugin.alignment.errors import AlignmentError
 from epochstate.spark_plugin.alignment.offsets import SubjectOffset
 from epochstate.spark_plugin.alignment.options import SourceOptions

@@ -13,8 +13,8 @@ import threading
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
-from epochstate.daemon.alignment.subjects import SubjectRegistry
-from epochstate.daemon.registry.client import new_client
+from epochstate.core.alignment.subjects import SubjectRegistry
+from epochstate.core.zookeeper.client import new_client
 from epochstate.spark_plugin.alignment.errors import RegistryUnavailable
 from epochstate.spark_plugin.alignment.options import RegistryOptions
 

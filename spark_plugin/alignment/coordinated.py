@@ -18,10 +18,10 @@ from dataclasses import replace
 
 from kazoo.protocol.states import WatchedEvent
 
-from epochstate.daemon.alignment.boundaries import Boundaries
-from epochstate.daemon.alignment.commands import Command, Report
-from epochstate.daemon.alignment.records import Mode, SourceRecord
-from epochstate.daemon.alignment.subjects import SubjectRegistry, wall_clock_ms
+from epochstate.core.alignment.boundaries import Boundaries
+from epochstate.core.alignment.commands import Command, Report
+from epochstate.core.alignment.records import Mode, SourceRecord
+from epochstate.core.alignment.subjects import SubjectRegistry, wall_clock_ms
 from epochstate.spark_plugin.alignment.aligned import RECHECK_SECONDS, AlignedPlanner
 from epochstate.spark_plugin.alignment.offsets import SubjectOffset
 from epochstate.spark_plugin.alignment.options import SourceOptions

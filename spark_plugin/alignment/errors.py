@@ -1,13 +1,13 @@
 """Errors of the aligned Kafka sink and source.
 
 The registry's and the coordinator's errors live with them in
-``epochstate.daemon.alignment.errors`` and are re-exported here: the sink and
+``epochstate.core.alignment.errors`` and are re-exported here: the sink and
 source raise them too, under the same root ``AlignmentError``.
 """
 
 from __future__ import annotations
 
-from epochstate.daemon.alignment.errors import (
+from epochstate.core.alignment.errors import (
     AlignmentError,
     CorruptSubjectRecord,
     EpochWrittenByAnotherQuery,

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochstate.daemon.alignment.ranges import OffsetRange
-from epochstate.daemon.alignment.records import SubjectEpoch
+from epochstate.core.alignment.ranges import OffsetRange
+from epochstate.core.alignment.records import SubjectEpoch
 from epochstate.spark_plugin.alignment.errors import CorruptSubjectRecord
 
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from epochstate.daemon.alignment.layout import DEFAULT_ROOT, SubjectLayout, check_job, check_topic
-from epochstate.daemon.alignment.records import MODES, Mode
+from epochstate.core.alignment.layout import DEFAULT_ROOT, SubjectLayout, check_job, check_topic
+from epochstate.core.alignment.records import MODES, Mode
 from epochstate.spark_plugin.alignment.errors import InvalidOption
 
 KAFKA_PREFIX = "kafka."

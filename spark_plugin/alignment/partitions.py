@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from epochstate.daemon.alignment.ranges import OffsetRange
+from epochstate.core.alignment.ranges import OffsetRange
 from epochstate.spark_plugin.kafka.reader import read_range
 from epochstate.spark_plugin.zip_imports import steady_zip_imports
 

@@ -9,8 +9,8 @@ a batch and never changes.
 
 from __future__ import annotations
 
-from epochstate.daemon.sources.checkpoint import Checkpoint
-from epochstate.daemon.sources.errors import SourceError
+from epochstate.core.checkpoint.errors import SourceError
+from epochstate.core.checkpoint.log import QueryLog
 from epochstate.spark_plugin.alignment.errors import CheckpointMismatch, InvalidOption
 from epochstate.spark_plugin.alignment.offsets import SubjectOffset
 
@@ -27,7 +27,7 @@ class PlannedOffsets:
 
     def __init__(self, checkpoint: str, subject: str) -> None:
         try:
-            self._checkpoint = Checkpoint(checkpoint)
+            self._checkpoint = QueryLog(checkpoint)
         except SourceError as error:
             raise InvalidOption(f"checkpointLocation {checkpoint!r}: {error}") from error
         self.subject = subject

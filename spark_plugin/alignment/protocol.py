@@ -1,6 +1,6 @@
 """The source's side of the alignment protocol: what its next batch reads, given the newest command.
 
-Where epochs start and when a position has passed one: ``epochstate.daemon.alignment.boundaries``
+Where epochs start and when a position has passed one: ``epochstate.core.alignment.boundaries``
 (shared with the coordinator). A source at position ``P`` aligns at epoch ``k``
 with one batch that reads, unaligned, from ``P`` up to the start of ``k`` (its
 end offset is aligned: "after epoch ``k - 1``"), followed by one batch per
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from epochstate.daemon.alignment.boundaries import Boundaries
-from epochstate.daemon.alignment.commands import Command, Report, State
+from epochstate.core.alignment.boundaries import Boundaries
+from epochstate.core.alignment.commands import Command, Report, State
 from epochstate.spark_plugin.alignment.offsets import SubjectOffset
 
 # How the next batch reads: unaligned up to the high watermarks, one subject epoch,

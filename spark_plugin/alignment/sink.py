@@ -20,12 +20,12 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from epochstate.daemon.alignment.ranges import OffsetRange
-from epochstate.daemon.alignment.records import SubjectEpoch
-from epochstate.daemon.alignment.retention import SubjectRetention
-from epochstate.daemon.alignment.subjects import SubjectRegistry, wall_clock_ms
-from epochstate.daemon.sources.checkpoint import Checkpoint
-from epochstate.daemon.sources.errors import SourceError
+from epochstate.core.alignment.ranges import OffsetRange
+from epochstate.core.alignment.records import SubjectEpoch
+from epochstate.core.alignment.retention import SubjectRetention
+from epochstate.core.alignment.subjects import SubjectRegistry, wall_clock_ms
+from epochstate.core.checkpoint.errors import SourceError
+from epochstate.core.checkpoint.log import QueryLog
 from epochstate.spark_plugin.alignment.connections import shared_registry
 from epochstate.spark_plugin.alignment.errors import AlignmentError, InvalidOption, TooFewPartitions
 from epochstate.spark_plugin.alignment.options import SinkOptions
@@ -186,7 +186,7 @@ class SubjectStreamWriter(DataSourceStreamWriter):
         if self.options.checkpoint is None:
             return None
         try:
-            return Checkpoint(self.options.checkpoint).query_id()
+            return QueryLog(self.options.checkpoint).query_id()
         except SourceError:
             return None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from epochstate.daemon.alignment.subjects import SubjectRegistry
+from epochstate.core.alignment.subjects import SubjectRegistry
 from epochstate.spark_plugin.alignment.offsets import SubjectOffset, limited
 from epochstate.spark_plugin.alignment.options import EARLIEST, LATEST, SourceOptions
 from epochstate.spark_plugin.alignment.partitions import SubjectPartition

@@ -4,7 +4,7 @@ Built on confluent-kafka. Every function takes a librdkafka client config (at
 least ``bootstrap.servers``) and adds the settings its guarantees rest on.
 """
 
-from epochstate.daemon.alignment.ranges import OffsetRange
+from epochstate.core.alignment.ranges import OffsetRange
 from epochstate.spark_plugin.kafka.admin import TopicAdmin
 from epochstate.spark_plugin.kafka.errors import (
     BrokerTimeout,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import confluent_kafka
 
-from epochstate.daemon.errors import EpochStateError
+from epochstate.core.errors import EpochStateError
 
 
 class KafkaError(EpochStateError):

@@ -10,7 +10,7 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka import Producer
 
-from epochstate.daemon.alignment.ranges import OffsetRange
+from epochstate.core.alignment.ranges import OffsetRange
 from epochstate.spark_plugin.kafka.config import ClientConfig, merged
 from epochstate.spark_plugin.kafka.errors import DeliveryFailed, InterleavedWrite
 

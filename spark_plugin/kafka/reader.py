@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import confluent_kafka
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
 
-from epochstate.daemon.alignment.ranges import OffsetRange
+from epochstate.core.alignment.ranges import OffsetRange
 from epochstate.spark_plugin.kafka.config import ClientConfig, consumer_settings
 from epochstate.spark_plugin.kafka.errors import (
     BrokerTimeout,

@@ -22,7 +22,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from epochstate.daemon.embedded.zookeeper import EmbeddedZooKeeper
+from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from epochstate.spark_plugin.alignment import (
     EpochStateKafka,
     SourceRecord,

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from epochstate.daemon.sources.checkpoint import Checkpoint
-from epochstate.spark_plugin.session import local_session
+from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
+from epochstate.devtools.spark_session import local_session
 
 FORMAT = "epochstate-kafka"
 TRIGGER = "200 milliseconds"

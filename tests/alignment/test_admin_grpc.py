@@ -23,10 +23,10 @@ from kazoo.client import KazooClient
 from typer.testing import CliRunner
 
 import epochstate
+from epochstate.cli.app import app
 from epochstate.client import EpochStateClient
-from epochstate.client.cli import app
 from epochstate.client.errors import CommandRefused, EpochStateClientError
-from epochstate.daemon.embedded.zookeeper import EmbeddedZooKeeper
+from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from epochstate.spark_plugin.alignment import register
 from epochstate.v1 import epochstate_pb2 as pb
 from tests.alignment.conftest import DownstreamJob, UpstreamJob, fresh_topic

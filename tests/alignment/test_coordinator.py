@@ -17,9 +17,9 @@ import pytest
 from kazoo.client import KazooClient
 from typer.testing import CliRunner
 
-from epochstate.client.cli import app
-from epochstate.daemon.alignment.commands import Report, State
-from epochstate.daemon.alignment.coordinator import AlignmentCoordinator
+from epochstate.cli.app import app
+from epochstate.core.alignment.commands import Report, State
+from epochstate.core.alignment.coordinator import AlignmentCoordinator
 from epochstate.spark_plugin.alignment import (
     InvalidTransition,
     NotAnswered,

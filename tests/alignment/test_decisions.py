@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from epochstate.daemon.alignment.boundaries import Boundaries
-from epochstate.daemon.alignment.commands import Command
+from epochstate.core.alignment.boundaries import Boundaries
+from epochstate.core.alignment.commands import Command
 from epochstate.spark_plugin.alignment import SubjectEpoch, SubjectOffset
 from epochstate.spark_plugin.alignment.protocol import decide
 from epochstate.spark_plugin.kafka import OffsetRange

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from epochstate.daemon.sources.checkpoint import Checkpoint
+from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.spark_plugin.alignment import SubjectOffset, SubjectRegistry, register
 from epochstate.spark_plugin.alignment.connections import close_shared_clients
 from epochstate.spark_plugin.alignment.planned import PlannedOffsets

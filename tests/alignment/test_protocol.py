@@ -29,9 +29,9 @@ from kazoo.client import KazooClient
 from kazoo.recipe.watchers import DataWatch
 from typer.testing import CliRunner
 
-from epochstate.client.cli import app
-from epochstate.daemon.alignment.commands import Command, Report
-from epochstate.daemon.alignment.coordinator import AlignmentCoordinator
+from epochstate.cli.app import app
+from epochstate.core.alignment.commands import Command, Report
+from epochstate.core.alignment.coordinator import AlignmentCoordinator
 from epochstate.spark_plugin.alignment import (
     SourceRecord,
     SubjectEpoch,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from epochstate.daemon.alignment.commands import Command, Report
+from epochstate.core.alignment.commands import Command, Report
 from epochstate.spark_plugin.alignment import (
     CorruptSubjectRecord,
     InvalidOption,

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from epochstate.daemon.alignment.boundaries import Boundaries
-from epochstate.daemon.alignment.commands import Command, Report
-from epochstate.daemon.alignment.coordinator import AlignmentCoordinator
-from epochstate.daemon.alignment.retention import SubjectRetention
-from epochstate.daemon.registry.layout import Layout
-from epochstate.daemon.registry.records import ReplicaState
-from epochstate.daemon.registry.subject_records import SubjectSourceRecord
+from epochstate.core.alignment.boundaries import Boundaries
+from epochstate.core.alignment.commands import Command, Report
+from epochstate.core.alignment.coordinator import AlignmentCoordinator
+from epochstate.core.alignment.retention import SubjectRetention
+from epochstate.core.zookeeper.layout import Layout
+from epochstate.core.zookeeper.records import ReplicaState
+from epochstate.core.zookeeper.subject_records import SubjectSourceRecord
 from epochstate.spark_plugin.alignment import SubjectEpoch, SubjectRegistry, register
 from epochstate.spark_plugin.alignment.errors import InvalidOption, InvalidTransition
 from epochstate.spark_plugin.alignment.offsets import SubjectOffset

@@ -9,7 +9,7 @@ import pytest
 from kazoo.client import KazooClient
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
-from epochstate.daemon.sources.checkpoint import Checkpoint
+from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.spark_plugin.alignment import (
     EpochWrittenByAnotherQuery,
     InvalidOption,

@@ -8,7 +8,7 @@ import threading
 import pytest
 from kazoo.client import KazooClient
 
-from epochstate.daemon.alignment.commands import Command
+from epochstate.core.alignment.commands import Command
 from epochstate.spark_plugin.alignment import EpochWrittenByAnotherQuery, SubjectEpoch, SubjectRegistry
 from epochstate.spark_plugin.kafka import OffsetRange
 

@@ -32,8 +32,8 @@ from epochstate.client import (
     NoSuchEpoch,
     NoZooKeeper,
 )
-from epochstate.daemon.alignment.retention import SubjectRetention
-from epochstate.daemon.embedded.zookeeper import EmbeddedZooKeeper
+from epochstate.core.alignment.retention import SubjectRetention
+from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from epochstate.spark_plugin.alignment import SubjectRegistry, register
 from epochstate.spark_plugin.alignment.connections import close_shared_clients
 from epochstate.spark_plugin.lookup import AlignedLookup
@@ -328,7 +328,7 @@ def test_aligned_reads_wait_and_fail_clearly(
 def test_cli_reads_at_the_aligned_epoch(chain: Chain) -> None:
     result = subprocess.run(
         [
-            *(sys.executable, "-m", "epochstate.client.cli", "get", "orders", "alice"),
+            *(sys.executable, "-m", "epochstate.cli.app", "get", "orders", "alice"),
             *("--aligned-with", f"enrich:3@{chain.topic}", "--json", "--target", chain.daemon.target),
         ],
         capture_output=True,

@@ -13,7 +13,7 @@ def test_demo_runs_and_pinned_answers_hold(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "epochstate.client.cli",
+            "epochstate.cli.app",
             "demo",
             "--duration",
             "4",

@@ -17,7 +17,7 @@ def test_demo_chain_runs_and_aligned_lookups_explain_every_batch(tmp_path: Path)
         [
             sys.executable,
             "-m",
-            "epochstate.client.cli",
+            "epochstate.cli.app",
             "demo-chain",
             "--duration",
             "3",

@@ -169,7 +169,7 @@ def test_cli_prints_answers_and_exit_codes(retained: Any) -> None:
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "epochstate.client.cli", *args, "--target", daemon.target],
+            [sys.executable, "-m", "epochstate.cli.app", *args, "--target", daemon.target],
             capture_output=True,
             text=True,
             timeout=60,

@@ -142,14 +142,14 @@ def test_restart_with_changed_schema_serves_each_epoch_with_its_own(
 
 def _assert_cli_describes(daemon: DaemonProcess, newest_key: Any) -> None:
     """``epochstate describe`` shows both schema versions with the epoch each starts at."""
-    from epochstate.daemon.sources.sparktypes import type_to_simple_string
+    from epochstate.core.sparktypes import type_to_simple_string
 
     def cli(*args: str) -> str:
         done = subprocess.run(
             [
                 sys.executable,
                 "-m",
-                "epochstate.client.cli",
+                "epochstate.cli.app",
                 "describe",
                 "evolve",
                 "--target",

@@ -103,7 +103,7 @@ def test_config_file_env_and_options(tmp_path: Path) -> None:
         raise AssertionError("a negative retention must be refused")
 
     result = subprocess.run(
-        [sys.executable, "-m", "epochstate.client.cli", "daemon", "--config", str(bad)],
+        [sys.executable, "-m", "epochstate.cli.app", "daemon", "--config", str(bad)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -113,7 +113,7 @@ def test_config_file_env_and_options(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "epochstate.client.cli",
+            "epochstate.cli.app",
             "daemon",
             "--job",
             "x=/does/not/exist",

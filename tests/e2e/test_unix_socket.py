@@ -91,7 +91,7 @@ def _daemon(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         [
             sys.executable,
             "-m",
-            "epochstate.client.cli",
+            "epochstate.cli.app",
             "daemon",
             "--data-dir",
             str(tmp_path / "other"),

@@ -9,7 +9,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from epochstate.daemon.embedded.zookeeper import EmbeddedZooKeeper
+from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.streams import FileStream

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from epochstate.daemon.embedded.classpath import CLASSPATH_ENV, zookeeper_classpath
-from epochstate.daemon.embedded.errors import JavaNotFound, ZooKeeperStartFailed
-from epochstate.daemon.embedded.zookeeper import EmbeddedZooKeeper, four_letter_word
+from epochstate.devtools.classpath import CLASSPATH_ENV, zookeeper_classpath
+from epochstate.devtools.errors import JavaNotFound, ZooKeeperStartFailed
+from epochstate.devtools.zookeeper import EmbeddedZooKeeper, four_letter_word
 from tests.fixtures.zookeeper import new_test_client
 
 
@@ -82,7 +82,7 @@ def test_run_forever_serves_until_terminated(tmp_path: Path) -> None:
         port = probe.getsockname()[1]
     code = (
         "import sys\n"
-        "from epochstate.daemon.embedded.zookeeper import run_forever\n"
+        "from epochstate.devtools.zookeeper import run_forever\n"
         f"sys.exit(run_forever({port}, {str(tmp_path / 'zk')!r}))\n"
     )
     process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

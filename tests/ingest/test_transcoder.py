@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
+from epochstate.core.sparktypes import AtomicType, DecimalType, SparkType, StructField, StructType
+from epochstate.daemon.codec import keycodec
+from epochstate.daemon.codec.records import RecordEncoder
 from epochstate.daemon.ingest.transcoder import Transcoder
-from epochstate.daemon.records import RecordEncoder
 from epochstate.daemon.sources.changes import RowFraming
 from epochstate.daemon.sources.errors import CorruptRow
-from epochstate.daemon.sources.rocksdb_rows import StateRowDecoder
-from epochstate.daemon.sources.sparktypes import AtomicType, DecimalType, SparkType, StructField, StructType
-from epochstate.daemon.sources.unsaferow import RowDecoder
-from epochstate.daemon.store import keycodec
+from epochstate.daemon.sources.rocksdb.rows import StateRowDecoder
+from epochstate.daemon.sources.rows.unsaferow import RowDecoder
 from tests.sources.test_unsaferow import Slot, fixed, row, var
 
 _FIXED = {"boolean": "?", "byte": "b", "short": "h", "integer": "i", "date": "i", "float": "f"}

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from epochstate.daemon.registry.errors import InvalidName
-from epochstate.daemon.registry.layout import MAX_EPOCH, Layout, epoch_name, parse_epoch_name
+from epochstate.core.zookeeper.errors import InvalidName
+from epochstate.core.zookeeper.layout import MAX_EPOCH, Layout, epoch_name, parse_epoch_name
 
 
 def test_paths_under_default_root() -> None:

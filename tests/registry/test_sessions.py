@@ -11,8 +11,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.protocol.connection import _SESSION_EXPIRED
 
-from epochstate.daemon.embedded.zookeeper import EmbeddedZooKeeper
 from epochstate.daemon.registry import Registry, RegistryUnavailable
+from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from tests.fixtures.zookeeper import SESSION_TIMEOUT, eventually, expire_session, new_test_client
 from tests.registry.conftest import OPERATORS
 

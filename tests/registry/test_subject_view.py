@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
+from epochstate.core.zookeeper.subject_records import SubjectEpochRecord, SubjectSourceRecord
 from epochstate.daemon.ingest.catalog import JobEntry
 from epochstate.daemon.registry import Layout, RegistryUnavailable
-from epochstate.daemon.registry.subject_records import SubjectEpochRecord, SubjectSourceRecord
 from epochstate.daemon.registry.subject_view import SubjectView
 from epochstate.daemon.server.aligned import SubjectAlignment
 from epochstate.daemon.server.epochs import EpochRetired, EpochWaitTimedOut, NoSuchEpoch

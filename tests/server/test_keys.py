@@ -5,9 +5,9 @@ from typing import Any
 
 import pytest
 
+from epochstate.core.sparktypes import parse_struct
+from epochstate.daemon.codec import keycodec
 from epochstate.daemon.server.values import BadKey, KeyEncoder, key_from_proto
-from epochstate.daemon.sources.sparktypes import parse_struct
-from epochstate.daemon.store import keycodec
 from epochstate.v1 import epochstate_pb2 as pb
 
 

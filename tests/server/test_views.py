@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
+from epochstate.daemon.codec import keycodec
 from epochstate.daemon.server.views import ReadViews
-from epochstate.daemon.store import keycodec
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.versioned import VersionedStore
 

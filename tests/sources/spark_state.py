@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from epochstate.daemon.sources.changes import StateChange
-from epochstate.daemon.sources.checkpoint import Checkpoint
+from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.readers import StoreReader
 from tests.sources.sparkvalues import freeze, from_spark
 

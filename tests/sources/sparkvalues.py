@@ -7,7 +7,7 @@ import datetime
 import decimal
 from typing import Any
 
-from epochstate.daemon.sources.sparktypes import (
+from epochstate.core.sparktypes import (
     ArrayType,
     AtomicType,
     MapType,

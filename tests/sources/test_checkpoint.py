@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from epochstate.daemon.sources.checkpoint import HDFS_PROVIDER_CLASS, Checkpoint
-from epochstate.daemon.sources.epochlog import SourceRange, parse_epoch_log
+from epochstate.core.checkpoint.epochlog import SourceRange, parse_epoch_log
+from epochstate.core.sparktypes import AtomicType
+from epochstate.daemon.sources.checkpoint.checkpoint import HDFS_PROVIDER_CLASS, Checkpoint
+from epochstate.daemon.sources.checkpoint.operators import OperatorInfo, StoreInfo
+from epochstate.daemon.sources.checkpoint.schemafile import decode_modified_utf8, parse_schema_file
 from epochstate.daemon.sources.errors import (
     CorruptCheckpointFile,
     MissingCheckpointFile,
     UnsupportedCheckpoint,
 )
-from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader
-from epochstate.daemon.sources.operators import OperatorInfo, StoreInfo
-from epochstate.daemon.sources.schemafile import decode_modified_utf8, parse_schema_file
-from epochstate.daemon.sources.sparktypes import AtomicType
+from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
 
 JOIN_STORES = (
     "left-keyToNumValues",

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from epochstate.daemon.sources.checkpoint import Checkpoint
-from epochstate.daemon.sources.errors import MissingStateFile
-from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader
-from epochstate.daemon.sources.sparktypes import (
+from epochstate.core.sparktypes import (
     ArrayType,
     AtomicType,
     DecimalType,
     MapType,
     StructType,
 )
+from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
+from epochstate.daemon.sources.errors import MissingStateFile
+from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
 from tests.sources.spark_state import Entry, assert_matches_oracle, frozen, spark_state
 
 pytestmark = pytest.mark.spark

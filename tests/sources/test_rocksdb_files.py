@@ -12,23 +12,23 @@ import lz4.block
 import pytest
 import xxhash
 
-from epochstate.daemon.sources.checkpoint import Checkpoint
+from epochstate.core.sparktypes import AtomicType, StructField, StructType
+from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import (
     CorruptRow,
     CorruptStateFile,
     MissingStateFile,
     UnsupportedCheckpoint,
 )
-from epochstate.daemon.sources.lz4stream import read_lz4_block_stream
-from epochstate.daemon.sources.rocksdb_changelog import LineageItem, iter_changelog
-from epochstate.daemon.sources.rocksdb_provider import RocksDBStoreReader
-from epochstate.daemon.sources.rocksdb_rows import StateRowDecoder
-from epochstate.daemon.sources.rocksdb_snapshot import (
+from epochstate.daemon.sources.rocksdb.changelog import LineageItem, iter_changelog
+from epochstate.daemon.sources.rocksdb.provider import RocksDBStoreReader
+from epochstate.daemon.sources.rocksdb.rows import StateRowDecoder
+from epochstate.daemon.sources.rocksdb.snapshot import (
     SnapshotFile,
     SnapshotReader,
     parse_snapshot_metadata,
 )
-from epochstate.daemon.sources.sparktypes import AtomicType, StructField, StructType
+from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream
 
 # Changelog framings.
 

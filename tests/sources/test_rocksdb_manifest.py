@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from epochstate.daemon.sources.errors import CorruptStateFile
-from epochstate.daemon.sources.rocksdb_manifest import (
+from epochstate.daemon.sources.rocksdb.manifest import (
     ManifestFormatError,
     parse_manifest,
     read_snapshot_manifest,
 )
-from epochstate.daemon.sources.rocksdb_snapshot import SnapshotReader
+from epochstate.daemon.sources.rocksdb.snapshot import SnapshotReader
 
 pytestmark = pytest.mark.spark
 

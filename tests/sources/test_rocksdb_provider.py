@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from epochstate.daemon.sources.checkpoint import Checkpoint
+from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile, UnsupportedCheckpoint
-from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader
+from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
 from epochstate.daemon.sources.readers import open_store_reader
-from epochstate.daemon.sources.rocksdb_provider import RocksDBStoreReader
+from epochstate.daemon.sources.rocksdb.provider import RocksDBStoreReader
 from tests.sources.spark_state import Entry, assert_matches_oracle, frozen, spark_state
 from tests.sources.sparkvalues import freeze
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from epochstate.daemon.sources.rocksdb_snapshot import SnapshotReader
-from epochstate.daemon.sources.rocksdb_snapshot_diff import newest_writes_changes
-from epochstate.daemon.sources.rocksdb_sst import SstFormatError, sst_writes_after
+from epochstate.daemon.sources.rocksdb.snapshot import SnapshotReader
+from epochstate.daemon.sources.rocksdb.snapshot_diff import newest_writes_changes
+from epochstate.daemon.sources.rocksdb.sst import SstFormatError, sst_writes_after
 
 pytestmark = pytest.mark.spark
 

@@ -10,11 +10,11 @@ import lz4.block
 import pytest
 import xxhash
 
-from epochstate.daemon.sources.checkpoint import Checkpoint
+from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import CorruptStateFile
-from epochstate.daemon.sources.hdfs_provider import HdfsStoreReader
-from epochstate.daemon.sources.lz4stream import read_lz4_block_stream
-from epochstate.daemon.sources.statefile import iter_records
+from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
+from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream
+from epochstate.daemon.sources.rows.statefile import iter_records
 
 END = b"LZ4Block" + bytes([0x15]) + bytes(12)
 

@@ -10,22 +10,22 @@ from decimal import Decimal
 
 import pytest
 
-from epochstate.daemon.sources.avro_rows import AvroStateDecoder
-from epochstate.daemon.sources.errors import (
-    CorruptCheckpointFile,
-    CorruptRow,
-    UnsupportedCheckpoint,
-)
-from epochstate.daemon.sources.rocksdb_changelog import MERGE, PUT, ChangelogRecord, iter_changelog_ops
-from epochstate.daemon.sources.rocksdb_store_dir import apply_record
-from epochstate.daemon.sources.schemafile import (
+from epochstate.core.sparktypes import MapValue, parse_struct, type_to_json
+from epochstate.daemon.sources.checkpoint.schemafile import (
     NO_PREFIX,
     PREFIX_SCAN,
     ColumnFamilySchema,
     parse_column_family_schemas,
 )
-from epochstate.daemon.sources.sparktypes import MapValue, parse_struct, type_to_json
-from epochstate.daemon.sources.tws_reader import split_list
+from epochstate.daemon.sources.errors import (
+    CorruptCheckpointFile,
+    CorruptRow,
+    UnsupportedCheckpoint,
+)
+from epochstate.daemon.sources.rocksdb.changelog import MERGE, PUT, ChangelogRecord, iter_changelog_ops
+from epochstate.daemon.sources.rocksdb.store_dir import apply_record
+from epochstate.daemon.sources.rows.avro import AvroStateDecoder
+from epochstate.daemon.sources.tws.reader import split_list
 
 GROUPING = parse_struct({"type": "struct", "fields": [{"name": "user", "type": "string", "nullable": True}]})
 MAP_KEY = parse_struct(

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from epochstate.core.sparktypes import MapValue, StructType, parse_struct
 from epochstate.daemon.sources.errors import CorruptRow, CorruptStateFile
-from epochstate.daemon.sources.sparktypes import MapValue, StructType, parse_struct
-from epochstate.daemon.sources.unsaferow import RowDecoder
+from epochstate.daemon.sources.rows.unsaferow import RowDecoder
 
 Slot = bytes | tuple[str, bytes] | None  # fixed 8 bytes, ("var", payload), or null
 

@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from epochstate.daemon.sources.sparktypes import MapValue
-from epochstate.daemon.store import keycodec
+from epochstate.core.sparktypes import MapValue
+from epochstate.daemon.codec import keycodec
 
 SAMPLES: list[object] = [
     None,

@@ -42,7 +42,7 @@ def test_daemon_refuses_it_with_exit_code_1(tmp_path: Path) -> None:
     _layout_one_store(tmp_path / "data" / "store")
     started = subprocess.run(
         [
-            *(sys.executable, "-m", "epochstate.client.cli", "daemon"),
+            *(sys.executable, "-m", "epochstate.cli.app", "daemon"),
             *("--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0", "--listen-unix", ""),
         ],
         capture_output=True,

@@ -3,7 +3,7 @@ retired and dropped with the job."""
 
 from pathlib import Path
 
-from epochstate.daemon.store import keycodec
+from epochstate.daemon.codec import keycodec
 from epochstate.daemon.store.descriptors import EpochRecord, SchemaVersion
 from epochstate.daemon.store.versioned import VersionedStore
 

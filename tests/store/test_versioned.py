@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from epochstate.daemon.store import keycodec, layout
+from epochstate.daemon.codec import keycodec
+from epochstate.daemon.store import layout
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.placement import StoreChanges
 from epochstate.daemon.store.versioned import StoreOptions, VersionedStore

@@ -1,0 +1,1 @@
+"""The ``epochstate`` command line: reads, alignment control, the daemon and the demos."""

@@ -1,0 +1,200 @@
+"""``epochstate align``: move sources of Kafka subjects between unaligned and aligned.
+
+Talks to ZooKeeper directly (the coordinator is a recipe on the source znodes,
+``epochstate.core.alignment.coordinator``), or with ``--target`` to a daemon's
+``AlignmentAdmin`` service, which runs the same recipe: the same output either
+way. Exit codes as the rest of the CLI: 0 success; 2 bad usage; 3 unknown subject
+or source; 4 a command the source's state does not allow (or a bad name); 5 the
+source did not answer within ``--wait``; 6 ZooKeeper (or the daemon) unavailable.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from epochstate.cli.align_control import AlignControl, AlignFailure, CommandKind
+
+align_app = typer.Typer(
+    name="align",
+    help="Align sources of Kafka subjects with the subject's epochs: catch-up, align, abort, status.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+T = TypeVar("T")
+
+ZooKeeperOpt = Annotated[
+    str,
+    typer.Option(
+        "--zookeeper",
+        "-z",
+        envvar="EPOCHSTATE_ZOOKEEPER",
+        help="ZooKeeper connect string: host:port,... and an optional /chroot",
+    ),
+]
+TargetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        "-t",
+        help="go through this daemon (host:port or unix:///path) instead of ZooKeeper",
+    ),
+]
+RootOpt = Annotated[str, typer.Option("--root", help="the epochstate root znode")]
+WaitOpt = Annotated[
+    float, typer.Option("--wait", help="seconds to wait until the source did it (0: do not wait)")
+]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="seconds to wait for ZooKeeper or the daemon")]
+Topic = Annotated[str, typer.Argument(help="the subject (Kafka topic)")]
+Job = Annotated[str, typer.Argument(help="the reading job (the source's option job)")]
+
+
+def _control(target: str | None, zookeeper: str, root: str, timeout: float) -> AlignControl:
+    if target:
+        from epochstate.cli.align_daemon import DaemonControl
+
+        return DaemonControl(target, timeout)
+    from epochstate.cli.align_zookeeper import ZooKeeperControl
+
+    return ZooKeeperControl(zookeeper, root, timeout)
+
+
+def _run(action: Callable[[], T]) -> T:
+    try:
+        return action()
+    except AlignFailure as failure:
+        err.print(f"[red]error:[/red] {failure}", highlight=False, markup=True)
+        raise typer.Exit(failure.code) from None
+
+
+def _show(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+@align_app.command()
+def status(
+    topic: Topic,
+    zookeeper: ZooKeeperOpt = "127.0.0.1:2181",
+    root: RootOpt = "/epochstate",
+    timeout: TimeoutOpt = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    target: TargetOpt = None,
+) -> None:
+    """Show each source of a subject: mode, state, newest command, last subject epoch, position."""
+    control = _control(target, zookeeper, root, timeout)
+    rows = _run(lambda: control.status(topic))
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    table = Table("job", "mode", "state", "command", "subject epoch", "batch", "position", "refused")
+    for r in rows:
+        command = _show(r["command"]) + ("" if r["answered"] else " (not seen yet)")
+        position = ", ".join(f"{p}:{o}" for p, o in r["position"].items()) or "-"
+        table.add_row(
+            r["job"],
+            r["mode"],
+            r["state"],
+            command,
+            _show(r["subject_epoch"]),
+            _show(r["batch"]),
+            position,
+            _show(r["refused"]),
+        )
+    out.print(table)
+
+
+def _send(
+    control: AlignControl, kind: CommandKind, topic: str, job: str, epoch: int | None, wait: float
+) -> None:
+    outcome = _run(lambda: control.command(kind, topic, job, epoch, wait))
+    out.print(
+        f"sent {outcome.command} (command {outcome.command_id}) to source {job!r} of {topic!r}",
+        highlight=False,
+    )
+    if outcome.waited:
+        out.print(f"source {job!r} is {outcome.state} after batch {_show(outcome.batch)}", highlight=False)
+
+
+@align_app.command("catch-up")
+def catch_up(
+    topic: Topic,
+    job: Job,
+    zookeeper: ZooKeeperOpt = "127.0.0.1:2181",
+    root: RootOpt = "/epochstate",
+    timeout: TimeoutOpt = 10.0,
+    wait: WaitOpt = 0.0,
+    target: TargetOpt = None,
+) -> None:
+    """CatchUp: the source reports ready once it has passed the subject's second-to-last epoch."""
+    _send(_control(target, zookeeper, root, timeout), "catch-up", topic, job, None, wait)
+
+
+@align_app.command()
+def align(
+    topic: Topic,
+    job: Job,
+    epoch: Annotated[
+        int | None, typer.Option("--epoch", "-e", min=0, help="subject epoch k (default: the first safe one)")
+    ] = None,
+    zookeeper: ZooKeeperOpt = "127.0.0.1:2181",
+    root: RootOpt = "/epochstate",
+    timeout: TimeoutOpt = 10.0,
+    wait: WaitOpt = 0.0,
+    target: TargetOpt = None,
+) -> None:
+    """Align(k): a ready source reads up to the start of subject epoch k, then one batch per epoch."""
+    _send(_control(target, zookeeper, root, timeout), "align", topic, job, epoch, wait)
+
+
+@align_app.command()
+def abort(
+    topic: Topic,
+    job: Job,
+    zookeeper: ZooKeeperOpt = "127.0.0.1:2181",
+    root: RootOpt = "/epochstate",
+    timeout: TimeoutOpt = 10.0,
+    wait: WaitOpt = 0.0,
+    target: TargetOpt = None,
+) -> None:
+    """Abort: the source reads unaligned again, from where its newest batch ended."""
+    _send(_control(target, zookeeper, root, timeout), "abort", topic, job, None, wait)
+
+
+@align_app.command()
+def prune(
+    topic: Topic,
+    keep: Annotated[int, typer.Option("--keep", min=2, help="the newest subject epochs always kept")] = 100,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="only show what would be kept and why")] = False,
+    zookeeper: ZooKeeperOpt = "127.0.0.1:2181",
+    root: RootOpt = "/epochstate",
+    timeout: TimeoutOpt = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of text")] = False,
+    target: TargetOpt = None,
+) -> None:
+    """Apply the subject's retention: delete epochs (and mapping entries) no source or daemon needs.
+
+    The aligned sink does this itself as it writes (option subjectRetention).
+    """
+    control = _control(target, zookeeper, root, timeout)
+    pruned = _run(lambda: control.prune(topic, keep, dry_run))
+    if as_json:
+        holds = [{"epoch": epoch, "reason": reason} for epoch, reason in pruned.holds]
+        answer = {"horizon": pruned.horizon, "holds": holds, "deleted": list(pruned.deleted)}
+        out.print_json(json.dumps(answer | {"mapping_entries": pruned.mapping_entries}))
+        return
+    out.print(f"subject {topic!r} keeps epochs from {pruned.horizon}: {pruned.binding}", highlight=False)
+    for epoch, reason in pruned.holds:
+        out.print(f"  from {epoch}: {reason}", highlight=False)
+    if not dry_run:
+        span = f"{pruned.deleted[0]}..{pruned.deleted[-1]}" if pruned.deleted else "none"
+        out.print(
+            f"deleted epochs {span}, {sum(pruned.mapping_entries.values())} mapping entries", highlight=False
+        )

@@ -1,0 +1,39 @@
+"""What every command prints through: the two consoles, exit codes, failures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import grpc
+import typer
+from rich.console import Console
+
+from epochstate.client.errors import EpochStateClientError
+
+out = Console()
+err = Console(stderr=True)
+
+EXIT_BY_CODE = {
+    grpc.StatusCode.NOT_FOUND: 3,
+    grpc.StatusCode.INVALID_ARGUMENT: 4,
+    grpc.StatusCode.FAILED_PRECONDITION: 5,
+    grpc.StatusCode.OUT_OF_RANGE: 5,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 5,
+    grpc.StatusCode.DATA_LOSS: 5,
+    grpc.StatusCode.UNAVAILABLE: 6,
+}
+
+T = TypeVar("T")
+
+
+def fail(message: str, code: int) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    return typer.Exit(code)
+
+
+def run_client(action: Callable[[], T]) -> T:
+    try:
+        return action()
+    except EpochStateClientError as error:
+        raise fail(str(error), EXIT_BY_CODE.get(error.code, 1)) from None

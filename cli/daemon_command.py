@@ -1,0 +1,71 @@
+"""``epochstate daemon``: the one command that imports the daemon."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from epochstate.cli.console import fail
+
+
+def daemon(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON config file")] = None,
+    listen: Annotated[str | None, typer.Option(help="gRPC listen address host:port")] = None,
+    listen_unix: Annotated[
+        str | None,
+        typer.Option(help="gRPC Unix socket, relative to --data-dir ('': none; default epochstate.sock)"),
+    ] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="directory for the store")] = None,
+    zookeeper: Annotated[str | None, typer.Option(help="ZooKeeper connect string")] = None,
+    node: Annotated[str | None, typer.Option(help="node name in ZooKeeper")] = None,
+    job: Annotated[list[str] | None, typer.Option(help="NAME=CHECKPOINT to follow (repeatable)")] = None,
+    address_file: Annotated[
+        Path | None, typer.Option(help="write host:port (and unix:///path) here, one a line, once serving")
+    ] = None,
+    poll_interval: Annotated[float | None, typer.Option(help="seconds between checkpoint looks")] = None,
+    retention_epochs: Annotated[int | None, typer.Option(help="how many epochs to keep")] = None,
+    log_level: Annotated[str, typer.Option(envvar="EPOCHSTATE_LOG_LEVEL")] = "INFO",
+) -> None:
+    """Run the daemon (settings: defaults < --config file < EPOCHSTATE_* env < options)."""
+    from epochstate.daemon.config import ConfigError, JobConfig, load_settings
+    from epochstate.daemon.runtime import DaemonStartFailed, run
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    jobs_given = None
+    if job:
+        jobs_given = []
+        for spec in job:
+            name, sep, checkpoint = spec.partition("=")
+            if not sep or not name or not checkpoint:
+                raise fail(f"--job takes NAME=CHECKPOINT, got {spec!r}", 2)
+            jobs_given.append(JobConfig(name=name, checkpoint=checkpoint))
+    try:
+        settings = load_settings(
+            config,
+            listen=listen,
+            listen_unix=listen_unix,
+            data_dir=data_dir,
+            zookeeper=zookeeper,
+            node=node,
+            jobs=jobs_given,
+            poll_interval=poll_interval,
+            retention_epochs=retention_epochs,
+        )
+    except ConfigError as error:
+        raise fail(str(error), 2) from None
+
+    def announce(targets: Sequence[str]) -> None:
+        if address_file is not None:
+            tmp = address_file.with_suffix(".tmp")
+            tmp.write_text("".join(t + "\n" for t in targets))
+            os.replace(tmp, address_file)
+
+    try:
+        run(settings, on_serving=announce)
+    except DaemonStartFailed as error:
+        raise fail(str(error), 1) from None

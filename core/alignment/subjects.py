@@ -1,0 +1,266 @@
+"""The subject registry in ZooKeeper: subject epochs written once, sources and their mapping.
+
+Every call waits at most ``timeout`` seconds per ZooKeeper request, repeats
+requests that failed on a lost connection, and raises :class:`RegistryUnavailable`
+when ZooKeeper still does not answer. Writes are idempotent: repeating one after
+a timeout (whose request may have run anyway) ends in the same state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import WatchedEvent
+from kazoo.retry import ForceRetryError, KazooRetry
+
+from epochstate.core.alignment.errors import (
+    EpochWrittenByAnotherQuery,
+    RegistryUnavailable,
+    SourceNotFound,
+)
+from epochstate.core.alignment.layout import DEFAULT_ROOT, SubjectLayout, parse_epoch_name
+from epochstate.core.alignment.records import Mode, SourceRecord, SubjectEpoch
+from epochstate.core.zookeeper.layout import Layout
+from epochstate.core.zookeeper.records import decode
+from epochstate.core.zookeeper.session import CONNECTION_ERRORS, wait
+
+T = TypeVar("T")
+Watch = Callable[[WatchedEvent], None]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class SubjectRegistry:
+    """Subjects under ``root`` as one client sees them; safe to share between threads."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        root: str = DEFAULT_ROOT,
+        *,
+        timeout: float = 5.0,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.client = client
+        self.layout = SubjectLayout(root)
+        self.timeout = timeout
+        self._clock = clock
+        self._retry = KazooRetry(max_tries=4, delay=0.1, backoff=2, max_delay=1.0)
+        self._ensured: set[str] = set()
+        self._lock = threading.Lock()
+
+    # Epochs.
+
+    def register_epoch(self, epoch: SubjectEpoch) -> bool:
+        """Create the znode of ``epoch``; False if it existed already with other ranges.
+
+        A subject epoch is written once: when the znode exists (the writing query
+        re-executed the batch after a failure, and its new rows lie outside the
+        registered ranges), it is left as it is and False is returned. True means
+        the registered ranges are ``epoch.ranges``.
+
+        Raises:
+            EpochWrittenByAnotherQuery: the existing epoch names another query (or,
+                without query ids, another writer).
+        """
+        path = self.layout.epoch(epoch.topic, epoch.epoch)
+        data = epoch.encode()
+        self._ensure(self.layout.epochs(epoch.topic))
+        self._ensure(self.layout.sources(epoch.topic))
+
+        def create() -> bool:
+            try:
+                wait(self.client.create_async(path, data), self.timeout)
+                return True
+            except NodeExistsError:
+                existing_data, _ = wait(self.client.get_async(path), self.timeout)
+            existing = SubjectEpoch.decode(epoch.topic, epoch.epoch, existing_data)
+            if not _same_writer(existing, epoch):
+                raise EpochWrittenByAnotherQuery(
+                    f"epoch {epoch.epoch} of subject {epoch.topic!r} was written by query "
+                    f"{existing.query_id} (job {existing.writer!r}), not by query {epoch.query_id} "
+                    f"(job {epoch.writer!r}); a new query must write to a topic of its own"
+                )
+            return existing.ranges == epoch.ranges
+
+        return self._call(create)
+
+    def get_epoch(self, topic: str, epoch: int, watch: Watch | None = None) -> SubjectEpoch | None:
+        """Subject epoch ``epoch`` of ``topic``, None if it is not registered.
+
+        With ``watch``, ZooKeeper calls it once when the znode is created (or
+        changes or goes away); it runs on kazoo's event thread and must not block.
+        """
+        data = self._call(lambda: self._read(self.layout.epoch(topic, epoch), watch))
+        return None if data is None else SubjectEpoch.decode(topic, epoch, data)
+
+    def epochs(self, topic: str) -> list[int]:
+        """The registered epochs of ``topic``, ascending (none for an unknown subject)."""
+        names = self._call(lambda: self._children(self.layout.epochs(topic)))
+        return sorted(epoch for name in names if (epoch := parse_epoch_name(name)) is not None)
+
+    def delete_epochs(self, topic: str, epochs: Iterable[int]) -> None:
+        """Delete the znodes of ``epochs`` of ``topic``, oldest first (retention; gone ones are skipped).
+
+        The requests are pipelined; ZooKeeper runs one session's requests in order,
+        so the lowest registered epoch only ever moves up.
+        """
+        paths = [self.layout.epoch(topic, epoch) for epoch in sorted(epochs)]
+
+        def delete() -> None:
+            for request in [self.client.delete_async(path) for path in paths]:
+                with contextlib.suppress(NoNodeError):
+                    wait(request, self.timeout)
+
+        if paths:
+            self._call(delete)
+
+    def oldest_retained(self, job: str) -> int | None:
+        """The oldest epoch of ``job`` that a live daemon replica retains; None without replicas.
+
+        Reads the daemons' ephemeral ``<root>/jobs/<job>/replicas/<node>`` znodes.
+        """
+        replicas = Layout(self.layout.root).replicas(job)
+
+        def oldest() -> int | None:
+            found = []
+            for name in self._children(replicas):
+                data = self._read(f"{replicas}/{name}", None)
+                record = decode(data)
+                if record is not None and isinstance(record.get("oldest_epoch"), int):
+                    found.append(record["oldest_epoch"])
+            return min(found, default=None)
+
+        return self._call(oldest)
+
+    # Sources.
+
+    def get_source(self, topic: str, job: str, watch: Watch | None = None) -> SourceRecord | None:
+        """The record of source ``job`` of ``topic``, None if it never registered.
+
+        With ``watch``, ZooKeeper calls it once when the znode changes (a new
+        command) or appears; it runs on kazoo's event thread and must not block.
+        """
+        data = self._call(lambda: self._read(self.layout.source(topic, job), watch))
+        return None if data is None else SourceRecord.decode(topic, job, data)
+
+    def subjects(self) -> list[str]:
+        """Every subject with a znode under the root, sorted."""
+        return sorted(self._call(lambda: self._children(self.layout.subjects)))
+
+    def sources(self, topic: str) -> list[str]:
+        """The jobs that registered as sources of ``topic``, sorted (none for an unknown subject)."""
+        return sorted(self._call(lambda: self._children(self.layout.sources(topic))))
+
+    def _read(self, path: str, watch: Watch | None) -> bytes | None:
+        """The data of ``path`` (None if it does not exist), setting ``watch`` on it."""
+        if wait(self.client.exists_async(path, watch=watch), self.timeout) is None:
+            return None
+        try:
+            data: bytes = wait(self.client.get_async(path), self.timeout)[0]
+        except NoNodeError:
+            return None
+        return data
+
+    def _children(self, path: str) -> list[str]:
+        """The child names of ``path`` (none if it does not exist)."""
+        try:
+            names: list[str] = wait(self.client.get_children_async(path), self.timeout)
+        except NoNodeError:
+            return []
+        return names
+
+    def exists(self, topic: str) -> bool:
+        """Whether subject ``topic`` has a znode (an epoch or a source registered once)."""
+        path = self.layout.subject(topic)
+        return self._call(lambda: wait(self.client.exists_async(path), self.timeout) is not None)
+
+    def register_source(self, topic: str, job: str, mode: Mode) -> SourceRecord:
+        """Create the znode of source ``job`` or set its mode; its mapping and other fields stay."""
+        return self.update_source(topic, job, lambda record: record.with_mode(mode, self._clock()), mode)
+
+    def record_mapping(
+        self, topic: str, job: str, mode: Mode, entries: Iterable[tuple[int, int]], keep: int
+    ) -> SourceRecord:
+        """Add ``(source epoch, subject epoch)`` entries to the mapping of source ``job``.
+
+        Only the ``keep`` newest source epochs are kept; the other fields stay.
+        """
+        added = list(entries)
+        return self.update_source(
+            topic, job, lambda record: record.with_entries(added, keep, self._clock()), mode
+        )
+
+    def update_source(
+        self,
+        topic: str,
+        job: str,
+        change: Callable[[SourceRecord], SourceRecord],
+        create_as: Mode | None = None,
+    ) -> SourceRecord:
+        """Apply ``change`` to the record of source ``job`` by compare-and-set; the record written.
+
+        ``change`` may run several times (each time on the newest record) when
+        others write meanwhile, so fields it does not change stay as they wrote
+        them. A missing znode is created from ``SourceRecord(create_as)``, or,
+        without ``create_as``, SourceNotFound is raised. Nothing is written when
+        ``change`` returns the record unchanged.
+        """
+        path = self.layout.source(topic, job)
+        self._ensure(self.layout.sources(topic))
+
+        def update() -> SourceRecord:
+            try:
+                data, stat = wait(self.client.get_async(path), self.timeout)
+            except NoNodeError:
+                if create_as is None:
+                    raise SourceNotFound(f"subject {topic!r} has no source {job!r}") from None
+                record = change(SourceRecord(create_as))
+                try:
+                    wait(self.client.create_async(path, record.encode()), self.timeout)
+                except NodeExistsError:
+                    raise ForceRetryError() from None
+                return record
+            current = SourceRecord.decode(topic, job, data)
+            record = change(current)
+            if replace(record, updated_at_ms=current.updated_at_ms) == current:
+                return current
+            try:
+                wait(self.client.set_async(path, record.encode(), stat.version), self.timeout)
+            except (BadVersionError, NoNodeError):
+                raise ForceRetryError() from None
+            return record
+
+        return self._call(update)
+
+    # Plumbing.
+
+    def _ensure(self, path: str) -> None:
+        with self._lock:
+            if path in self._ensured:
+                return
+        self._call(lambda: wait(self.client.ensure_path_async(path), self.timeout))
+        with self._lock:
+            self._ensured.add(path)
+
+    def _call(self, operation: Callable[[], T]) -> T:
+        try:
+            result: T = self._retry.copy()(operation)
+        except CONNECTION_ERRORS as error:
+            raise RegistryUnavailable(f"ZooKeeper did not answer: {error!r}") from error
+        return result
+
+
+def _same_writer(existing: SubjectEpoch, new: SubjectEpoch) -> bool:
+    if existing.query_id is not None and new.query_id is not None:
+        return existing.query_id == new.query_id
+    return existing.writer == new.writer

@@ -1,0 +1,1 @@
+"""ZooKeeper as every part of epochstate uses it: where things live, what znodes hold, session rules."""

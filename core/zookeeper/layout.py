@@ -1,0 +1,115 @@
+"""Where everything lives in ZooKeeper (DESIGN.md, "ZooKeeper layout").
+
+::
+
+    <root>/nodes/<node>                    ephemeral: a daemon's gRPC address and version
+    <root>/jobs/<job>                      checkpoint location, query id, operators
+    <root>/jobs/<job>/epochs/<epoch>       written once: one committed epoch
+    <root>/jobs/<job>/replicas/<node>      ephemeral: a node's newest and oldest epoch
+    <root>/subjects/<topic>/epochs/<k>     written once: subject epoch k's offset ranges
+    <root>/subjects/<topic>/sources/<job>  a job reading the subject: mode, its epochs -> subject epochs
+
+What the subject znodes hold: :mod:`epochstate.core.zookeeper.subject_records`.
+
+Epoch znode names are the epoch zero-padded to 19 digits (every non-negative
+64-bit value fits), so ZooKeeper's lexical order is numeric order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from epochstate.core.zookeeper.errors import InvalidName
+
+DEFAULT_ROOT = "/epochstate"
+EPOCH_DIGITS = 19
+MAX_EPOCH = 10**EPOCH_DIGITS - 1
+
+
+def check_epoch(epoch: int) -> int:
+    """``epoch`` if it is an integer in ``[0, MAX_EPOCH]``, else InvalidName."""
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= MAX_EPOCH:
+        raise InvalidName(f"epoch must be an integer in [0, {MAX_EPOCH}], got {epoch!r}")
+    return epoch
+
+
+def epoch_name(epoch: int) -> str:
+    """The znode name of ``epoch``: ``0000000000000000042`` for 42."""
+    return f"{check_epoch(epoch):0{EPOCH_DIGITS}d}"
+
+
+def parse_epoch_name(name: str) -> int | None:
+    """The epoch an epoch znode name stands for; None for a name that is not one."""
+    if len(name) != EPOCH_DIGITS or not name.isascii() or not name.isdigit():
+        return None
+    return int(name)
+
+
+def check_name(kind: str, name: str) -> str:
+    """``name`` if it can be a single znode name (a job or node name), else InvalidName."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name:
+        raise InvalidName(f"{kind} name must be a non-empty string without '/': {name!r}")
+    if any(ord(char) < 0x20 or 0x7F <= ord(char) <= 0x9F for char in name):
+        raise InvalidName(f"{kind} name must not contain control characters: {name!r}")
+    return name
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The paths under one root; the root is absolute and has no trailing slash."""
+
+    root: str = DEFAULT_ROOT
+
+    def __post_init__(self) -> None:
+        root = self.root
+        if not root.startswith("/") or (root != "/" and root.endswith("/")) or "//" in root:
+            raise InvalidName(f"root must be an absolute path without trailing '/': {root!r}")
+
+    @property
+    def _prefix(self) -> str:
+        return "" if self.root == "/" else self.root
+
+    @property
+    def nodes(self) -> str:
+        return f"{self._prefix}/nodes"
+
+    def node(self, node: str) -> str:
+        return f"{self.nodes}/{check_name('node', node)}"
+
+    @property
+    def jobs(self) -> str:
+        return f"{self._prefix}/jobs"
+
+    def job(self, job: str) -> str:
+        return f"{self.jobs}/{check_name('job', job)}"
+
+    def epochs(self, job: str) -> str:
+        return f"{self.job(job)}/epochs"
+
+    def epoch(self, job: str, epoch: int) -> str:
+        return f"{self.epochs(job)}/{epoch_name(epoch)}"
+
+    def replicas(self, job: str) -> str:
+        return f"{self.job(job)}/replicas"
+
+    def replica(self, job: str, node: str) -> str:
+        return f"{self.replicas(job)}/{check_name('node', node)}"
+
+    @property
+    def subjects(self) -> str:
+        return f"{self._prefix}/subjects"
+
+    def subject(self, topic: str) -> str:
+        return f"{self.subjects}/{check_name('topic', topic)}"
+
+    def subject_epochs(self, topic: str) -> str:
+        return f"{self.subject(topic)}/epochs"
+
+    def subject_epoch(self, topic: str, epoch: int) -> str:
+        return f"{self.subject_epochs(topic)}/{epoch_name(epoch)}"
+
+    def subject_sources(self, topic: str) -> str:
+        return f"{self.subject(topic)}/sources"
+
+    def subject_source(self, topic: str, job: str) -> str:
+        return f"{self.subject_sources(topic)}/{check_name('job', job)}"

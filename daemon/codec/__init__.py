@@ -1,0 +1,1 @@
+"""Encodings the daemon owns: store keys (order-preserving) and ``epochstate.v1.Record`` bytes."""

@@ -1,1 +1,0 @@
-"""Real servers started as subprocesses, for development and tests (not production)."""

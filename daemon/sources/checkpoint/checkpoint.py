@@ -1,0 +1,170 @@
+"""Read-only view of a Spark Structured Streaming checkpoint's state: operators, stores, schemas.
+
+Layout this module relies on::
+
+    <root>/metadata                    {"id": "<query id>"}
+    <root>/offsets/<epoch>             planned epoch (see epochlog)
+    <root>/commits/<epoch>             exists iff the epoch committed
+    <root>/state/<op>/_metadata/metadata           operators (see operators)
+    <root>/state/<op>/_metadata/v2/<batch>         transformWithState operators (see statevars)
+    <root>/state/<op>/<partition>/[<store>/]       a store's files; "default" has no <store>/
+    <root>/state/<op>/0/[<store>/]_metadata/schema key and value schemas (see schemafile)
+
+Names starting with ``.`` (checksums, temporary files) or containing ``.tmp`` are
+never read as log entries.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from epochstate.core.checkpoint.log import QueryLog, numeric_entries
+from epochstate.core.sparktypes import StructType
+from epochstate.daemon.sources.checkpoint.operators import (
+    DEFAULT_STORE,
+    METADATA_DIR,
+    OperatorInfo,
+    derive_operator,
+    parse_operator_metadata,
+)
+from epochstate.daemon.sources.checkpoint.schemafile import parse_schema_file
+from epochstate.daemon.sources.checkpoint.statevars import has_v2_metadata, read_v2_operator
+from epochstate.daemon.sources.errors import (
+    MissingCheckpointFile,
+    UnsupportedCheckpoint,
+)
+
+PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
+COMPRESSION_CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
+CHECKPOINT_FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+HDFS_PROVIDER_CLASS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+ROCKSDB_PROVIDER_CLASS = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+ProviderKind = Literal["hdfs", "rocksdb"]
+_LZ4_CODECS = frozenset({"lz4", "org.apache.spark.io.LZ4CompressionCodec"})
+
+
+class Checkpoint(QueryLog):
+    """A checkpoint directory: the query's logs (:class:`QueryLog`) and its state
+    operators, stores and schemas."""
+
+    # Configuration.
+
+    def _conf(self, epoch: int | None) -> dict[str, str]:
+        if epoch is None:
+            planned = self.planned_epochs()
+            if not planned:
+                raise MissingCheckpointFile(f"{self.root}/offsets: no epoch planned yet")
+            epoch = planned[-1]
+        return self.epoch_log(epoch).conf
+
+    def provider_class(self, epoch: int | None = None) -> str:
+        """The state store provider class the query runs with (recorded per epoch;
+        ``None``: the newest planned epoch). Spark's default when not recorded.
+
+        Raises:
+            MissingCheckpointFile: no offset log entry to read it from.
+        """
+        return self._conf(epoch).get(PROVIDER_CLASS_CONF, HDFS_PROVIDER_CLASS)
+
+    def provider_kind(self, epoch: int | None = None) -> ProviderKind:
+        """Which of the two providers we read wrote the state (``None``: the newest
+        planned epoch). Their format options are checked by the readers.
+
+        Raises:
+            UnsupportedCheckpoint: any other provider class.
+            MissingCheckpointFile: no offset log entry to read the configuration from.
+        """
+        provider = self.provider_class(epoch)
+        if provider == HDFS_PROVIDER_CLASS:
+            return "hdfs"
+        if provider == ROCKSDB_PROVIDER_CLASS:
+            return "rocksdb"
+        raise UnsupportedCheckpoint(
+            f"{self.root}: {PROVIDER_CLASS_CONF}={provider}; readable are "
+            f"{HDFS_PROVIDER_CLASS} and {ROCKSDB_PROVIDER_CLASS}"
+        )
+
+    def ensure_hdfs_backed(self, epoch: int | None = None) -> None:
+        """Check that the state is in the HDFS-backed provider's format we read.
+
+        Raises:
+            UnsupportedCheckpoint: another provider (e.g. RocksDB), a state compression
+                codec other than lz4, or a state checkpoint format version other than 1.
+            MissingCheckpointFile: no offset log entry to read the configuration from.
+        """
+        conf = self._conf(epoch)
+        provider = conf.get(PROVIDER_CLASS_CONF, HDFS_PROVIDER_CLASS)
+        if provider != HDFS_PROVIDER_CLASS:
+            raise UnsupportedCheckpoint(
+                f"{self.root}: {PROVIDER_CLASS_CONF}={provider}; only {HDFS_PROVIDER_CLASS} is readable"
+            )
+        codec = conf.get(COMPRESSION_CODEC_CONF, "lz4")
+        if codec not in _LZ4_CODECS:
+            raise UnsupportedCheckpoint(
+                f"{self.root}: {COMPRESSION_CODEC_CONF}={codec}; only lz4 is readable"
+            )
+        version = conf.get(CHECKPOINT_FORMAT_CONF, "1")
+        if version != "1":
+            raise UnsupportedCheckpoint(f"{self.root}: {CHECKPOINT_FORMAT_CONF}={version}")
+
+    # Operators and stores.
+
+    def operators(self) -> list[OperatorInfo]:
+        """The stateful operators, by id. From each operator's metadata file (v1, or
+        v2 for transformWithState, whose stores are its state variables), else from the
+        directory layout (then names are ``None``).
+
+        Raises:
+            CorruptCheckpointFile, UnsupportedCheckpoint: a malformed metadata file.
+            MissingCheckpointFile: a schema file the v2 metadata names is gone.
+        """
+        state = self.root / "state"
+        result = []
+        for op_id in numeric_entries(state):
+            op_dir = state / str(op_id)
+            meta = op_dir / METADATA_DIR / "metadata"
+            if meta.is_file():
+                result.append(parse_operator_metadata(op_id, self._read_text(meta), str(meta)))
+            elif has_v2_metadata(op_dir):
+                result.append(read_v2_operator(op_id, op_dir))
+            else:
+                result.append(derive_operator(op_id, op_dir))
+        return result
+
+    def store_dir(self, operator_id: int, partition: int, store: str = DEFAULT_STORE) -> Path:
+        """The directory of one partition of a store (it need not exist)."""
+        path = self.root / "state" / str(operator_id) / str(partition)
+        return path if store == DEFAULT_STORE else path / store
+
+    def store_schema_written_ns(self, operator_id: int, store: str = DEFAULT_STORE) -> int | None:
+        """When the store's schema file was last written (mtime, ns); None if it has none.
+
+        Spark writes it when a query run first plans the store, before that run's
+        first epoch commits, so it tells which epochs a rewritten schema applies to.
+        """
+        try:
+            return (self.store_dir(operator_id, 0, store) / METADATA_DIR / "schema").stat().st_mtime_ns
+        except FileNotFoundError:
+            return None
+
+    def store_schema(self, operator_id: int, store: str = DEFAULT_STORE) -> tuple[StructType, StructType]:
+        """``(key schema, value schema)`` of a store, from partition 0's schema file;
+        for a transformWithState state variable, as :mod:`statevars` serves it.
+
+        Raises:
+            MissingCheckpointFile: no schema file (unknown operator/store, or a format
+                that keeps schemas elsewhere).
+            CorruptCheckpointFile, UnsupportedCheckpoint: see :func:`parse_schema_file`.
+        """
+        op_dir = self.root / "state" / str(operator_id)
+        if has_v2_metadata(op_dir):
+            for info in read_v2_operator(operator_id, op_dir).stores:
+                if info.name == store and info.variable is not None:
+                    return info.variable.key_schema, info.variable.value_schema
+        path = self.store_dir(operator_id, 0, store) / METADATA_DIR / "schema"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise MissingCheckpointFile(f"{path}: no schema for store {store!r}") from None
+        return parse_schema_file(data, str(path))

@@ -1,0 +1,1 @@
+"""The HDFS-backed state store provider: ``<version>.delta`` and ``<version>.snapshot`` files."""

@@ -1,0 +1,233 @@
+"""Reading one store of one operator written by Spark's RocksDB state store provider.
+
+The files and how a version is rebuilt from them are described in
+:mod:`rocksdb_store_dir`. The changes of a version come from its changelog;
+without one (changelog checkpointing off) they are the difference between the
+states at ``v - 1`` and ``v``, which costs two snapshot reads. Keys and values are
+encoded as in :mod:`rocksdb_rows`.
+
+State checkpoint format version 2 (``spark.sql.streaming.stateStore.checkpointFormatVersion``),
+which names files ``<v>_<uniqueId>.changelog|zip`` and records the ids in the commit
+log, is refused. Stores with column families (transformWithState) are read by
+:mod:`tws_reader`; this reader refuses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from epochstate.core.sparktypes import StructType
+from epochstate.daemon.sources.changes import RawRows, RowFraming, StateChange, decode_changes
+from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
+from epochstate.daemon.sources.checkpoint.operators import DEFAULT_STORE, StoreInfo
+from epochstate.daemon.sources.errors import MissingCheckpointFile
+from epochstate.daemon.sources.rocksdb.conf import check_rocksdb_conf
+from epochstate.daemon.sources.rocksdb.rows import StateRowDecoder
+from epochstate.daemon.sources.rocksdb.snapshot_diff import SequenceCache, newest_writes_changes
+from epochstate.daemon.sources.rocksdb.store_dir import CHANGELOG, ZIP, StoreDirectory
+
+
+class RocksDBStoreReader:
+    """Reads the versions of one store (all its partitions), like
+    :class:`HdfsStoreReader` and with the same guarantees: files are immutable once
+    Spark has renamed them into place, so a version whose files exist reads the same
+    every time; reads never write to the checkpoint (snapshots are opened from a
+    scratch directory, ``scratch_dir`` or the system's temporary directory).
+    """
+
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        operator_id: int,
+        store_name: str,
+        num_partitions: int,
+        key_schema: StructType,
+        value_schema: StructType,
+        *,
+        num_cols_prefix_key: int | None = None,
+        scratch_dir: Path | None = None,
+    ) -> None:
+        """Check the checkpoint's state format and compile the schemas.
+
+        ``num_cols_prefix_key``: the store's, as in the operator metadata (looked up
+        there when ``None``).
+
+        Raises:
+            UnsupportedCheckpoint: not the RocksDB provider (names
+                ``spark.sql.streaming.stateStore.providerClass``), a row encoding other
+                than ``unsaferow``, or state checkpoint format version 2.
+            MissingCheckpointFile: the checkpoint has no epoch yet to read its conf from.
+        """
+        self._files = StoreDirectory(
+            checkpoint, operator_id, store_name, check_rocksdb_conf(checkpoint), scratch_dir=scratch_dir
+        )
+        self.checkpoint = checkpoint
+        self.operator_id = operator_id
+        self.store_name = store_name
+        self.num_partitions = num_partitions
+        self.key_schema = key_schema
+        self.value_schema = value_schema
+        self.scratch_dir = scratch_dir
+        if num_cols_prefix_key is None:
+            recorded = _store_info(checkpoint, operator_id, store_name)
+            num_cols_prefix_key = recorded.num_cols_prefix_key if recorded else 0
+        self._keys = StateRowDecoder(key_schema, num_cols_prefix_key)
+        self._values = StateRowDecoder(value_schema)
+        # What the raw_* methods hand out: rows as stored, decoded by these.
+        self.framing = RowFraming(version_byte=True, num_cols_prefix_key=num_cols_prefix_key)
+        self._sequences = SequenceCache()
+        self.decode_key = self._keys.decode
+        self.decode_value = self._values.decode
+
+    @classmethod
+    def open(
+        cls,
+        checkpoint: Checkpoint,
+        operator_id: int,
+        store_name: str = DEFAULT_STORE,
+        *,
+        scratch_dir: Path | None = None,
+    ) -> RocksDBStoreReader:
+        """A reader with partitions, schemas and prefix columns taken from the
+        checkpoint itself.
+
+        Raises:
+            MissingCheckpointFile: unknown operator or store (or no schema file).
+            UnsupportedCheckpoint, CorruptCheckpointFile: as for the constructor and
+                :meth:`Checkpoint.store_schema`.
+        """
+        store = _store_info(checkpoint, operator_id, store_name)
+        if store is not None:
+            key, value = checkpoint.store_schema(operator_id, store_name)
+            return cls(
+                checkpoint,
+                operator_id,
+                store_name,
+                store.num_partitions,
+                key,
+                value,
+                num_cols_prefix_key=store.num_cols_prefix_key,
+                scratch_dir=scratch_dir,
+            )
+        raise MissingCheckpointFile(f"{checkpoint.root}: no store {store_name!r} of operator {operator_id}")
+
+    def _decode(
+        self, partition: int, rows: Iterable[tuple[bytes, bytes | None]], where: Path
+    ) -> Iterator[StateChange]:
+        return decode_changes(partition, rows, self._keys, self._values, where)
+
+    def _dir(self, partition: int) -> Path:
+        return self._files.dir(partition)
+
+    # Reading.
+
+    def has_delta(self, version: int) -> bool:
+        """Whether every partition has what :meth:`changes` reads for ``version``
+        from files alone: the changelog, or the two snapshots at ``version - 1``
+        (none needed for version 1) and ``version``."""
+        return self._files.has_delta(version, self.num_partitions)
+
+    def has_full(self, version: int) -> bool:
+        """Whether every partition has a usable ``<version>.zip``."""
+        return self._files.has_full(version, self.num_partitions)
+
+    def partition_changes(self, partition: int, version: int) -> Iterator[StateChange]:
+        """The changes version ``version`` made in one partition: each changed key once,
+        with its last operation. From the version's changelog, keys in the order they
+        were first touched; a removal may name a key that was absent (Spark logs every
+        removal it is asked for). Without a changelog, the difference between the
+        snapshots of ``version - 1`` and ``version``: removals, then puts of keys whose
+        value bytes changed, in key order.
+
+        Raises:
+            MissingStateFile: neither the changelog nor the snapshot of ``version``
+                exists, or the state at ``version - 1`` cannot be rebuilt.
+            CorruptStateFile: a file is damaged or does not match the schemas.
+            UnsupportedCheckpoint: see the module docstring.
+        """
+        return self._decode(*self._raw_partition_changes(partition, version))
+
+    def _raw_partition_changes(self, partition: int, version: int) -> RawRows:
+        if version < 1:
+            raise ValueError(f"store version {version} has no changes")
+        files = self._files
+        path = files.path(partition, version, CHANGELOG)
+        if path.is_file():
+            # The last record of a key wins.
+            return RawRows(partition, dict(files.changelog_rows(partition, version)).items(), path)
+        after_zip = files.path(partition, version, ZIP)
+        if not after_zip.is_file():
+            raise files.missing(partition, path)
+        before_zip = files.path(partition, version - 1, ZIP)
+        if version > 1 and before_zip.is_file() and not files.stale(partition, version - 1):
+            found = newest_writes_changes(before_zip, after_zip, self._sequences)
+            if found is not None:
+                return RawRows(partition, found, self._dir(partition))
+        after = files.snapshot(partition, version)[1]
+        before = files.raw_state(partition, version - 1)
+        diff: list[tuple[bytes, bytes | None]] = [(k, None) for k in before if k not in after]
+        diff.extend((k, v) for k, v in after.items() if before.get(k) != v)
+        return RawRows(partition, diff, self._dir(partition))
+
+    def changes(self, version: int) -> Iterator[StateChange]:
+        """:meth:`partition_changes` of every partition, partition by partition.
+
+        Raises:
+            MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as for
+                :meth:`partition_changes`.
+        """
+        for partition in range(self.num_partitions):
+            yield from self.partition_changes(partition, version)
+
+    def raw_changes(self, version: int) -> list[RawRows]:
+        """:meth:`changes`, undecoded: every partition's files are read (and checked)
+        before this returns.
+
+        Raises:
+            MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as for
+                :meth:`partition_changes`.
+        """
+        return [self._raw_partition_changes(p, version) for p in range(self.num_partitions)]
+
+    def raw_state(self, version: int) -> Iterator[RawRows]:
+        """:meth:`full_state`, undecoded, partition by partition.
+
+        Raises:
+            ValueError, MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as
+                for :meth:`partition_state`.
+        """
+        for partition in range(self.num_partitions):
+            yield RawRows(partition, self._files.raw_state(partition, version).items(), self._dir(partition))
+
+    def partition_state(self, partition: int, version: int) -> Iterator[StateChange]:
+        """The whole state of one partition at ``version`` (only puts), rebuilt from the
+        newest snapshot at or below ``version`` and the changelogs after it. Version 0
+        is the empty state before the first epoch.
+
+        Raises:
+            ValueError: a negative version.
+            MissingStateFile: a changelog needed after the snapshot (or a table file
+                the snapshot names) does not exist.
+            CorruptStateFile: a file is damaged or does not match the schemas.
+            UnsupportedCheckpoint: see the module docstring.
+        """
+        state = self._files.raw_state(partition, version)
+        return self._decode(partition, state.items(), self._dir(partition))
+
+    def full_state(self, version: int) -> Iterator[StateChange]:
+        """:meth:`partition_state` of every partition, partition by partition.
+
+        Raises:
+            ValueError, MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as
+                for :meth:`partition_state`.
+        """
+        for partition in range(self.num_partitions):
+            yield from self.partition_state(partition, version)
+
+
+def _store_info(checkpoint: Checkpoint, operator_id: int, store_name: str) -> StoreInfo | None:
+    for op in checkpoint.operators():
+        if op.operator_id == operator_id:
+            return next((store for store in op.stores if store.name == store_name), None)
+    return None

@@ -1,0 +1,262 @@
+"""State rows in the Avro state encoding (``spark.sql.streaming.stateStore.encodingFormat=avro``).
+
+Spark 4.0 offers it for transformWithState only. In the RocksDB store, after the
+column family id:
+
+* a value, or a key without prefix scan: ``0x00 | int16 schema id | Avro datum``;
+* a prefix-scan key: ``int32 little-endian n | n bytes: 0x00 | Avro datum of the
+  prefix columns`` then ``0x00 | int16 schema id | Avro datum of the other columns``.
+
+The schema id (little-endian) is the column family's key or value schema id in the
+v3 schema file. A datum is Avro binary of the struct as a record whose every field
+is the union ``[null, T]`` (branch 0: null; branch 1: the value), whatever the
+field's nullability; a ``void`` field takes no bytes. Inside an array or a map, an
+element that is a struct, an array or a map is such a union too; any other element
+is written bare (its Avro schema has no null). Arrays and maps are Avro blocks (a
+count, negated when a byte size follows; a count of 0 ends them); map keys are
+strings (the only keys Spark's Avro conversion accepts). A decimal is a fixed of
+the fewest bytes that hold its precision, its unscaled value big-endian two's
+complement. Values decode to the
+same Python values as :mod:`unsaferow` gives (dates as days, timestamps as
+microseconds, decimals as :class:`decimal.Decimal`, maps as :class:`MapValue`).
+"""
+
+from __future__ import annotations
+
+import decimal
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from epochstate.core.sparktypes import (
+    ArrayType,
+    AtomicType,
+    DecimalType,
+    MapType,
+    MapValue,
+    SparkType,
+    StructType,
+)
+from epochstate.daemon.sources.checkpoint.schemafile import PREFIX_SCAN, ColumnFamilySchema
+from epochstate.daemon.sources.errors import CorruptRow, UnsupportedCheckpoint
+
+# Reads one datum at ``pos`` of ``buf``; returns it and the position after it.
+Reader = Callable[[bytes, int], tuple[Any, int]]
+_FLOAT = struct.Struct("<f")
+_DOUBLE = struct.Struct("<d")
+_SIZE = struct.Struct("<i")
+_SCHEMA_ID = struct.Struct("<h")
+_INTEGRAL = frozenset({"byte", "short", "integer", "long", "date", "timestamp", "timestamp_ntz"})
+
+
+def _varlong(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if pos >= len(buf):
+            raise CorruptRow(f"Avro datum cut off at byte {pos}")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise CorruptRow(f"Avro varint too long at byte {pos}")
+
+
+def _take(buf: bytes, pos: int) -> tuple[bytes, int]:
+    size, pos = _varlong(buf, pos)
+    end = pos + size
+    if size < 0 or end > len(buf):
+        raise CorruptRow(f"Avro bytes of size {size} at byte {pos} overrun the datum")
+    return buf[pos:end], end
+
+
+def _fixed(unpacker: struct.Struct) -> Reader:
+    width = unpacker.size
+
+    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+        if pos + width > len(buf):
+            raise CorruptRow(f"Avro datum cut off at byte {pos}")
+        return unpacker.unpack_from(buf, pos)[0], pos + width
+
+    return read
+
+
+def _string(buf: bytes, pos: int) -> tuple[Any, int]:
+    raw, pos = _take(buf, pos)
+    try:
+        return raw.decode("utf-8"), pos
+    except UnicodeDecodeError as err:
+        raise CorruptRow(f"Avro string is not UTF-8: {err}") from err
+
+
+def _boolean(buf: bytes, pos: int) -> tuple[Any, int]:
+    if pos >= len(buf):
+        raise CorruptRow(f"Avro datum cut off at byte {pos}")
+    return buf[pos] != 0, pos + 1
+
+
+def _null(buf: bytes, pos: int) -> tuple[Any, int]:
+    return None, pos
+
+
+def _reader(t: SparkType) -> Reader:
+    if isinstance(t, StructType):
+        return _record(t)
+    if isinstance(t, DecimalType):
+        return _decimal(t)
+    if isinstance(t, ArrayType):
+        return _blocks(_element(t.element), list)
+    if isinstance(t, MapType):
+        if t.key != AtomicType("string"):
+            raise UnsupportedCheckpoint(f"Avro state encoding of {t}: Spark writes only string map keys")
+        value = _element(t.value)
+
+        def entry(buf: bytes, pos: int) -> tuple[Any, int]:
+            key, pos = _string(buf, pos)
+            item, pos = value(buf, pos)
+            return (key, item), pos
+
+        return _blocks(entry, lambda items: MapValue(tuple(items)))
+    if isinstance(t, AtomicType):
+        if t.name in _INTEGRAL:
+            return _varlong
+        simple: dict[str, Reader] = {
+            "boolean": _boolean,
+            "float": _fixed(_FLOAT),
+            "double": _fixed(_DOUBLE),
+            "string": _string,
+            "binary": _take,
+            "null": _null,
+        }
+        if t.name in simple:
+            return simple[t.name]
+    raise UnsupportedCheckpoint(f"Avro state encoding of {t} is not readable")
+
+
+def _decimal(t: DecimalType) -> Reader:
+    width = next(n for n in range(1, 18) if 2 ** (8 * n - 1) >= 10**t.precision)
+    context = decimal.Context(prec=80)
+
+    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+        end = pos + width
+        if end > len(buf):
+            raise CorruptRow(f"Avro decimal cut off at byte {pos}")
+        unscaled = int.from_bytes(buf[pos:end], "big", signed=True)
+        return decimal.Decimal(unscaled).scaleb(-t.scale, context), end
+
+    return read
+
+
+def _element(t: SparkType) -> Reader:
+    """An array element or map value: nested structs, arrays and maps are nullable
+    unions, other types are not."""
+    if not isinstance(t, (StructType, ArrayType, MapType)):
+        return _reader(t)
+    inner = _reader(t)
+
+    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+        branch, pos = _varlong(buf, pos)
+        if branch == 0:
+            return None, pos
+        if branch != 1:
+            raise CorruptRow(f"Avro union branch {branch} of a nullable element")
+        return inner(buf, pos)
+
+    return read
+
+
+def _blocks(item: Reader, build: Callable[[list[Any]], Any]) -> Reader:
+    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+        items: list[Any] = []
+        while True:
+            count, pos = _varlong(buf, pos)
+            if count == 0:
+                return build(items), pos
+            if count < 0:
+                count = -count
+                _, pos = _varlong(buf, pos)  # the block's byte size
+            if count > len(buf) - pos:
+                raise CorruptRow(f"Avro block of {count} items at byte {pos} overruns the datum")
+            for _ in range(count):
+                value, pos = item(buf, pos)
+                items.append(value)
+
+    return read
+
+
+def _record(schema: StructType) -> Reader:
+    fields = [(f.type == AtomicType("null"), _reader(f.type)) for f in schema.fields]
+
+    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+        values: list[Any] = []
+        for is_void, field in fields:
+            if is_void:
+                values.append(None)
+                continue
+            branch, pos = _varlong(buf, pos)
+            if branch == 0:
+                values.append(None)
+            elif branch == 1:
+                value, pos = field(buf, pos)
+                values.append(value)
+            else:
+                raise CorruptRow(f"Avro union branch {branch} of a nullable field")
+        return tuple(values), pos
+
+    return read
+
+
+def _whole(read: Reader) -> Callable[[bytes, int], tuple[Any, ...]]:
+    def decode(buf: bytes, pos: int) -> tuple[Any, ...]:
+        value, end = read(buf, pos)
+        if end != len(buf):
+            raise CorruptRow(f"{len(buf) - end} bytes after the Avro datum")
+        return tuple(value)
+
+    return decode
+
+
+class AvroStateDecoder:
+    """Decodes the keys (after the column family id) and values of one column family.
+
+    Raises on construction:
+        UnsupportedCheckpoint: a type whose Avro form is not read (see the module docstring).
+    ``key`` and ``value`` raise CorruptRow for bytes that do not fit, and
+    UnsupportedCheckpoint for rows written with an older schema id.
+    """
+
+    def __init__(self, family: ColumnFamilySchema) -> None:
+        self.family = family
+        self._value = _whole(_record(family.value_schema))
+        fields = family.key_schema.fields
+        prefix_cols = family.num_cols_prefix_key if family.encoder == PREFIX_SCAN else 0
+        self._prefix = _whole(_record(StructType(fields[:prefix_cols]))) if prefix_cols else None
+        self._rest = _whole(_record(StructType(fields[prefix_cols:])))
+
+    def _body(self, data: bytes, pos: int, schema_id: int, what: str) -> int:
+        if len(data) < pos + 3 or data[pos] != 0:
+            raise CorruptRow(f"Avro {what} row does not start with version 0")
+        (written,) = _SCHEMA_ID.unpack_from(data, pos + 1)
+        if written != schema_id:
+            raise UnsupportedCheckpoint(
+                f"column family {self.family.name!r}: a {what} written with schema id {written}, "
+                f"the schema file has {schema_id} (state schema evolution is not read)"
+            )
+        return pos + 3
+
+    def value(self, data: bytes) -> tuple[Any, ...]:
+        return self._value(data, self._body(data, 0, self.family.value_schema_id, "value"))
+
+    def key(self, data: bytes) -> tuple[Any, ...]:
+        if self._prefix is None:
+            return self._rest(data, self._body(data, 0, self.family.key_schema_id, "key"))
+        if len(data) < 5:
+            raise CorruptRow(f"prefix-scan key of {len(data)} bytes")
+        (size,) = _SIZE.unpack_from(data, 0)
+        end = 4 + size
+        if size < 1 or end > len(data) or data[4] != 0:
+            raise CorruptRow(f"prefix-scan key of {len(data)} bytes with a prefix of {size}")
+        prefix = self._prefix(data[:end], 5)
+        return prefix + self._rest(data, self._body(data, end, self.family.key_schema_id, "key"))

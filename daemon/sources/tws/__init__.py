@@ -1,0 +1,1 @@
+"""transformWithState: state variables, their metadata and the one physical store they share."""

@@ -1,0 +1,115 @@
+"""A daemon as a child process (``epochstate daemon``), for the demo, benchmarks and tests.
+
+It starts the real daemon on loopback (a random port unless ``listen`` names one)
+and on its Unix socket in the data directory, waits until it serves, and can kill
+(SIGKILL, a crash) and restart it with the same data directory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from epochstate.client.client import EpochStateClient
+
+
+class LocalDaemon:
+    """Starts, kills and restarts one daemon process with a fixed data directory."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        jobs: dict[str, str],
+        zookeeper: str | None = None,
+        extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        listen: str = "127.0.0.1:0",
+    ) -> None:
+        self.listen = listen
+        self.data_dir = data_dir
+        self.jobs = jobs
+        self.zookeeper = zookeeper
+        self.extra_args = extra_args or []
+        self.env = env or {}
+        self.process: subprocess.Popen[bytes] | None = None
+        self.target = ""  # TCP host:port
+        self.unix_target = ""  # unix:///path of its Unix socket ("" when it has none)
+        self.log_path = data_dir / "daemon.log"
+
+    def start(self, timeout: float = 30.0) -> LocalDaemon:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        address_file = self.data_dir / "address"
+        address_file.unlink(missing_ok=True)
+        args = [
+            sys.executable,
+            "-m",
+            "epochstate.cli.app",
+            "daemon",
+            "--listen",
+            self.listen,
+            "--data-dir",
+            str(self.data_dir),
+            "--address-file",
+            str(address_file),
+            *self.extra_args,
+        ]
+        for name, checkpoint in self.jobs.items():
+            args += ["--job", f"{name}={checkpoint}"]
+        if self.zookeeper:
+            args += ["--zookeeper", self.zookeeper]
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
+        )
+        deadline = time.monotonic() + timeout
+        while not address_file.exists():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.process.returncode}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"daemon did not start within {timeout}s:\n{self.log_tail()}")
+            time.sleep(0.05)
+        targets = address_file.read_text().split()
+        self.target = targets[0]
+        self.unix_target = next((t for t in targets[1:] if t.startswith("unix:")), "")
+        return self
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def client(self, timeout: float = 10.0) -> EpochStateClient:
+        return EpochStateClient(self.target, timeout=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hooks run (crash simulation)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> int:
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.process.returncode
+
+    def wait_for_epoch(self, job: str, epoch: int, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        with self.client() as client:
+            while time.monotonic() < deadline:
+                found = {j.job: j.latest_epoch for j in client.jobs()}
+                if found.get(job, -1) >= epoch:
+                    return
+                time.sleep(0.05)
+        raise AssertionError(f"job {job} did not reach epoch {epoch} within {timeout}s:\n{self.log_tail()}")
