@@ -8,6 +8,7 @@ from typing import TypeVar
 import grpc
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from epochstate.client.errors import EpochStateClientError
 
@@ -28,7 +29,10 @@ T = TypeVar("T")
 
 
 def fail(message: str, code: int) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    """Print ``error: <message>`` as one line on stderr (never wrapped, never read as
+    markup) and return the exit to raise."""
+    one_line = " ".join(message.split())
+    err.print(f"[red]error:[/red] {escape(one_line)}", highlight=False, markup=True, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -32,8 +32,11 @@ def daemon(
     log_level: Annotated[str, typer.Option(envvar="EPOCHSTATE_LOG_LEVEL")] = "INFO",
 ) -> None:
     """Run the daemon (settings: defaults < --config file < EPOCHSTATE_* env < options)."""
-    from epochstate.daemon.config import ConfigError, JobConfig, load_settings
-    from epochstate.daemon.runtime import DaemonStartFailed, run
+    try:
+        from epochstate.daemon.config import ConfigError, JobConfig, load_settings
+        from epochstate.daemon.runtime import DaemonStartFailed, run
+    except ImportError as error:
+        raise fail(f"the daemon needs its extra: pip install 'epochstate[daemon]' ({error})", 1) from None
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     jobs_given = None

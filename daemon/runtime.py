@@ -24,7 +24,6 @@ from epochstate import __version__
 from epochstate.core.errors import EpochStateError
 from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.config import DaemonSettings
-from epochstate.daemon.ingest.catalog import Catalog, JobEntry
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
 from epochstate.daemon.ingest.loop import IngestLoop
 from epochstate.daemon.registry.subject_view import SubjectView
@@ -34,6 +33,7 @@ from epochstate.daemon.server.alignment_admin import add_alignment_admin
 from epochstate.daemon.server.handlers import add_to_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.service import EpochStateService
+from epochstate.daemon.store.catalog import Catalog, JobEntry
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.versioned import StoreOptions, VersionedStore
 from epochstate.v1 import epochstate_pb2 as pb

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Protocol
 
 from epochstate.core.sparktypes import type_to_json
-from epochstate.daemon.ingest.catalog import JobEntry, StoreHandle, StoreSchema
 from epochstate.daemon.ingest.changes import ReadMode, StoreCodec, store_changes
 from epochstate.daemon.ingest.epoch_record import epoch_record
 from epochstate.daemon.ingest.schemas import SchemaWatch
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import SourceError
 from epochstate.daemon.sources.readers import StoreReader, open_store_reader
+from epochstate.daemon.store.catalog import JobEntry, StoreHandle, StoreSchema
 from epochstate.daemon.store.descriptors import EpochRecord, JobProgress, SchemaVersion
 from epochstate.daemon.store.placement import StoreChanges
 from epochstate.daemon.store.versioned import VersionedStore

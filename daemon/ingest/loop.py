@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from epochstate.core.errors import EpochStateError
-from epochstate.daemon.ingest.catalog import Catalog, JobEntry
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats, JobFollower
 from epochstate.daemon.sources.errors import SourceError
+from epochstate.daemon.store.catalog import Catalog, JobEntry
 from epochstate.daemon.store.versioned import VersionedStore
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from epochstate.core.zookeeper.client import new_client
 from epochstate.core.zookeeper.errors import RegistryError
 from epochstate.core.zookeeper.records import JsonObject
 from epochstate.daemon.config import DaemonSettings
-from epochstate.daemon.ingest.catalog import JobEntry
 from epochstate.daemon.registry.registry import Registry
+from epochstate.daemon.store.catalog import JobEntry
 from epochstate.daemon.store.descriptors import EpochRecord
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 
 from epochstate.core.sparktypes import type_to_json
-from epochstate.daemon.ingest.catalog import StoreHandle
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
+from epochstate.daemon.store.catalog import StoreHandle
 from epochstate.daemon.store.descriptors import SchemaVersion
 
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from epochstate.core.zookeeper.errors import InvalidName
 from epochstate.core.zookeeper.subject_records import SubjectSourceRecord
-from epochstate.daemon.ingest.catalog import JobEntry
 from epochstate.daemon.registry.subject_view import SubjectView
 from epochstate.daemon.server.epochs import BadSelector, EpochRetired, EpochWaitTimedOut, NoSuchEpoch
+from epochstate.daemon.store.catalog import JobEntry
 from epochstate.v1 import epochstate_pb2 as pb
 
 

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 from epochstate.core.errors import EpochStateError
-from epochstate.daemon.ingest.catalog import Catalog, JobEntry
 from epochstate.daemon.server.positions import Position, covers, describe, end_position, start_position
+from epochstate.daemon.store.catalog import Catalog, JobEntry
 from epochstate.daemon.store.descriptors import EpochRecord, JobProgress
 from epochstate.daemon.store.view import StoreView
 from epochstate.v1 import epochstate_pb2 as pb

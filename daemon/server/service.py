@@ -22,14 +22,14 @@ from epochstate.core.errors import EpochStateError
 from epochstate.core.sparktypes import StructType, type_to_json
 from epochstate.daemon.codec import keycodec
 from epochstate.daemon.codec.records import RecordEncoder, response_bytes
-from epochstate.daemon.ingest.catalog import Catalog, JobEntry, StoreHandle, StoreSchema
 from epochstate.daemon.server import epochs
 from epochstate.daemon.server.status import BadRequest, domain_errors, wait_budget
 from epochstate.daemon.server.values import KeyEncoder, key_from_proto
-from epochstate.daemon.server.views import ReadViews
 from epochstate.daemon.store import layout
+from epochstate.daemon.store.catalog import Catalog, JobEntry, StoreHandle, StoreSchema
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.versioned import VersionedStore
+from epochstate.daemon.store.views import ReadViews
 from epochstate.v1 import epochstate_pb2 as pb
 
 log = logging.getLogger(__name__)

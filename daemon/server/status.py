@@ -19,7 +19,6 @@ import grpc
 from epochstate.core.alignment import errors as alignment
 from epochstate.core.errors import EpochStateError
 from epochstate.core.zookeeper.errors import InvalidRecord, RegistryUnavailable
-from epochstate.daemon.ingest.catalog import JobNotFound, ShuttingDown, StoreNotFound
 from epochstate.daemon.server.epochs import (
     BadSelector,
     EpochNotReady,
@@ -29,6 +28,7 @@ from epochstate.daemon.server.epochs import (
     NoSuchEpoch,
 )
 from epochstate.daemon.server.values import BadKey
+from epochstate.daemon.store.catalog import JobNotFound, ShuttingDown, StoreNotFound
 
 
 class BadRequest(EpochStateError):

@@ -7,8 +7,8 @@ import json
 from kazoo.client import KazooClient
 
 from epochstate.daemon.config import DaemonSettings
-from epochstate.daemon.ingest.catalog import JobEntry, StoreHandle
 from epochstate.daemon.ingest.registry_publisher import RegistryPublisher
+from epochstate.daemon.store.catalog import JobEntry, StoreHandle
 from epochstate.daemon.store.descriptors import (
     EpochRecord,
     JobDescriptor,

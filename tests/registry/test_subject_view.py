@@ -14,11 +14,11 @@ import pytest
 from kazoo.client import KazooClient
 
 from epochstate.core.zookeeper.subject_records import SubjectEpochRecord, SubjectSourceRecord
-from epochstate.daemon.ingest.catalog import JobEntry
 from epochstate.daemon.registry import Layout, RegistryUnavailable
 from epochstate.daemon.registry.subject_view import SubjectView
 from epochstate.daemon.server.aligned import SubjectAlignment
 from epochstate.daemon.server.epochs import EpochRetired, EpochWaitTimedOut, NoSuchEpoch
+from epochstate.daemon.store.catalog import JobEntry
 from epochstate.daemon.store.descriptors import JobDescriptor
 from epochstate.v1 import epochstate_pb2 as pb
 
