@@ -21,7 +21,7 @@ demo: $(STAMP)
 demo-chain: $(STAMP)
 	$(BIN)/epochstate demo-chain $(DEMO_ARGS)
 
-test: lint typecheck imports pytest
+test: lint typecheck imports docs pytest
 
 SOURCES := epochstate core client cli daemon spark_plugin devtools
 
@@ -40,7 +40,7 @@ imports: view
 	cd build/view && PYTHONPATH=. ../../$(BIN)/lint-imports ../../.importlinter --no-cache
 
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
+	$(BIN)/mkdocs build --strict --site-dir build/site
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

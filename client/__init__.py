@@ -1,4 +1,4 @@
-"""The epochstate Python client and the ``epochstate`` command line."""
+"""The epochstate Python client library: epoch-pinned reads with typed results and errors."""
 
 from epochstate.client.client import (
     AlignedWith,

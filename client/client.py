@@ -117,7 +117,7 @@ def selector(
     """The EpochSelector for an ``epoch`` argument (int, "latest"), ``at_least``,
     ``covers`` ({(topic, partition): position}: the earliest epoch that has read that far),
     or ``aligned_with`` (``(job, epoch)`` or :class:`AlignedWith`: the epoch aligned
-    with that epoch of that job; see the README)."""
+    with that epoch of that job; see docs/read-contract.md)."""
     if aligned_with is not None:
         if not isinstance(aligned_with, AlignedWith):
             aligned_with = AlignedWith(*aligned_with)

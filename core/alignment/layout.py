@@ -1,4 +1,4 @@
-"""Where subjects live in ZooKeeper (DESIGN.md, "ZooKeeper layout").
+"""Where subjects live in ZooKeeper (docs/zookeeper.md).
 
 ::
 

@@ -1,4 +1,4 @@
-"""Where everything lives in ZooKeeper (DESIGN.md, "ZooKeeper layout").
+"""Where everything lives in ZooKeeper (docs/zookeeper.md).
 
 ::
 

@@ -1,4 +1,4 @@
-"""Epoch alignment between Spark jobs through Kafka subjects (DESIGN.md, van Kaam ch. 5).
+"""Epoch alignment between Spark jobs through Kafka subjects (docs/alignment.md; van Kaam ch. 5).
 
 A *subject* is a Kafka topic whose epochs are registered in ZooKeeper: subject
 epoch ``k`` is, per partition, the offset range written by batch ``k`` of the
