@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from epochstate.core import reasons
 from epochstate.core.errors import EpochStateError
 from epochstate.core.sparktypes import StructType, parse_struct
 from epochstate.daemon.codec.keycodec import decode_fields
@@ -23,15 +24,15 @@ class CatalogError(EpochStateError):
 
 
 class JobNotFound(CatalogError):
-    pass
+    reason = reasons.JOB_NOT_FOUND
 
 
 class StoreNotFound(CatalogError):
-    pass
+    reason = reasons.STORE_NOT_FOUND
 
 
 class ShuttingDown(CatalogError):
-    pass
+    reason = reasons.SHUTTING_DOWN
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
+from epochstate.core import reasons
 from epochstate.core.errors import EpochStateError
 from epochstate.daemon.ingest.catalog import Catalog, JobEntry
 from epochstate.daemon.server.positions import Position, covers, describe, end_position, start_position
@@ -41,27 +42,31 @@ class EpochError(EpochStateError):
 
 
 class EpochRetired(EpochError):
-    pass
+    reason = reasons.EPOCH_RETIRED
 
 
 class EpochNotReady(EpochError):
-    pass
+    reason = reasons.EPOCH_NOT_READY
 
 
 class EpochWaitTimedOut(EpochError):
-    pass
+    reason = reasons.EPOCH_WAIT_TIMED_OUT
 
 
 class BadSelector(EpochError):
-    pass
+    reason = reasons.BAD_SELECTOR
 
 
 class EpochUnavailable(EpochError):
     """The epoch committed, but its state files cannot be read."""
 
+    reason = reasons.EPOCH_UNAVAILABLE
+
 
 class NoSuchEpoch(EpochError):
     """No epoch of the job can ever satisfy the selector (e.g. it reads other topics)."""
+
+    reason = reasons.NO_SUCH_EPOCH
 
 
 def _wanted(position: pb.Position) -> Position:
