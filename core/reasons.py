@@ -16,8 +16,11 @@ same table is in the comments of ``proto/epochstate/v1/epochstate.proto``, and
 ``tests/test_error_reasons.py`` fails when the daemon's table of status codes, the
 client's table of exceptions and this one drift apart.
 
-``ErrorInfo.metadata`` may carry details named in lowerCamelCase (``job``); its
-keys are informative and may grow, the reason alone decides what an error is.
+``ErrorInfo.metadata`` may carry details, strings under lowerCamelCase keys:
+``job``, ``operatorId`` and ``store`` (JOB_NOT_FOUND, STORE_NOT_FOUND); ``job``,
+``epoch`` (the one asked for), ``oldestEpoch`` and ``newestEpoch`` (the queryable
+range, when there is one) for an exact read's EPOCH_NOT_READY and EPOCH_RETIRED.
+Keys may be added; the reason alone decides what an error is.
 """
 
 from __future__ import annotations

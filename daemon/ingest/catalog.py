@@ -117,7 +117,12 @@ class JobEntry:
             known = ", ".join(f"{op}/{st}" for op, st in sorted(self.stores)) or "none yet"
             raise StoreNotFound(
                 f"job {self.descriptor.name!r} has no store {operator_id}/{name or 'default'}"
-                f" (known operator/store: {known})"
+                f" (known operator/store: {known})",
+                metadata={
+                    "job": self.descriptor.name,
+                    "operatorId": str(operator_id),
+                    "store": name or "default",
+                },
             )
         return handle
 
@@ -140,7 +145,7 @@ class Catalog:
         entry = self._jobs.get(name)
         if entry is None:
             known = ", ".join(sorted(self._jobs)) or "none"
-            raise JobNotFound(f"unknown job {name!r} (followed jobs: {known})")
+            raise JobNotFound(f"unknown job {name!r} (followed jobs: {known})", metadata={"job": name})
         return entry
 
     def jobs(self) -> list[JobEntry]:

@@ -163,6 +163,14 @@ class Pinned(NamedTuple):
     epoch: int
 
 
+def _epoch_metadata(job: str, epoch: int, p: JobProgress) -> dict[str, str]:
+    """An epoch error's ``ErrorInfo.metadata``: the job, the epoch asked, the queryable range."""
+    metadata = {"job": job, "epoch": str(epoch)}
+    if not p.empty:
+        metadata |= {"oldestEpoch": str(p.oldest), "newestEpoch": str(p.newest)}
+    return metadata
+
+
 def _range_text(p: JobProgress) -> str:
     if p.empty:
         return "nothing is queryable yet"
@@ -197,7 +205,9 @@ def _resolve_aligned(
     try:
         return resolve(store, catalog, entry, pb.EpochSelector(exact=epoch, wait=True), lambda: remaining)
     except EpochError as error:
-        raise type(error)(f"(aligned with epoch {aligned.epoch} of job {aligned.job!r}) {error}") from error
+        raise type(error)(
+            f"(aligned with epoch {aligned.epoch} of job {aligned.job!r}) {error}", metadata=error.metadata
+        ) from error
 
 
 def resolve(
@@ -242,7 +252,8 @@ def resolve(
         if target < progress.oldest:
             raise EpochRetired(
                 f"epoch {target} of job {entry.descriptor.name!r} is older than retention; "
-                f"{_range_text(progress)}"
+                f"{_range_text(progress)}",
+                metadata=_epoch_metadata(entry.descriptor.name, target, progress),
             )
         return Pinned(view, target)
     return Pinned(view, progress.newest)
@@ -271,7 +282,10 @@ def _wait_until_ready(
             raise EpochNotReady(f"job {name!r} has no queryable epoch yet")
         committed = entry.committed
         state = "has not committed yet" if committed < target else "is committed but not ingested yet"
-        raise EpochNotReady(f"epoch {target} of job {name!r} {state}; {_range_text(progress)}")
+        raise EpochNotReady(
+            f"epoch {target} of job {name!r} {state}; {_range_text(progress)}",
+            metadata=_epoch_metadata(name, target, progress),
+        )
 
     def ready(p: JobProgress) -> bool:
         return not p.empty and p.newest >= target

@@ -92,18 +92,20 @@ def test_reads_fail_with_documented_reasons(shop: tuple[int, str]) -> None:
     with grpc.insecure_channel(target) as channel:
         stub = pb_grpc.EpochStateStub(channel)
         latest = pb.EpochSelector(latest=True)
-        expect(
+        unknown = expect(
             lambda: stub.Get(get(pb.StoreRef(job="nope"), u1, latest), timeout=10),
             grpc.StatusCode.NOT_FOUND,
             reasons.JOB_NOT_FOUND,
             "unknown job 'nope'",
         )
-        expect(
+        assert dict(unknown.metadata) == {"job": "nope"}
+        no_store = expect(
             lambda: stub.Get(get(pb.StoreRef(job="shop", operator_id=7), u1, latest), timeout=10),
             grpc.StatusCode.NOT_FOUND,
             reasons.STORE_NOT_FOUND,
             "no store 7/default",
         )
+        assert dict(no_store.metadata) == {"job": "shop", "operatorId": "7", "store": "default"}
         expect(
             lambda: stub.Get(get(job, pb.Row(fields=[pb.Value(int=1)]), latest), timeout=10),
             grpc.StatusCode.INVALID_ARGUMENT,
@@ -122,24 +124,30 @@ def test_reads_fail_with_documented_reasons(shop: tuple[int, str]) -> None:
             reasons.BAD_REQUEST,
             "page_token",
         )
-        expect(
+        not_ready = expect(
             lambda: stub.Get(get(job, u1, pb.EpochSelector(exact=newest + 5)), timeout=10),
             grpc.StatusCode.FAILED_PRECONDITION,
             reasons.EPOCH_NOT_READY,
             "has not committed yet",
         )
+        metadata = dict(not_ready.metadata)
+        assert 0 < int(metadata.pop("oldestEpoch")) <= newest, metadata
+        assert metadata == {"job": "shop", "epoch": str(newest + 5), "newestEpoch": str(newest)}
         expect(
             lambda: stub.Get(get(job, u1, pb.EpochSelector(exact=newest + 5, wait=True)), timeout=2),
             grpc.StatusCode.DEADLINE_EXCEEDED,
             reasons.EPOCH_WAIT_TIMED_OUT,
             "before the deadline",
         )
-        expect(
+        retired = expect(
             lambda: stub.Get(get(job, u1, pb.EpochSelector(exact=0)), timeout=10),
             grpc.StatusCode.OUT_OF_RANGE,
             reasons.EPOCH_RETIRED,
             "older than retention",
         )
+        metadata = dict(retired.metadata)
+        assert 0 < int(metadata.pop("oldestEpoch")) <= newest, metadata
+        assert metadata == {"job": "shop", "epoch": "0", "newestEpoch": str(newest)}
         aligned = pb.EpochSelector(aligned_with=pb.AlignedWith(job="other", epoch=0))
         expect(
             lambda: stub.MultiGet(pb.MultiGetRequest(store=job, keys=[u1], epoch=aligned), timeout=10),
@@ -177,6 +185,8 @@ def test_the_client_and_the_cli_read_the_reason(shop: tuple[int, str]) -> None:
             with pytest.raises(kind) as caught:
                 call()
             assert caught.value.reason == reason, caught.value
+            if reason != reasons.NO_SUCH_EPOCH:
+                assert caught.value.metadata["job"] in ("nope", "shop"), caught.value.metadata
             assert caught.value.code.name == reasons.REASONS[reason].code
     result = CliRunner().invoke(app, ["get", "nope", "u1", "--target", target])
     assert result.exit_code == 3, result.output
