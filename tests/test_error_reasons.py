@@ -109,6 +109,16 @@ def test_the_rich_status_carries_reason_domain_metadata_and_message() -> None:
     )
 
 
+def test_long_messages_are_cut_to_fit_the_trailers() -> None:
+    sent = status.rich_status(JobNotFound("x" * 100_000, metadata={"job": "x" * 100_000}))
+    assert len(sent.details) == status.MAX_MESSAGE and sent.details.endswith("...")
+    decoded = status_pb2.Status.FromString(sent.trailing_metadata[0][1])
+    assert decoded.message == sent.details
+    info = error_details_pb2.ErrorInfo()
+    decoded.details[0].Unpack(info)
+    assert len(info.metadata["job"]) == status.MAX_METADATA_VALUE
+
+
 def test_unmapped_errors_are_internal() -> None:
     sent = status.rich_status(EpochStateError("boom"))
     assert sent.code == grpc.StatusCode.INTERNAL

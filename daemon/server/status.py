@@ -118,14 +118,29 @@ def domain_errors(
     return wrapper
 
 
+MAX_MESSAGE = 2048
+"""Longest message sent, in characters. The trailers carry it twice (``grpc-message`` and
+inside the status details), and a client drops trailers beyond 8 KiB by default."""
+MAX_METADATA_VALUE = 256
+"""Longest ``ErrorInfo.metadata`` value sent (a name taken from the request may be long)."""
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def rich_status(error: EpochStateError) -> grpc.Status:
     """The status a call that failed with ``error`` ends with: its code, its message, and
-    in the details one ``ErrorInfo`` with its reason, the domain and its metadata."""
+    in the details one ``ErrorInfo`` with its reason, the domain and its metadata (the
+    message and each metadata value cut to :data:`MAX_MESSAGE` and
+    :data:`MAX_METADATA_VALUE` characters)."""
     code = status_for(error)
-    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=reasons.DOMAIN, metadata=error.metadata)
+    message = _cut(str(error), MAX_MESSAGE)
+    metadata = {key: _cut(value, MAX_METADATA_VALUE) for key, value in error.metadata.items()}
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=reasons.DOMAIN, metadata=metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
-    status = status_pb2.Status(code=code.value[0], message=str(error), details=[detail])
+    status = status_pb2.Status(code=code.value[0], message=message, details=[detail])
     return rpc_status.to_status(status)
 
 

@@ -99,6 +99,14 @@ def test_reads_fail_with_documented_reasons(shop: tuple[int, str]) -> None:
             "unknown job 'nope'",
         )
         assert dict(unknown.metadata) == {"job": "nope"}
+        # A long name: message and metadata are cut so the trailers fit a client's limit.
+        long_name = expect(
+            lambda: stub.Get(get(pb.StoreRef(job="j" * 20_000), u1, latest), timeout=10),
+            grpc.StatusCode.NOT_FOUND,
+            reasons.JOB_NOT_FOUND,
+            "unknown job 'jjj",
+        )
+        assert long_name.metadata["job"].startswith("jjj")
         no_store = expect(
             lambda: stub.Get(get(pb.StoreRef(job="shop", operator_id=7), u1, latest), timeout=10),
             grpc.StatusCode.NOT_FOUND,
