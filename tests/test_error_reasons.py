@@ -3,18 +3,24 @@
 The daemon maps error classes to status codes (``daemon/server/status.py``), each
 class names its reason, the core documents each reason with its code
 (``core/reasons.py``), the client maps reasons back (``client/errors.py``) and
-the proto lists them. These tests hold the four together; the tests against the
-real daemon (``tests/e2e/test_error_details.py``) prove what goes over the wire.
+the proto lists them. These tests hold the four together, and check the client's
+fallback to the status code against a real loopback gRPC server; the tests against
+the real daemon (``tests/e2e/test_error_details.py``) prove what it sends.
 """
 
 from __future__ import annotations
 
 import re
+from concurrent import futures
 from pathlib import Path
 
 import grpc
+import pytest
+from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from grpc_status import rpc_status
 
+from epochstate.client import EpochStateClient
 from epochstate.client import errors as client_errors
 from epochstate.core import reasons
 from epochstate.core.errors import EpochStateError
@@ -131,3 +137,56 @@ def test_client_errors_are_rooted_in_the_core() -> None:
     assert issubclass(client_errors.EpochStateClientError, EpochStateError)
     local = client_errors.InvalidArgument("raised by the client")
     assert local.reason == "" and local.code == grpc.StatusCode.INVALID_ARGUMENT and local.metadata == {}
+
+
+def _server_failing_with(
+    code: grpc.StatusCode, info: error_details_pb2.ErrorInfo | None
+) -> tuple[grpc.Server, str]:
+    """A real gRPC server on loopback whose ListJobs fails with ``code`` and, if given, ``info``."""
+
+    def list_jobs(request: bytes, context: grpc.ServicerContext) -> bytes:
+        if info is None:
+            context.abort(code, "m")
+        detail = any_pb2.Any()
+        detail.Pack(info)
+        context.abort_with_status(
+            rpc_status.to_status(status_pb2.Status(code=code.value[0], message="m", details=[detail]))
+        )
+        raise AssertionError("unreachable")
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    handler = grpc.unary_unary_rpc_method_handler(list_jobs)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("epochstate.v1.EpochState", {"ListJobs": handler}),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+def test_the_client_falls_back_to_the_status_code() -> None:
+    """A reason it does not know (a newer daemon), another domain's, or none: the code's class."""
+    precondition, not_found = grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND
+    new = error_details_pb2.ErrorInfo(reason="A_REASON_FROM_THE_FUTURE", domain=reasons.DOMAIN)
+    foreign = error_details_pb2.ErrorInfo(reason=reasons.EPOCH_NOT_READY, domain="example.com")
+    not_ready = error_details_pb2.ErrorInfo(reason=reasons.EPOCH_NOT_READY, domain=reasons.DOMAIN)
+    cases = [
+        (precondition, new, client_errors.FailedPrecondition, new.reason),
+        (precondition, foreign, client_errors.FailedPrecondition, ""),
+        (precondition, None, client_errors.FailedPrecondition, ""),
+        (precondition, not_ready, client_errors.EpochNotReady, reasons.EPOCH_NOT_READY),
+        # A code that contradicts the reason (a proxy rewrote it): the code's class wins.
+        (not_found, not_ready, client_errors.NotFound, reasons.EPOCH_NOT_READY),
+    ]
+    for code, info, expected, reason in cases:
+        server, target = _server_failing_with(code, info)
+        try:
+            with (
+                EpochStateClient(target, timeout=5) as client,
+                pytest.raises(client_errors.EpochStateClientError) as caught,
+            ):
+                client.jobs()
+        finally:
+            server.stop(None)
+        assert type(caught.value) is expected, (code, info, caught.value)
+        assert (caught.value.code, caught.value.reason) == (code, reason)

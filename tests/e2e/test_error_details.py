@@ -181,6 +181,7 @@ def test_the_client_and_the_cli_read_the_reason(shop: tuple[int, str]) -> None:
     with EpochStateClient(target, timeout=10) as client:
         cases: list[tuple[type[EpochStateClientError], Callable[[], object], str]] = [
             (JobNotFound, lambda: client.get("nope", ["u1"]), reasons.JOB_NOT_FOUND),
+            (JobNotFound, lambda: next(client.watch("nope")), reasons.JOB_NOT_FOUND),
             (EpochNotReady, lambda: client.get("shop", ["u1"], epoch=newest + 5), reasons.EPOCH_NOT_READY),
             (EpochRetired, lambda: client.get("shop", ["u1"], epoch=0), reasons.EPOCH_RETIRED),
             (
