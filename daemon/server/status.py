@@ -106,7 +106,7 @@ Resp = TypeVar("Resp")
 def domain_errors(
     handler: Callable[[Any, Req, grpc.ServicerContext], Resp],
 ) -> Callable[[Any, Req, grpc.ServicerContext], Resp]:
-    """Wrap a servicer method: a domain error it raises ends the call with its status code."""
+    """Wrap a servicer method: a domain error it raises ends the call with its :func:`rich_status`."""
 
     @functools.wraps(handler)
     def wrapper(self: Any, request: Req, context: grpc.ServicerContext) -> Resp:
