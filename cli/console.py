@@ -36,8 +36,15 @@ def fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+def one_line(error: EpochStateClientError) -> str:
+    """``error`` on one line: the daemon's reason (when it sent one), then the message."""
+    message = " ".join(str(error).split())
+    return f"{message} [{error.reason}]" if error.reason else message
+
+
 def run_client(action: Callable[[], T]) -> T:
+    """``action()``; a client error ends the command with one line and the exit code of its status code."""
     try:
         return action()
     except EpochStateClientError as error:
-        raise fail(str(error), EXIT_BY_CODE.get(error.code, 1)) from None
+        raise fail(one_line(error), EXIT_BY_CODE.get(error.code, 1)) from None

@@ -10,6 +10,7 @@ from epochstate.client.client import (
 )
 from epochstate.client.errors import (
     CommandRefused,
+    DataLoss,
     DeadlineExceeded,
     EpochDamaged,
     EpochNotReady,
@@ -17,15 +18,18 @@ from epochstate.client.errors import (
     EpochStateClientError,
     FailedPrecondition,
     InvalidArgument,
+    JobNotFound,
     NoSuchEpoch,
     NotFound,
     NoZooKeeper,
+    StoreNotFound,
     Unavailable,
 )
 
 __all__ = [
     "AlignedWith",
     "CommandRefused",
+    "DataLoss",
     "DeadlineExceeded",
     "EpochDamaged",
     "EpochNotReady",
@@ -35,10 +39,12 @@ __all__ = [
     "FailedPrecondition",
     "InvalidArgument",
     "JobDescription",
+    "JobNotFound",
     "Lookup",
     "NoSuchEpoch",
     "NoZooKeeper",
     "NotFound",
+    "StoreNotFound",
     "StoreSchema",
     "Unavailable",
     "selector",

@@ -1,11 +1,13 @@
 """Client side of ``epochstate.v1.AlignmentAdmin``: ``EpochStateClient.alignment``.
 
-Errors as the rest of the client (``epochstate.client.errors``): NotFound for an
-unknown subject or source, CommandRefused (FAILED_PRECONDITION) for a command the
-source's state does not allow or that it refused, NoZooKeeper when the daemon runs
-without ZooKeeper, InvalidArgument for bad
-arguments, DeadlineExceeded when the source did not carry a command out within
-``wait``, Unavailable when the daemon cannot reach ZooKeeper.
+Errors as the rest of the client (``epochstate.client.errors``), picked by the
+daemon's reason: NotFound for an unknown subject or source (SUBJECT_NOT_FOUND,
+SOURCE_NOT_FOUND), CommandRefused for a command the source's state does not allow
+or that it refused (COMMAND_REFUSED), NoZooKeeper when the daemon runs without
+ZooKeeper (NO_ZOOKEEPER), InvalidArgument for bad arguments (BAD_REQUEST),
+DeadlineExceeded when the source did not carry a command out within ``wait``
+(COMMAND_NOT_ANSWERED), Unavailable when the daemon cannot reach ZooKeeper
+(REGISTRY_UNAVAILABLE).
 """
 
 from __future__ import annotations

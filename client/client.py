@@ -4,7 +4,8 @@ Every read names the epoch it wants (an exact epoch, ``"latest"``, ``at_least=n`
 ``covers=position`` or ``aligned_with=(job, epoch)``) and every result says which
 epoch answered. UNAVAILABLE is
 retried with exponential back-off until the call's deadline;
-other errors raise the matching :mod:`epochstate.client.errors` exception.
+other errors raise the :mod:`epochstate.client.errors` exception the daemon's
+stable reason (``error.reason``) names, or the one of its status code.
 """
 
 from __future__ import annotations

@@ -1,30 +1,63 @@
-"""Typed client errors, mapped back from the daemon's status codes (one table).
+"""Typed client errors, mapped back from the daemon's stable reasons (one table).
 
-A status code picks the class; where one code stands for several errors
-(FAILED_PRECONDITION), the daemon names the error's kind in the trailing
-metadata (``epochstate-error``) and that picks the subclass.
+A failed call carries a ``google.rpc.ErrorInfo`` in its status details; its
+``reason`` (:mod:`epochstate.core.reasons`, domain ``epochstate.dev``) picks the
+exception class through :data:`BY_REASON`. A reason this client does not know (a
+newer daemon), or a call that failed without one (a transport failure, a proxy),
+falls back to the class of its status code. Class names never cross the wire, so
+neither side depends on the other's.
+
+Every exception is an :class:`epochstate.core.errors.EpochStateError` (one
+hierarchy for daemon, client and plugin) and has ``code`` (the gRPC status code),
+``reason`` (the daemon's reason; empty when the daemon sent none or the client
+raised the error itself) and ``metadata`` (``ErrorInfo.metadata``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import grpc
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from grpc_status import rpc_status
+
+from epochstate.core import reasons
+from epochstate.core.errors import EpochStateError
 
 
-class EpochStateClientError(Exception):
-    """Root of the client's errors; ``code`` is the gRPC status code."""
+class EpochStateClientError(EpochStateError):
+    """Root of the client's errors; ``code`` is the gRPC status code, ``reason`` the daemon's reason."""
 
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+    reason: str = ""
 
-    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self,
+        message: str,
+        code: grpc.StatusCode | None = None,
+        *,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, metadata=metadata)
         if code is not None:
             self.code = code
+        if reason is not None:
+            self.reason = reason
 
 
 class NotFound(EpochStateClientError):
-    """Unknown job, operator or store."""
+    """Unknown job, operator, store, subject or source."""
 
     code = grpc.StatusCode.NOT_FOUND
+
+
+class JobNotFound(NotFound):
+    """The daemon follows no job of that name."""
+
+
+class StoreNotFound(NotFound):
+    """The job has no store with that operator id and name."""
 
 
 class InvalidArgument(EpochStateClientError):
@@ -66,15 +99,19 @@ class DeadlineExceeded(EpochStateClientError):
 
 
 class Unavailable(EpochStateClientError):
-    """No daemon answered (after retries)."""
+    """No daemon answered (after retries), or the daemon could not reach ZooKeeper."""
 
     code = grpc.StatusCode.UNAVAILABLE
 
 
-class EpochDamaged(EpochStateClientError):
-    """The epoch exists but its state files could not be read."""
+class DataLoss(EpochStateClientError):
+    """What the answer needs exists but cannot be read (checkpoint files, registry records)."""
 
     code = grpc.StatusCode.DATA_LOSS
+
+
+class EpochDamaged(DataLoss):
+    """The epoch exists but its state files could not be read."""
 
 
 _BY_CODE: dict[grpc.StatusCode, type[EpochStateClientError]] = {
@@ -86,37 +123,60 @@ _BY_CODE: dict[grpc.StatusCode, type[EpochStateClientError]] = {
         EpochRetired,
         DeadlineExceeded,
         Unavailable,
-        EpochDamaged,
+        DataLoss,
     )
 }
 
-
-# The daemon's domain error class names (``daemon/server/status.py``) that pick a subclass.
-_BY_KIND: dict[str, type[EpochStateClientError]] = {
-    "EpochNotReady": EpochNotReady,
-    "NoSuchEpoch": NoSuchEpoch,
-    "InvalidTransition": CommandRefused,
-    "NoZooKeeper": NoZooKeeper,
+BY_REASON: Mapping[str, type[EpochStateClientError]] = {
+    reasons.JOB_NOT_FOUND: JobNotFound,
+    reasons.STORE_NOT_FOUND: StoreNotFound,
+    reasons.SUBJECT_NOT_FOUND: NotFound,
+    reasons.SOURCE_NOT_FOUND: NotFound,
+    reasons.BAD_KEY: InvalidArgument,
+    reasons.BAD_SELECTOR: InvalidArgument,
+    reasons.BAD_REQUEST: InvalidArgument,
+    reasons.EPOCH_NOT_READY: EpochNotReady,
+    reasons.NO_SUCH_EPOCH: NoSuchEpoch,
+    reasons.COMMAND_REFUSED: CommandRefused,
+    reasons.NO_ZOOKEEPER: NoZooKeeper,
+    reasons.EPOCH_WAIT_TIMED_OUT: DeadlineExceeded,
+    reasons.COMMAND_NOT_ANSWERED: DeadlineExceeded,
+    reasons.EPOCH_RETIRED: EpochRetired,
+    reasons.EPOCH_UNAVAILABLE: EpochDamaged,
+    reasons.CORRUPT_REGISTRY_RECORD: DataLoss,
+    reasons.SHUTTING_DOWN: Unavailable,
+    reasons.REGISTRY_UNAVAILABLE: Unavailable,
+    reasons.INTERNAL: EpochStateClientError,
 }
+"""The one table from the daemon's reasons to exception classes; it covers every reason."""
 
-ERROR_KIND_KEY = "epochstate-error"
 
-
-def _kind(error: grpc.RpcError) -> str | None:
-    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
-    for item in trailing or ():
-        if item.key == ERROR_KIND_KEY:
-            value: str | bytes = item.value  # str for ASCII keys at run time, whatever the stubs say
-            return value if isinstance(value, str) else value.decode()
+def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
+    """The ``ErrorInfo`` of domain ``epochstate.dev`` in ``error``'s status details, if any."""
+    if not isinstance(error, grpc.Call):
+        return None
+    try:
+        status: status_pb2.Status | None = rpc_status.from_call(error)
+    except ValueError:  # details that contradict the call's own code or message: not ours
+        return None
+    for detail in status.details if status is not None else ():
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info) and info.domain == reasons.DOMAIN:
+            return info
     return None
 
 
 def from_rpc_error(error: grpc.RpcError) -> EpochStateClientError:
-    """The typed exception for a failed call: by status code, refined by the daemon's error kind."""
-    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-    details = error.details() if hasattr(error, "details") else str(error)
+    """The typed exception for a failed call: by the daemon's reason, else by status code."""
+    code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
+    details = error.details() if isinstance(error, grpc.Call) else str(error)
+    info = error_info(error)
     cls = _BY_CODE.get(code, EpochStateClientError)
-    refined = _BY_KIND.get(_kind(error) or "")
-    if refined is not None and issubclass(refined, cls):
-        cls = refined
+    if info is not None:
+        by_reason = BY_REASON.get(info.reason, cls)
+        # A reason always travels with its own code; should a proxy have changed the
+        # code, the code wins, so `except NotFound` still sees every NOT_FOUND.
+        if issubclass(by_reason, cls):
+            cls = by_reason
+        return cls(f"{code.name}: {details}", code, reason=info.reason, metadata=info.metadata)
     return cls(f"{code.name}: {details}", code)

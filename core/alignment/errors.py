@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from epochstate.core import reasons
 from epochstate.core.errors import EpochStateError
 
 
@@ -11,6 +12,8 @@ class AlignmentError(EpochStateError):
 
 class InvalidOption(AlignmentError):
     """An option of the ``epochstate-kafka`` data source is missing or malformed."""
+
+    reason = reasons.BAD_REQUEST
 
 
 class InvalidSubjectName(InvalidOption):
@@ -29,22 +32,34 @@ class EpochWrittenByAnotherQuery(AlignmentError):
 class RegistryUnavailable(AlignmentError):
     """ZooKeeper could not be reached in time; the call may be repeated."""
 
+    reason = reasons.REGISTRY_UNAVAILABLE
+
 
 class CorruptSubjectRecord(AlignmentError):
     """A znode of the subject registry does not hold the record its path promises."""
+
+    reason = reasons.CORRUPT_REGISTRY_RECORD
 
 
 class SourceNotFound(AlignmentError):
     """The subject has no source of that job (it never ran with options zookeeper and job)."""
 
+    reason = reasons.SOURCE_NOT_FOUND
+
 
 class SubjectNotFound(AlignmentError):
     """No epoch or source of the subject was ever registered."""
+
+    reason = reasons.SUBJECT_NOT_FOUND
 
 
 class InvalidTransition(AlignmentError):
     """The command does not apply to the source's state (Align before Ready, or at a passed epoch)."""
 
+    reason = reasons.COMMAND_REFUSED
+
 
 class NotAnswered(AlignmentError):
     """The source did not answer the command in time (the query may be stopped or busy)."""
+
+    reason = reasons.COMMAND_NOT_ANSWERED

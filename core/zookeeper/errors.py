@@ -1,5 +1,6 @@
 """Errors of the ZooKeeper registry."""
 
+from epochstate.core import reasons
 from epochstate.core.errors import EpochStateError
 
 
@@ -9,6 +10,8 @@ class RegistryError(EpochStateError):
 
 class RegistryUnavailable(RegistryError):
     """ZooKeeper could not be reached in time; the call may be repeated."""
+
+    reason = reasons.REGISTRY_UNAVAILABLE
 
 
 class EpochConflict(RegistryError):
@@ -24,4 +27,4 @@ class InvalidName(RegistryError):
 
 
 class InvalidRecord(RegistryError):
-    pass
+    reason = reasons.CORRUPT_REGISTRY_RECORD

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
+from epochstate.core import reasons
 from epochstate.core.errors import EpochStateError
 from epochstate.daemon.server.positions import Position, covers, describe, end_position, start_position
 from epochstate.daemon.store.catalog import Catalog, JobEntry
@@ -41,27 +42,31 @@ class EpochError(EpochStateError):
 
 
 class EpochRetired(EpochError):
-    pass
+    reason = reasons.EPOCH_RETIRED
 
 
 class EpochNotReady(EpochError):
-    pass
+    reason = reasons.EPOCH_NOT_READY
 
 
 class EpochWaitTimedOut(EpochError):
-    pass
+    reason = reasons.EPOCH_WAIT_TIMED_OUT
 
 
 class BadSelector(EpochError):
-    pass
+    reason = reasons.BAD_SELECTOR
 
 
 class EpochUnavailable(EpochError):
     """The epoch committed, but its state files cannot be read."""
 
+    reason = reasons.EPOCH_UNAVAILABLE
+
 
 class NoSuchEpoch(EpochError):
     """No epoch of the job can ever satisfy the selector (e.g. it reads other topics)."""
+
+    reason = reasons.NO_SUCH_EPOCH
 
 
 def _wanted(position: pb.Position) -> Position:
@@ -158,6 +163,14 @@ class Pinned(NamedTuple):
     epoch: int
 
 
+def _epoch_metadata(job: str, epoch: int, p: JobProgress) -> dict[str, str]:
+    """An epoch error's ``ErrorInfo.metadata``: the job, the epoch asked, the queryable range."""
+    metadata = {"job": job, "epoch": str(epoch)}
+    if not p.empty:
+        metadata |= {"oldestEpoch": str(p.oldest), "newestEpoch": str(p.newest)}
+    return metadata
+
+
 def _range_text(p: JobProgress) -> str:
     if p.empty:
         return "nothing is queryable yet"
@@ -192,7 +205,9 @@ def _resolve_aligned(
     try:
         return resolve(store, catalog, entry, pb.EpochSelector(exact=epoch, wait=True), lambda: remaining)
     except EpochError as error:
-        raise type(error)(f"(aligned with epoch {aligned.epoch} of job {aligned.job!r}) {error}") from error
+        raise type(error)(
+            f"(aligned with epoch {aligned.epoch} of job {aligned.job!r}) {error}", metadata=error.metadata
+        ) from error
 
 
 def resolve(
@@ -237,7 +252,8 @@ def resolve(
         if target < progress.oldest:
             raise EpochRetired(
                 f"epoch {target} of job {entry.descriptor.name!r} is older than retention; "
-                f"{_range_text(progress)}"
+                f"{_range_text(progress)}",
+                metadata=_epoch_metadata(entry.descriptor.name, target, progress),
             )
         return Pinned(view, target)
     return Pinned(view, progress.newest)
@@ -266,7 +282,10 @@ def _wait_until_ready(
             raise EpochNotReady(f"job {name!r} has no queryable epoch yet")
         committed = entry.committed
         state = "has not committed yet" if committed < target else "is committed but not ingested yet"
-        raise EpochNotReady(f"epoch {target} of job {name!r} {state}; {_range_text(progress)}")
+        raise EpochNotReady(
+            f"epoch {target} of job {name!r} {state}; {_range_text(progress)}",
+            metadata=_epoch_metadata(name, target, progress),
+        )
 
     def ready(p: JobProgress) -> bool:
         return not p.empty and p.newest >= target

@@ -1,11 +1,14 @@
-"""The one table from domain errors to gRPC status codes.
+"""The one table from domain errors to gRPC status codes, and the rich status a failed call ends with.
 
-Handlers raise domain errors; :func:`status_for` picks the code. One code can
-stand for several errors (FAILED_PRECONDITION: an epoch not ready yet, an epoch
-that can never exist, a refused alignment command), so the error's kind also
-travels in the trailing metadata under :data:`ERROR_KIND_KEY` (the domain error's
-class name). The client maps code and kind back to typed exceptions
-(``epochstate.client.errors``).
+Handlers raise domain errors; :func:`status_for` picks the code from
+:data:`STATUS_OF`. One code stands for several errors (FAILED_PRECONDITION: an
+epoch not ready yet, an epoch that can never exist, a refused alignment command),
+so the call also carries the error's stable reason: the status details
+(``grpc-status-details-bin``) hold a ``google.rpc.Status`` with one
+``google.rpc.ErrorInfo`` (reason, domain ``epochstate.dev``, metadata), the
+standard any gRPC client can read. The reasons and what they mean are
+:mod:`epochstate.core.reasons`; every class in the table declares one. The Python
+client maps reasons back to typed exceptions (``epochstate.client.errors``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from grpc_status import rpc_status
 
+from epochstate.core import reasons
 from epochstate.core.alignment import errors as alignment
 from epochstate.core.errors import EpochStateError
 from epochstate.core.zookeeper.errors import InvalidRecord, RegistryUnavailable
@@ -34,9 +41,13 @@ from epochstate.daemon.store.catalog import JobNotFound, ShuttingDown, StoreNotF
 class BadRequest(EpochStateError):
     """A request that is malformed apart from its key (limits, tokens, names)."""
 
+    reason = reasons.BAD_REQUEST
+
 
 class NoZooKeeper(EpochStateError):
     """The daemon runs without ZooKeeper (no ``--zookeeper``): it cannot reach the alignment registry."""
+
+    reason = reasons.NO_ZOOKEEPER
 
 
 STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
@@ -80,11 +91,8 @@ def wait_budget(context: grpc.ServicerContext) -> float | None:
     return max(0.0, remaining - min(0.5, max(0.05, remaining / 5)))
 
 
-ERROR_KIND_KEY = "epochstate-error"
-"""Trailing-metadata key naming the domain error that ended a call (its class name)."""
-
-
 def status_for(error: EpochStateError) -> grpc.StatusCode:
+    """The status code of ``error``: its first match in :data:`STATUS_OF`, else INTERNAL."""
     for kind, code in STATUS_OF:
         if isinstance(error, kind):
             return code
@@ -98,7 +106,7 @@ Resp = TypeVar("Resp")
 def domain_errors(
     handler: Callable[[Any, Req, grpc.ServicerContext], Resp],
 ) -> Callable[[Any, Req, grpc.ServicerContext], Resp]:
-    """Wrap a servicer method: a domain error it raises ends the call with its status code."""
+    """Wrap a servicer method: a domain error it raises ends the call with its :func:`rich_status`."""
 
     @functools.wraps(handler)
     def wrapper(self: Any, request: Req, context: grpc.ServicerContext) -> Resp:
@@ -110,8 +118,33 @@ def domain_errors(
     return wrapper
 
 
+MAX_MESSAGE = 2048
+"""Longest message sent, in characters. The trailers carry it twice (``grpc-message`` and
+inside the status details), and a client drops trailers beyond 8 KiB by default."""
+MAX_METADATA_VALUE = 256
+"""Longest ``ErrorInfo.metadata`` value sent (a name taken from the request may be long)."""
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def rich_status(error: EpochStateError) -> grpc.Status:
+    """The status a call that failed with ``error`` ends with: its code, its message, and
+    in the details one ``ErrorInfo`` with its reason, the domain and its metadata (the
+    message and each metadata value cut to :data:`MAX_MESSAGE` and
+    :data:`MAX_METADATA_VALUE` characters)."""
+    code = status_for(error)
+    message = _cut(str(error), MAX_MESSAGE)
+    metadata = {key: _cut(value, MAX_METADATA_VALUE) for key, value in error.metadata.items()}
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=reasons.DOMAIN, metadata=metadata)
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    status = status_pb2.Status(code=code.value[0], message=message, details=[detail])
+    return rpc_status.to_status(status)
+
+
 def abort(context: grpc.ServicerContext, error: EpochStateError) -> NoReturn:
-    """End the call with ``error``'s status code, its message, and its kind in the trailing metadata."""
-    context.set_trailing_metadata(((ERROR_KIND_KEY, type(error).__name__),))
-    context.abort(status_for(error), str(error))
-    raise AssertionError("unreachable: ServicerContext.abort raises")
+    """End the call with ``error``'s :func:`rich_status`."""
+    context.abort_with_status(rich_status(error))
+    raise AssertionError("unreachable: ServicerContext.abort_with_status raises")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from epochstate.core import reasons
 from epochstate.core.errors import EpochStateError
 from epochstate.core.sparktypes import (
     ArrayType,
@@ -33,6 +34,8 @@ from epochstate.v1 import epochstate_pb2 as pb
 
 class BadKey(EpochStateError):
     """A request key that does not match the store's key schema."""
+
+    reason = reasons.BAD_KEY
 
 
 _INT_RANGES = {

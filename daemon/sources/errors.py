@@ -34,6 +34,3 @@ class CorruptRow(CorruptStateFile):
 
 class MissingStateFile(SourceError):
     """A state file needed to rebuild a store version does not exist (purged or never written)."""
-
-
-

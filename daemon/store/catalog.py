@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from epochstate.core import reasons
 from epochstate.core.errors import EpochStateError
 from epochstate.core.sparktypes import StructType, parse_struct
 from epochstate.daemon.codec.keycodec import decode_fields
@@ -23,15 +24,15 @@ class CatalogError(EpochStateError):
 
 
 class JobNotFound(CatalogError):
-    pass
+    reason = reasons.JOB_NOT_FOUND
 
 
 class StoreNotFound(CatalogError):
-    pass
+    reason = reasons.STORE_NOT_FOUND
 
 
 class ShuttingDown(CatalogError):
-    pass
+    reason = reasons.SHUTTING_DOWN
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,12 @@ class JobEntry:
             known = ", ".join(f"{op}/{st}" for op, st in sorted(self.stores)) or "none yet"
             raise StoreNotFound(
                 f"job {self.descriptor.name!r} has no store {operator_id}/{name or 'default'}"
-                f" (known operator/store: {known})"
+                f" (known operator/store: {known})",
+                metadata={
+                    "job": self.descriptor.name,
+                    "operatorId": str(operator_id),
+                    "store": name or "default",
+                },
             )
         return handle
 
@@ -139,7 +145,7 @@ class Catalog:
         entry = self._jobs.get(name)
         if entry is None:
             known = ", ".join(sorted(self._jobs)) or "none"
-            raise JobNotFound(f"unknown job {name!r} (followed jobs: {known})")
+            raise JobNotFound(f"unknown job {name!r} (followed jobs: {known})", metadata={"job": name})
         return entry
 
     def jobs(self) -> list[JobEntry]:

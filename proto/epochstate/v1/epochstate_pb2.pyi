@@ -174,9 +174,9 @@ class EpochSelector(_message.Message):
     ALIGNED_WITH_FIELD_NUMBER: _builtins.int
     WAIT_FIELD_NUMBER: _builtins.int
     exact: _builtins.int
-    """Exactly this epoch. FAILED_PRECONDITION if it has not committed and been
-    ingested yet (unless `wait` is set), OUT_OF_RANGE if it is older than
-    retention.
+    """Exactly this epoch. FAILED_PRECONDITION (EPOCH_NOT_READY) if it has not
+    committed and been ingested yet (unless `wait` is set), OUT_OF_RANGE
+    (EPOCH_RETIRED) if it is older than retention.
     """
     latest: _builtins.bool
     """The newest committed and ingested epoch at the time of the request."""
@@ -186,14 +186,16 @@ class EpochSelector(_message.Message):
     """
     wait: _builtins.bool
     """For `exact`: wait up to the call's deadline for the epoch to become
-    queryable instead of failing at once (DEADLINE_EXCEEDED when it does not).
+    queryable instead of failing at once (DEADLINE_EXCEEDED, EPOCH_WAIT_TIMED_OUT,
+    when it does not).
     """
     @_builtins.property
     def covers(self) -> Global___Position:
         """The earliest epoch whose end position covers this position: state that has
         seen at least these offsets. Waits (up to the call's deadline) for it.
-        FAILED_PRECONDITION when the job reads none of the named topic-partitions;
-        OUT_OF_RANGE when that epoch is older than retention.
+        FAILED_PRECONDITION (NO_SUCH_EPOCH) when the job reads none of the named
+        topic-partitions; OUT_OF_RANGE (EPOCH_RETIRED) when that epoch is older
+        than retention.
         """
 
     @_builtins.property
@@ -236,11 +238,11 @@ class AlignedWith(_message.Message):
     the same subject epoch k; when B writes T and A reads it, A's epoch that read k = m.
 
     Waits (up to the call's deadline) while B's epoch m or A's aligned epoch is not
-    yet known, or A's epoch is not yet queryable. FAILED_PRECONDITION when no such
-    epoch can ever exist: the jobs share no subject, one of them reads it
-    unaligned, they share several subjects and `subject` is empty, or the daemon
-    has no ZooKeeper. OUT_OF_RANGE when the aligned epoch (or the mapping entry
-    naming it) is older than retention.
+    yet known, or A's epoch is not yet queryable. FAILED_PRECONDITION
+    (NO_SUCH_EPOCH) when no such epoch can ever exist: the jobs share no subject,
+    one of them reads it unaligned, they share several subjects and `subject` is
+    empty, or the daemon has no ZooKeeper. OUT_OF_RANGE (EPOCH_RETIRED) when the
+    aligned epoch (or the mapping entry naming it) is older than retention.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -745,9 +747,9 @@ class JobSummary(_message.Message):
     @_builtins.property
     def problems(self) -> _containers.RepeatedCompositeFieldContainer[Global___EpochProblem]:
         """Committed epochs that cannot be ingested (damaged or unsupported files).
-        Reads pinned to them fail with DATA_LOSS. Ingest retries them; once it has
-        skipped past them to a later version it could load in full, they stay
-        unavailable (until retention passes them).
+        Reads pinned to them fail with DATA_LOSS (EPOCH_UNAVAILABLE). Ingest retries
+        them; once it has skipped past them to a later version it could load in
+        full, they stay unavailable (until retention passes them).
         """
 
     def __init__(
@@ -1371,7 +1373,7 @@ class AlignmentCommandRequest(_message.Message):
     job: _builtins.str
     """the reading job (the source's option job)"""
     wait_seconds: _builtins.float
-    """> 0: answer once the source did it (DEADLINE_EXCEEDED if not)"""
+    """> 0: answer once the source did it (DEADLINE_EXCEEDED, COMMAND_NOT_ANSWERED, if not)."""
     def __init__(
         self,
         *,

@@ -505,7 +505,7 @@ class AlignmentAdminServicer:
 
     def CatchUp(self, request, context):
         """The source reports ready once it has passed the subject's second-to-last epoch.
-        FAILED_PRECONDITION while it is aligned or aligning (Abort it first).
+        FAILED_PRECONDITION (COMMAND_REFUSED) while it is aligned or aligning (Abort it first).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -513,7 +513,7 @@ class AlignmentAdminServicer:
 
     def Align(self, request, context):
         """A ready source reads up to the start of subject epoch k, then one batch per epoch.
-        FAILED_PRECONDITION when it is not ready or has passed k.
+        FAILED_PRECONDITION (COMMAND_REFUSED) when it is not ready or has passed k.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -156,11 +156,11 @@ class AlignmentAdminStub:
     """Each source of one subject, or of every subject: state, command, retention holds."""
     CatchUp: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.AlignmentCommandRequest, _epochstate_pb2.AlignmentCommandResponse]
     """The source reports ready once it has passed the subject's second-to-last epoch.
-    FAILED_PRECONDITION while it is aligned or aligning (Abort it first).
+    FAILED_PRECONDITION (COMMAND_REFUSED) while it is aligned or aligning (Abort it first).
     """
     Align: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.AlignRequest, _epochstate_pb2.AlignmentCommandResponse]
     """A ready source reads up to the start of subject epoch k, then one batch per epoch.
-    FAILED_PRECONDITION when it is not ready or has passed k.
+    FAILED_PRECONDITION (COMMAND_REFUSED) when it is not ready or has passed k.
     """
     Abort: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.AlignmentCommandRequest, _epochstate_pb2.AlignmentCommandResponse]
     """The source reads unaligned again, from where its newest batch ended."""
@@ -181,11 +181,11 @@ class AlignmentAdminAsyncStub(AlignmentAdminStub):
     """Each source of one subject, or of every subject: state, command, retention holds."""
     CatchUp: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.AlignmentCommandRequest, _epochstate_pb2.AlignmentCommandResponse]  # type: ignore[assignment]
     """The source reports ready once it has passed the subject's second-to-last epoch.
-    FAILED_PRECONDITION while it is aligned or aligning (Abort it first).
+    FAILED_PRECONDITION (COMMAND_REFUSED) while it is aligned or aligning (Abort it first).
     """
     Align: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.AlignRequest, _epochstate_pb2.AlignmentCommandResponse]  # type: ignore[assignment]
     """A ready source reads up to the start of subject epoch k, then one batch per epoch.
-    FAILED_PRECONDITION when it is not ready or has passed k.
+    FAILED_PRECONDITION (COMMAND_REFUSED) when it is not ready or has passed k.
     """
     Abort: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.AlignmentCommandRequest, _epochstate_pb2.AlignmentCommandResponse]  # type: ignore[assignment]
     """The source reads unaligned again, from where its newest batch ended."""
@@ -215,7 +215,7 @@ class AlignmentAdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_epochstate_pb2.AlignmentCommandResponse, _abc.Awaitable[_epochstate_pb2.AlignmentCommandResponse]]:
         """The source reports ready once it has passed the subject's second-to-last epoch.
-        FAILED_PRECONDITION while it is aligned or aligning (Abort it first).
+        FAILED_PRECONDITION (COMMAND_REFUSED) while it is aligned or aligning (Abort it first).
         """
 
     @_abc_1.abstractmethod
@@ -225,7 +225,7 @@ class AlignmentAdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_epochstate_pb2.AlignmentCommandResponse, _abc.Awaitable[_epochstate_pb2.AlignmentCommandResponse]]:
         """A ready source reads up to the start of subject epoch k, then one batch per epoch.
-        FAILED_PRECONDITION when it is not ready or has passed k.
+        FAILED_PRECONDITION (COMMAND_REFUSED) when it is not ready or has passed k.
         """
 
     @_abc_1.abstractmethod

@@ -1,0 +1,173 @@
+"""The stable error reasons of the v1 API: what a failed call's ``google.rpc.ErrorInfo`` says.
+
+A call that fails on purpose ends with a gRPC status whose details hold one
+``google.rpc.ErrorInfo`` with ``domain`` :data:`DOMAIN` and ``reason`` one of the
+strings below, readable from any gRPC client (``grpc_status.rpc_status.from_call``
+in Python, ``status.FromError`` in Go, ``@grpc/grpc-js`` with
+``google-protobuf``'s ``Status``). The status code stays the coarse class; the
+reason says which of the errors sharing a code it was, so a caller never has to
+read the message (which is for people and may change).
+
+The contract: reasons are part of v1 and only ever added, never renamed, reused or
+removed; each names one meaning and always travels with the same status code. A
+client must treat a reason it does not know by its status code. The table
+:data:`REASONS` documents each one (what it means, what a caller should do); the
+same table is in the comments of ``proto/epochstate/v1/epochstate.proto``, and
+``tests/test_error_reasons.py`` fails when the daemon's table of status codes, the
+client's table of exceptions and this one drift apart.
+
+``ErrorInfo.metadata`` may carry details, strings under lowerCamelCase keys:
+``job``, ``operatorId`` and ``store`` (JOB_NOT_FOUND, STORE_NOT_FOUND); ``job``,
+``epoch`` (the one asked for), ``oldestEpoch`` and ``newestEpoch`` (the queryable
+range, when there is one) for an exact read's EPOCH_NOT_READY and EPOCH_RETIRED.
+Keys may be added; the reason alone decides what an error is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+DOMAIN: Final = "epochstate.dev"
+"""``ErrorInfo.domain`` of every error the daemon sends: the reasons below are ours."""
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One documented reason: its wire string, its status code's name, what it means, what to do."""
+
+    name: str
+    code: str
+    meaning: str
+    action: str
+
+
+REASONS: dict[str, Reason] = {}
+"""Every reason of the v1 contract by its wire string, in the order they were added."""
+
+
+def _reason(name: str, code: str, meaning: str, action: str) -> str:
+    if name in REASONS:
+        raise ValueError(f"reason {name} is defined twice")
+    REASONS[name] = Reason(name, code, meaning, action)
+    return name
+
+
+JOB_NOT_FOUND: Final = _reason(
+    "JOB_NOT_FOUND",
+    "NOT_FOUND",
+    "The daemon follows no job of that name.",
+    "Check the name (ListJobs), or ask the daemon that follows the job; FollowJob starts following it.",
+)
+STORE_NOT_FOUND: Final = _reason(
+    "STORE_NOT_FOUND",
+    "NOT_FOUND",
+    "The job has no state store with that operator id and store name.",
+    "Pick a store DescribeJob lists; a store new in the query appears with its first epoch.",
+)
+BAD_KEY: Final = _reason(
+    "BAD_KEY",
+    "INVALID_ARGUMENT",
+    "A key (or scan bound) does not match the store's key schema.",
+    "Build the key from DescribeJob's key schema, for the epoch read; do not retry unchanged.",
+)
+BAD_SELECTOR: Final = _reason(
+    "BAD_SELECTOR",
+    "INVALID_ARGUMENT",
+    "The EpochSelector is malformed (a negative epoch, an empty position, a bad job name).",
+    "Fix the selector; do not retry unchanged.",
+)
+BAD_REQUEST: Final = _reason(
+    "BAD_REQUEST",
+    "INVALID_ARGUMENT",
+    "The request is malformed apart from its key and selector (a missing name, a limit, "
+    "a page token, a wait, a subject name, a retention to keep).",
+    "Fix the request; the message names the field. Do not retry unchanged.",
+)
+EPOCH_NOT_READY: Final = _reason(
+    "EPOCH_NOT_READY",
+    "FAILED_PRECONDITION",
+    "The epoch has not committed yet, or is committed but not ingested yet (the read did not wait).",
+    "Retry later, or read with wait=true (or at_least) and a deadline.",
+)
+NO_SUCH_EPOCH: Final = _reason(
+    "NO_SUCH_EPOCH",
+    "FAILED_PRECONDITION",
+    "No epoch can ever satisfy the selector: the job reads none of the named partitions, "
+    "the jobs share no subject (or several, and none was named), the epoch was never aligned, "
+    "or aligned_with reached a daemon without ZooKeeper.",
+    "Change the selector; retrying cannot succeed.",
+)
+EPOCH_WAIT_TIMED_OUT: Final = _reason(
+    "EPOCH_WAIT_TIMED_OUT",
+    "DEADLINE_EXCEEDED",
+    "The read waited for its epoch, and the epoch did not become queryable before the deadline.",
+    "Retry with a longer deadline; check that the job is running (ListEpochs, WatchEpochs).",
+)
+EPOCH_RETIRED: Final = _reason(
+    "EPOCH_RETIRED",
+    "OUT_OF_RANGE",
+    "The epoch (or the alignment entry naming it) is older than retention and is gone for good.",
+    "Read a newer epoch: the message gives the queryable range (ListEpochs too).",
+)
+EPOCH_UNAVAILABLE: Final = _reason(
+    "EPOCH_UNAVAILABLE",
+    "DATA_LOSS",
+    "The epoch committed, but its state files in the checkpoint cannot be read (damaged or purged).",
+    "Read another epoch; an operator must look at the checkpoint (DescribeJob lists the problems).",
+)
+SHUTTING_DOWN: Final = _reason(
+    "SHUTTING_DOWN",
+    "UNAVAILABLE",
+    "The daemon is shutting down.",
+    "Retry with back-off, on this daemon once restarted or on another replica.",
+)
+REGISTRY_UNAVAILABLE: Final = _reason(
+    "REGISTRY_UNAVAILABLE",
+    "UNAVAILABLE",
+    "The daemon could not reach ZooKeeper in time.",
+    "Retry with back-off; the call is safe to repeat.",
+)
+CORRUPT_REGISTRY_RECORD: Final = _reason(
+    "CORRUPT_REGISTRY_RECORD",
+    "DATA_LOSS",
+    "A ZooKeeper node of the registry does not hold the record its path promises.",
+    "Do not retry; an operator must repair or delete the node the message names.",
+)
+SUBJECT_NOT_FOUND: Final = _reason(
+    "SUBJECT_NOT_FOUND",
+    "NOT_FOUND",
+    "No epoch or source of that subject (Kafka topic) was ever registered.",
+    "Check the topic name; a subject appears once an aligned sink or source used it.",
+)
+SOURCE_NOT_FOUND: Final = _reason(
+    "SOURCE_NOT_FOUND",
+    "NOT_FOUND",
+    "The subject has no source of that job (it never ran with the zookeeper and job options).",
+    "Check the job name (AlignmentAdmin.Status lists the sources).",
+)
+COMMAND_REFUSED: Final = _reason(
+    "COMMAND_REFUSED",
+    "FAILED_PRECONDITION",
+    "The alignment command does not apply to the source's state (Align before ready, at a "
+    "passed epoch, CatchUp while aligned), or the source refused it.",
+    "Read the source's state (AlignmentAdmin.Status), then issue the command that applies.",
+)
+COMMAND_NOT_ANSWERED: Final = _reason(
+    "COMMAND_NOT_ANSWERED",
+    "DEADLINE_EXCEEDED",
+    "The source did not carry the alignment command out in time (its query may be stopped or busy).",
+    "The command stays issued: watch AlignmentAdmin.Status, or wait again; do not issue it twice.",
+)
+NO_ZOOKEEPER: Final = _reason(
+    "NO_ZOOKEEPER",
+    "FAILED_PRECONDITION",
+    "The daemon runs without ZooKeeper, so it has no subjects to align or prune.",
+    "Send the call to a daemon started with --zookeeper.",
+)
+INTERNAL: Final = _reason(
+    "INTERNAL",
+    "INTERNAL",
+    "The daemon failed on purpose but has no more precise reason (a damaged store, a bug).",
+    "Do not retry blindly; report it with the daemon's log.",
+)
