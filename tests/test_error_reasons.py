@@ -24,8 +24,8 @@ from epochstate.client import EpochStateClient
 from epochstate.client import errors as client_errors
 from epochstate.core import reasons
 from epochstate.core.errors import EpochStateError
-from epochstate.daemon.ingest.catalog import JobNotFound
 from epochstate.daemon.server import alignment_admin, service, status
+from epochstate.daemon.store.catalog import JobNotFound
 
 PROTO = Path(__file__).resolve().parents[1] / "proto" / "epochstate" / "v1" / "epochstate.proto"
 
@@ -190,3 +190,9 @@ def test_the_client_falls_back_to_the_status_code() -> None:
             server.stop(None)
         assert type(caught.value) is expected, (code, info, caught.value)
         assert (caught.value.code, caught.value.reason) == (code, reason)
+
+
+def test_the_docs_list_every_reason_with_its_code() -> None:
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "errors.md").read_text()
+    for reason in reasons.REASONS.values():
+        assert f"| `{reason.name}` | `{reason.code}` |" in docs, reason.name
