@@ -40,7 +40,7 @@ imports: view
 	cd build/view && PYTHONPATH=. ../../$(BIN)/lint-imports ../../.importlinter --no-cache
 
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --site-dir build/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
