@@ -52,6 +52,12 @@ class DaemonSettings(BaseSettings):
         "changes to other keys cost a RocksDB seek each",
     )
     poll_interval: float = Field(default=0.1, gt=0)
+    checkpoint_cache_bytes: int = Field(
+        default=2 << 30,
+        ge=1 << 20,
+        description="bytes of remote checkpoint files (snapshot zips, table files) kept on local disk "
+        "under data_dir/cache",
+    )
     metrics_port: int | None = Field(default=None, description="Prometheus metrics on this port")
     grpc_workers: int = Field(default=16, ge=1)
     shutdown_grace: float = Field(default=5.0, ge=0)

@@ -137,7 +137,9 @@ class StorageFactory:
         self._cache_dir = cache_dir
         self._cache_bytes = cache_bytes
         self._cache: FileCache | None = None
-        self._options = options or {}
+        # Our layer retries (counted, bounded, with jitter): the clients' own retries
+        # stay few so that a fault is not retried several times over.
+        self._options = {**_CLIENT_DEFAULTS, **(options or {})}
         self._local = LocalStorage()
         self._remote: dict[tuple[str, str], RemoteStorage] = {}
         self._lock = threading.Lock()
@@ -205,6 +207,12 @@ def _filesystem(protocol: str, options: dict[str, Any]) -> Any:
     except (ImportError, ValueError) as error:
         raise UnsupportedLocation(f"{protocol}:// checkpoints: {error}") from None
 
+
+_CLIENT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "s3": {
+        "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 5, "read_timeout": 30},
+    },
+}
 
 _default = StorageFactory()
 

@@ -30,8 +30,12 @@ T = TypeVar("T")
 _REFUSALS = (PermissionError, IsADirectoryError, NotADirectoryError, ValueError)
 
 
+# Our own mistakes: never retried, never reported as the storage's fault.
+_BUGS = (TypeError, AttributeError, NameError, ImportError, AssertionError, NotImplementedError)
+
+
 def _transient(error: BaseException) -> bool:
-    return not isinstance(error, (FileNotFoundError, *_REFUSALS))
+    return not isinstance(error, (FileNotFoundError, *_REFUSALS, *_BUGS))
 
 
 class RemoteStorage(Storage):
@@ -68,7 +72,7 @@ class RemoteStorage(Storage):
 
         try:
             return with_retries(counted, _transient, self.retry, on_retry=retried)
-        except FileNotFoundError:
+        except (FileNotFoundError, *_BUGS):
             raise
         except _REFUSALS as error:
             self.stats.add("refused")
