@@ -79,7 +79,7 @@ class JobFollower:
         scratch_dir: Path | None = None,
     ) -> None:
         self.name = name
-        self.checkpoint = Checkpoint(Path(_normalize(checkpoint)))
+        self.checkpoint = Checkpoint(checkpoint)
         self._location = _normalize(checkpoint)
         self._store = store
         self._publisher = publisher
