@@ -81,9 +81,11 @@ class Daemon:
         scratch.mkdir(parents=True)
         # Remote checkpoints (s3://, gs://, abfs://) are read through one storage
         # factory, its whole-file cache in the data directory.
-        configure_storage(
-            StorageFactory(cache_dir=settings.data_dir / "cache", cache_bytes=settings.checkpoint_cache_bytes)
+        storage = StorageFactory(
+            cache_dir=settings.data_dir / "cache", cache_bytes=settings.checkpoint_cache_bytes
         )
+        configure_storage(storage)
+        self.metrics.watch_storage(storage.stats)
         self.subjects: SubjectView | None = None  # set with a registry: aligned_with reads need it
         self.publisher: EpochPublisher = self._publisher()
         self.ingest = IngestLoop(

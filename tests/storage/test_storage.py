@@ -75,7 +75,11 @@ def test_whole_files_are_fetched_once(roots: tuple[Location, Location, StorageFa
 def test_cache_stays_within_its_bound(tmp_path: Path) -> None:
     cache = FileCache(tmp_path / "c", max_bytes=2500)
     for n in range(5):
-        cache.get(f"k{n}", lambda target, n=n: target.write_bytes(bytes([n]) * 1000))
+
+        def fetch(target: Path, n: int = n) -> None:
+            target.write_bytes(bytes([n]) * 1000)
+
+        cache.get(f"k{n}", fetch)
     assert cache.size_bytes <= 2500
     assert len(list((tmp_path / "c").iterdir())) == 2
 
