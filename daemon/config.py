@@ -51,7 +51,13 @@ class DaemonSettings(BaseSettings):
         description="keys per store whose newest version ingest remembers (~100 bytes each); "
         "changes to other keys cost a RocksDB seek each",
     )
-    poll_interval: float = Field(default=0.1, gt=0)
+    poll_interval: float = Field(default=0.1, gt=0, description="seconds between looks at a checkpoint")
+    poll_max_interval: float = Field(
+        default=5.0,
+        gt=0,
+        description="an idle job on an object store is looked at ever less often, down to once in this "
+        "many seconds (one LIST request); the listener's push brings a commit at once",
+    )
     checkpoint_cache_bytes: int = Field(
         default=2 << 30,
         ge=1 << 20,

@@ -94,6 +94,7 @@ class Daemon:
             self.publisher,
             retention=settings.retention_epochs,
             poll_interval=settings.poll_interval,
+            poll_max_interval=settings.poll_max_interval,
             on_ingested=self._ingested,
             on_problem=self._problem,
             scratch_dir=scratch,
