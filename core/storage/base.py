@@ -9,11 +9,21 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class FileStat:
-    """A file's size and modification time. ``st_mtime_ns`` has the storage's
-    resolution (:attr:`Storage.mtime_resolution_ns`): 1 s on S3, for example."""
+    """A file's size, modification time and version tag. ``st_mtime_ns`` has the
+    storage's resolution (:attr:`Storage.mtime_resolution_ns`): 1 s on S3, for
+    example. ``tag`` changes whenever the content may have (an object's ETag; the
+    mtime in ns locally), so (size, tag) tells a rewritten file apart."""
 
     st_size: int
     st_mtime_ns: int
+    tag: str = ""
+
+    def written_after(self, other: FileStat, resolution_ns: int) -> bool:
+        """Whether this file was certainly written after ``other``: with coarse
+        times (``resolution_ns`` > 1), equal times count as not after."""
+        if resolution_ns > 1:
+            return self.st_mtime_ns > other.st_mtime_ns
+        return self.st_mtime_ns >= other.st_mtime_ns
 
 
 @dataclass(frozen=True)

@@ -50,4 +50,4 @@ class LocalStorage(Storage):
 
 
 def _stat(result: os.stat_result) -> FileStat:
-    return FileStat(result.st_size, result.st_mtime_ns)
+    return FileStat(result.st_size, result.st_mtime_ns, str(result.st_mtime_ns))

@@ -101,7 +101,7 @@ class RemoteStorage(Storage):
             if info.get("type") == "directory":
                 entries.append(Entry(name, True, None))
             else:
-                entries.append(Entry(name, False, FileStat(int(info.get("size") or 0), _mtime_ns(info))))
+                entries.append(Entry(name, False, _stat(info)))
         return entries
 
     def _info(self, path: str) -> Mapping[str, Any]:
@@ -111,7 +111,7 @@ class RemoteStorage(Storage):
         info = self._info(path)
         if info.get("type") == "directory":
             raise IsADirectoryError(self.display(path))
-        return FileStat(int(info.get("size") or 0), _mtime_ns(info))
+        return _stat(info)
 
     def is_file(self, path: str) -> bool:
         try:
@@ -136,8 +136,8 @@ class RemoteStorage(Storage):
         if self.cache is None:
             raise UnreadableFile(f"{self.display(path)}: no local cache to fetch it into")
         info = self._info(path)
-        tag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or _mtime_ns(info)
-        key = f"{self.display(path)}|{info.get('size')}|{tag}"
+        stat = _stat(info)
+        key = f"{self.display(path)}|{stat.st_size}|{stat.tag}"
 
         def fetch(target: Path) -> None:
             target.write_bytes(self.read(path))
@@ -145,6 +145,12 @@ class RemoteStorage(Storage):
         cached, hit = self.cache.get(key, fetch)
         self.stats.add("cache_hits" if hit else "cache_misses")
         return cached
+
+
+def _stat(info: Mapping[str, Any]) -> FileStat:
+    mtime = _mtime_ns(info)
+    tag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or info.get("content_settings") or mtime
+    return FileStat(int(info.get("size") or 0), mtime, str(tag))
 
 
 def _mtime_ns(info: Mapping[str, Any]) -> int:

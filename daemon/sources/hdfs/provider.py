@@ -211,7 +211,7 @@ class HdfsStoreReader:
         snapshot = self._path(partition, version, SNAPSHOT)
         delta = self._path(partition, version, DELTA)
         try:
-            return snapshot.stat().st_mtime_ns < delta.stat().st_mtime_ns
+            return not snapshot.stat().written_after(delta.stat(), snapshot.mtime_resolution_ns)
         except FileNotFoundError:
             return False
 

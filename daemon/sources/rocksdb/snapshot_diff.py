@@ -49,12 +49,12 @@ class SequenceCache:
     batch that re-runs rewrites its zip."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[str, int, int], Opened] = {}
+        self._known: dict[tuple[str, int, str], Opened] = {}
 
     @staticmethod
-    def _key(zip_path: Location) -> tuple[str, int, int]:
+    def _key(zip_path: Location) -> tuple[str, int, str]:
         stat = zip_path.stat()
-        return str(zip_path), stat.st_size, stat.st_mtime_ns
+        return str(zip_path), stat.st_size, stat.tag
 
     def take(self, zip_path: Location) -> Opened | None:
         """What was recorded for ``zip_path``, forgotten (each is asked for once)."""

@@ -195,8 +195,9 @@ class StoreDirectory:
         non-deterministic queries; Spark's own reader would use it).
         """
         try:
-            snapshot = self.path(partition, version, ZIP).stat().st_mtime_ns
-            return snapshot < self.path(partition, version, CHANGELOG).stat().st_mtime_ns
+            snapshot = self.path(partition, version, ZIP)
+            changelog = self.path(partition, version, CHANGELOG).stat()
+            return not snapshot.stat().written_after(changelog, snapshot.mtime_resolution_ns)
         except FileNotFoundError:
             return False
 
