@@ -51,7 +51,19 @@ class DaemonSettings(BaseSettings):
         description="keys per store whose newest version ingest remembers (~100 bytes each); "
         "changes to other keys cost a RocksDB seek each",
     )
-    poll_interval: float = Field(default=0.1, gt=0)
+    poll_interval: float = Field(default=0.1, gt=0, description="seconds between looks at a checkpoint")
+    poll_max_interval: float = Field(
+        default=5.0,
+        gt=0,
+        description="an idle job on an object store is looked at ever less often, down to once in this "
+        "many seconds (one LIST request); the listener's push brings a commit at once",
+    )
+    checkpoint_cache_bytes: int = Field(
+        default=2 << 30,
+        ge=1 << 20,
+        description="bytes of remote checkpoint files (snapshot zips, table files) kept on local disk "
+        "under data_dir/cache",
+    )
     metrics_port: int | None = Field(default=None, description="Prometheus metrics on this port")
     grpc_workers: int = Field(default=16, ge=1)
     shutdown_grace: float = Field(default=5.0, ge=0)

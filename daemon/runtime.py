@@ -22,6 +22,8 @@ from prometheus_client import start_http_server
 
 from epochstate import __version__
 from epochstate.core.errors import EpochStateError
+from epochstate.core.storage.location import StorageFactory
+from epochstate.core.storage.location import configure as configure_storage
 from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.config import DaemonSettings
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
@@ -77,6 +79,13 @@ class Daemon:
         scratch = settings.data_dir / "scratch"
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
+        # Remote checkpoints (s3://, gs://, abfs://) are read through one storage
+        # factory, its whole-file cache in the data directory.
+        storage = StorageFactory(
+            cache_dir=settings.data_dir / "cache", cache_bytes=settings.checkpoint_cache_bytes
+        )
+        configure_storage(storage)
+        self.metrics.watch_storage(storage.stats)
         self.subjects: SubjectView | None = None  # set with a registry: aligned_with reads need it
         self.publisher: EpochPublisher = self._publisher()
         self.ingest = IngestLoop(
@@ -85,6 +94,7 @@ class Daemon:
             self.publisher,
             retention=settings.retention_epochs,
             poll_interval=settings.poll_interval,
+            poll_max_interval=settings.poll_max_interval,
             on_ingested=self._ingested,
             on_problem=self._problem,
             scratch_dir=scratch,

@@ -20,7 +20,7 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 from tests.fixtures.daemon import DaemonProcess  # noqa: E402
 
-pytest_plugins = ["tests.fixtures.zookeeper", "tests.fixtures.kafka"]
+pytest_plugins = ["tests.fixtures.zookeeper", "tests.fixtures.kafka", "tests.fixtures.s3"]
 
 
 @pytest.fixture(scope="session")

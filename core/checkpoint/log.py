@@ -14,9 +14,7 @@ writes them; nothing is written.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from epochstate.core.checkpoint.epochlog import EpochLog, SourceRange, parse_epoch_log
 from epochstate.core.checkpoint.errors import (
@@ -24,30 +22,13 @@ from epochstate.core.checkpoint.errors import (
     MissingCheckpointFile,
     UnsupportedCheckpoint,
 )
+from epochstate.core.storage.errors import UnsupportedLocation
+from epochstate.core.storage.location import Location, open_location
 
 
-def local_path(root: Path | str) -> Path:
-    """The local path of a checkpoint location given as a path or a ``file:`` URI.
-
-    Raises:
-        UnsupportedCheckpoint: a URI of another scheme (``hdfs:``, ``s3a:``, ...) or host.
-    """
-    if isinstance(root, Path):
-        return root
-    if "://" not in root and not root.startswith("file:"):
-        return Path(root)
-    uri = urlparse(root)
-    if uri.scheme != "file" or uri.netloc not in ("", "localhost"):
-        raise UnsupportedCheckpoint(f"checkpoint {root!r} is not on the local filesystem")
-    return Path(unquote(uri.path))
-
-
-def numeric_entries(directory: Path) -> list[int]:
+def numeric_entries(directory: Location) -> list[int]:
     """The sorted integer names of ``directory``'s entries (none if it does not exist)."""
-    try:
-        names = [p.name for p in directory.iterdir()]
-    except FileNotFoundError:
-        return []
+    names = directory.names()
     return sorted(int(n) for n in names if n.isdigit() and n.isascii())
 
 
@@ -56,13 +37,16 @@ class QueryLog:
     and what each read. Shared by the daemon (which serves the epochs) and the
     aligned source and sink (which plan them)."""
 
-    def __init__(self, root: Path | str) -> None:
-        self.root = local_path(root)
+    def __init__(self, root: Location | Path | str) -> None:
+        try:
+            self.root = open_location(root)
+        except UnsupportedLocation as error:
+            raise UnsupportedCheckpoint(str(error)) from None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.root)!r})"
 
-    def _read_text(self, path: Path) -> str:
+    def _read_text(self, path: Location) -> str:
         try:
             return path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -106,7 +90,7 @@ class QueryLog:
         """
         path = self.root / "commits" / str(epoch)
         try:
-            return os.stat(path).st_mtime_ns // 1_000_000
+            return path.stat().st_mtime_ns // 1_000_000
         except FileNotFoundError:
             raise MissingCheckpointFile(f"{path}: epoch {epoch} is not committed") from None
 

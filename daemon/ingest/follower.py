@@ -79,7 +79,7 @@ class JobFollower:
         scratch_dir: Path | None = None,
     ) -> None:
         self.name = name
-        self.checkpoint = Checkpoint(Path(_normalize(checkpoint)))
+        self.checkpoint = Checkpoint(checkpoint)
         self._location = _normalize(checkpoint)
         self._store = store
         self._publisher = publisher
@@ -202,9 +202,16 @@ class JobFollower:
             return next(e for e in committed if e >= first)
         return next((e for e in committed if e > newest), None)
 
-    def step(self) -> IngestStats | None:
-        """Ingest the next committed epoch, if any. Raises SourceError on bad input."""
-        epoch = self.next_epoch()
+    def log_went_back(self) -> bool:
+        """Whether the commit log's newest epoch is older than the newest ingested one
+        (as of the last :meth:`next_epoch`): the checkpoint may have been recreated."""
+        return self.entry.committed is not None and self.entry.committed < self.entry.progress.newest
+
+    def step(self, epoch: int | None = None) -> IngestStats | None:
+        """Ingest ``epoch`` (default: the next committed epoch), if any. Raises
+        SourceError on bad input."""
+        if epoch is None:
+            epoch = self.next_epoch()
         if epoch is None:
             return None
         mode = ReadMode.FULL if self.entry.progress.empty else ReadMode.DELTA

@@ -1,8 +1,14 @@
 """The ingest loop: one thread that keeps every followed job caught up.
 
 It learns of new epochs two ways: a push (``poke``, from the Spark listener's
-report) wakes it at once; otherwise it looks at each checkpoint every
-``poll_interval`` seconds, which also catches up after the daemon's own downtime.
+report) wakes it at once; otherwise it looks at each checkpoint's commit log, which
+also catches up after the daemon's own downtime. Local checkpoints are looked at
+every ``poll_interval`` (a directory listing costs nothing). For a checkpoint on an
+object store, a look finding nothing new doubles that job's interval, from
+``poll_interval`` up to ``poll_max_interval``; a new epoch or a push starts again
+from ``poll_interval``. An idle remote job so costs one LIST request of
+``commits/`` per ``poll_max_interval`` (the query id is read only when there is an
+epoch to ingest or the log went back).
 Waits go through one event that ``stop`` sets, so shutdown never waits for a poll.
 """
 
@@ -42,6 +48,7 @@ class IngestLoop:
         *,
         retention: int = 100,
         poll_interval: float = 0.1,
+        poll_max_interval: float = 5.0,
         retry_interval: float = 2.0,
         skip_after_failures: int = 3,
         on_ingested: Callable[[str, IngestStats], None] | None = None,
@@ -54,6 +61,10 @@ class IngestLoop:
         self._publisher = publisher
         self._retention = retention
         self._poll_interval = poll_interval
+        self._poll_max_interval = max(poll_interval, poll_max_interval)
+        # Per job: when to look next and the interval used (grows while idle).
+        self._next_look: dict[str, float] = {}
+        self._idle_interval: dict[str, float] = {}
         self._retry_interval = retry_interval
         self._on_ingested = on_ingested
         self._on_problem = on_problem
@@ -95,6 +106,8 @@ class IngestLoop:
     def poke(self, job: str) -> None:
         """Something happened to ``job`` (e.g. an epoch committed): look now."""
         self._retry_at.pop(job, None)
+        self._next_look.pop(job, None)
+        self._idle_interval.pop(job, None)
         self._wake.set()
 
     def start(self) -> None:
@@ -119,18 +132,39 @@ class IngestLoop:
                     return
                 busy |= self._step(follower)
             if not busy:
-                self._wake.wait(self._poll_interval)
+                self._wake.wait(self._until_next_look())
+
+    def _until_next_look(self) -> float:
+        now = time.monotonic()
+        with self._lock:
+            names = list(self._followers)
+        looks = [max(self._next_look.get(n, now), self._retry_at.get(n, now)) for n in names]
+        return max(0.0, min((t - now for t in looks), default=self._poll_interval))
+
+    def _idle(self, follower: JobFollower) -> None:
+        job = follower.name
+        cap = self._poll_interval if follower.checkpoint.root.is_local else self._poll_max_interval
+        interval = self._idle_interval.get(job)
+        interval = self._poll_interval if interval is None else min(cap, interval * 2)
+        self._idle_interval[job] = interval
+        self._next_look[job] = time.monotonic() + interval
 
     def _step(self, follower: JobFollower) -> bool:
-        if time.monotonic() < self._retry_at.get(follower.name, 0.0):
+        now = time.monotonic()
+        if now < self._retry_at.get(follower.name, 0.0) or now < self._next_look.get(follower.name, 0.0):
             return False
         epoch = None
         try:
+            epoch = follower.next_epoch()
+            if epoch is None and not follower.log_went_back():
+                self._idle(follower)
+                return False
+            # About to ingest (or the log went back): is it still the same query?
             if follower.reopen_if_recreated():
                 self._catalog.put(follower.entry)
                 self._publisher.job_followed(follower.entry)
-            epoch = follower.next_epoch()
-            stats = follower.step()
+                epoch = follower.next_epoch()
+            stats = follower.step(epoch)
         except SourceError as error:
             reason = f"{type(error).__name__}: {error}"
             stats = None if epoch is None else self._failed(follower, epoch, reason)
@@ -142,8 +176,11 @@ class IngestLoop:
             self._retry_at[follower.name] = time.monotonic() + self._retry_interval
             return False
         if stats is None:
+            self._idle(follower)
             return False
         self._failures.pop(follower.name, None)
+        self._idle_interval.pop(follower.name, None)
+        self._next_look.pop(follower.name, None)
         self._catalog.advance(follower.name, follower.progress)
         log.info(
             "job %s: epoch %d queryable (%d versions%s, %.3f s)",

@@ -8,6 +8,10 @@ from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from epochstate.core.storage.stats import StorageStats
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5, 10.0)
 
@@ -48,6 +52,11 @@ class DaemonMetrics:
             "epochstate_epoch_problems", "epochs that cannot be ingested", ["job"], registry=self.registry
         )
 
+    def watch_storage(self, stats: StorageStats) -> None:
+        """Export the checkpoint storage's request counters (remote checkpoints only:
+        local reads are not counted)."""
+        self.registry.register(_StorageCollector(stats))
+
     def observed(
         self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Any]
     ) -> Callable[[Any, grpc.ServicerContext], Any]:
@@ -71,3 +80,31 @@ class DaemonMetrics:
             return response
 
         return timed
+
+
+_STORAGE_OPS = ("list", "head", "get", "get_range")
+
+
+class _StorageCollector(Collector):
+    """Reads :class:`StorageStats` at scrape time."""
+
+    def __init__(self, stats: StorageStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> list[Metric]:
+        counts = self._stats.snapshot()
+        requests = CounterMetricFamily(
+            "epochstate_storage_requests", "requests to remote checkpoint storage", labels=["op"]
+        )
+        for op in _STORAGE_OPS:
+            requests.add_metric([op], counts.get(op, 0))
+        outcomes = CounterMetricFamily(
+            "epochstate_storage_outcomes",
+            "storage requests retried, failed after retries, refused; whole-file cache hits and misses",
+            labels=["outcome"],
+        )
+        for outcome in ("retries", "failed", "refused", "cache_hits", "cache_misses"):
+            outcomes.add_metric([outcome], counts.get(outcome, 0))
+        read = CounterMetricFamily("epochstate_storage_read_bytes", "bytes read from remote storage")
+        read.add_metric([], counts.get("bytes", 0))
+        return [requests, outcomes, read]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
+from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.errors import CorruptRow, CorruptStateFile
 
 
@@ -31,7 +32,7 @@ class RawRows(NamedTuple):
 
     partition: int
     rows: Iterable[tuple[bytes, bytes | None]]
-    where: Path
+    where: Location | Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ def decode_changes(
     rows: Iterable[tuple[bytes, bytes | None]],
     keys: RowDecoder,
     values: RowDecoder,
-    where: Path,
+    where: Location | Path,
 ) -> Iterator[StateChange]:
     """Decode raw (key, value-or-None) UnsafeRow pairs of one partition.
 

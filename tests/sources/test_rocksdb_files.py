@@ -13,6 +13,7 @@ import pytest
 import xxhash
 
 from epochstate.core.sparktypes import AtomicType, StructField, StructType
+from epochstate.core.storage.location import open_location
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import (
     CorruptRow,
@@ -321,12 +322,14 @@ def test_snapshot_reader_reads_spark_zip_and_cleans_up(zip_copy: Path, tmp_path:
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     partition, version, _ = _snapshots_with_tables(zip_copy)[0]
-    with SnapshotReader(partition_dir(zip_copy, partition) / f"{version}.zip", scratch) as snapshot:
+    zip_path = open_location(partition_dir(zip_copy, partition) / f"{version}.zip")
+    with SnapshotReader(zip_path, scratch) as snapshot:
         rows = list(snapshot.items())
         assert len(list(scratch.iterdir())) == 1
     assert rows and rows == sorted(rows) and len(rows) == snapshot.metadata.num_keys
     assert all(k[:1] == b"\x00" and v[:1] == b"\x00" for k, v in rows)
     assert list(scratch.iterdir()) == []
-    with pytest.raises(MissingStateFile), SnapshotReader(partition_dir(zip_copy) / "9.zip", scratch):
+    missing = open_location(partition_dir(zip_copy) / "9.zip")
+    with pytest.raises(MissingStateFile), SnapshotReader(missing, scratch):
         pass
     assert list(scratch.iterdir()) == []

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from epochstate.core.storage.location import open_location
 from epochstate.daemon.sources.errors import CorruptStateFile
 from epochstate.daemon.sources.rocksdb.manifest import (
     ManifestFormatError,
@@ -32,8 +33,8 @@ def test_manifest_says_what_rocksdb_says(
     assert snapshots, f"{name}: no snapshot"
     compacted = 0
     for zip_path in snapshots:
-        metadata, manifest = read_snapshot_manifest(zip_path)
-        with SnapshotReader(zip_path, tmp_path) as snapshot:
+        metadata, manifest = read_snapshot_manifest(open_location(zip_path))
+        with SnapshotReader(open_location(zip_path), tmp_path) as snapshot:
             assert manifest.last_sequence == snapshot.latest_sequence(), zip_path
             tables = snapshot.table_files()
         live = {f.local_name: (f.level, f.smallest, f.largest) for f in manifest.files.values()}
@@ -74,4 +75,4 @@ def test_damaged_or_foreign_manifests_are_refused(
     broken = tmp_path / zip_path.name
     broken.write_bytes(bytes(raw))
     with pytest.raises(CorruptStateFile):
-        read_snapshot_manifest(broken)
+        read_snapshot_manifest(open_location(broken))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from epochstate.core.storage.location import open_location
 from epochstate.daemon.sources.rocksdb.snapshot import SnapshotReader
 from epochstate.daemon.sources.rocksdb.snapshot_diff import newest_writes_changes
 from epochstate.daemon.sources.rocksdb.sst import SstFormatError, sst_writes_after
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.spark
 
 
 def _state(zip_path: Path, scratch: Path) -> dict[bytes, bytes]:
-    with SnapshotReader(zip_path, scratch) as snapshot:
+    with SnapshotReader(open_location(zip_path), scratch) as snapshot:
         return dict(snapshot.items())
 
 
@@ -31,7 +32,9 @@ def test_newest_writes_give_exactly_the_changed_keys(
         for version in versions[1:]:
             before = _state(store_dir / f"{version - 1}.zip", tmp_path)
             after = _state(store_dir / f"{version}.zip", tmp_path)
-            found = newest_writes_changes(store_dir / f"{version - 1}.zip", store_dir / f"{version}.zip")
+            found = newest_writes_changes(
+                open_location(store_dir / f"{version - 1}.zip"), open_location(store_dir / f"{version}.zip")
+            )
             if found is None:
                 continue
             read_from_writes += 1
@@ -51,7 +54,7 @@ def test_a_damaged_table_file_is_refused_not_misread(
 ) -> None:
     store_dir = rocksdb_checkpoints["window-zip"] / "state" / "0" / "0"
     for zip_path in sorted(store_dir.glob("*.zip"), key=lambda p: -int(p.stem)):
-        with SnapshotReader(zip_path, tmp_path) as snapshot:
+        with SnapshotReader(open_location(zip_path), tmp_path) as snapshot:
             tables = snapshot.table_files()
             files = {f.local_name: store_dir / f.dfs_path for f in snapshot.metadata.files}
         if tables:
@@ -86,7 +89,7 @@ def test_a_manifest_the_reader_does_not_take_falls_back_to_whole_states(
     shutil.copytree(source, store_dir)
     version = max(int(p.stem) for p in store_dir.glob("*.zip"))
     before, after = store_dir / f"{version - 1}.zip", store_dir / f"{version}.zip"
-    assert newest_writes_changes(before, after) is not None
+    assert newest_writes_changes(open_location(before), open_location(after)) is not None
     # The same snapshot with one more MANIFEST record holding a field the reader does
     # not know (tag 8): the diff declines rather than guessing.
     with zipfile.ZipFile(after) as archive:
@@ -98,4 +101,4 @@ def test_a_manifest_the_reader_does_not_take_falls_back_to_whole_states(
     with zipfile.ZipFile(after, "w") as archive:
         for name, data in entries.items():
             archive.writestr(name, data)
-    assert newest_writes_changes(before, after) is None
+    assert newest_writes_changes(open_location(before), open_location(after)) is None

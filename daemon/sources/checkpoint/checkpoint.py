@@ -16,11 +16,11 @@ never read as log entries.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from epochstate.core.checkpoint.log import QueryLog, numeric_entries
 from epochstate.core.sparktypes import StructType
+from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.checkpoint.operators import (
     DEFAULT_STORE,
     METADATA_DIR,
@@ -132,7 +132,7 @@ class Checkpoint(QueryLog):
                 result.append(derive_operator(op_id, op_dir))
         return result
 
-    def store_dir(self, operator_id: int, partition: int, store: str = DEFAULT_STORE) -> Path:
+    def store_dir(self, operator_id: int, partition: int, store: str = DEFAULT_STORE) -> Location:
         """The directory of one partition of a store (it need not exist)."""
         path = self.root / "state" / str(operator_id) / str(partition)
         return path if store == DEFAULT_STORE else path / store

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from epochstate.core.checkpoint.log import numeric_entries
 from epochstate.core.sparktypes import StructType
+from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.checkpoint.schemafile import ColumnFamilySchema
 from epochstate.daemon.sources.errors import CorruptCheckpointFile, UnsupportedCheckpoint
 
@@ -100,7 +100,7 @@ def parse_operator_metadata(operator_id: int, text: str, source: str = "<text>")
     return OperatorInfo(operator_id, name, stores)
 
 
-def derive_operator(operator_id: int, operator_dir: Path) -> OperatorInfo:
+def derive_operator(operator_id: int, operator_dir: Location) -> OperatorInfo:
     """Describe an operator from its directory layout: ``<partition>/`` holds the
     ``default`` store's files directly and every other store in ``<partition>/<store>/``."""
     partitions = numeric_entries(operator_dir)

@@ -49,10 +49,10 @@ fact they hold (an expiry, a list's length) is in the variable's own rows.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from epochstate.core.checkpoint.log import numeric_entries
 from epochstate.core.sparktypes import ArrayType, StructField, StructType
+from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.checkpoint.operators import (
     LIST,
     MAP,
@@ -76,12 +76,12 @@ _KINDS = {"ValueState": VALUE, "ListState": LIST, "MapState": MAP}
 _TIMER_FAMILIES = {"EventTime": "$eventTimers_keyToTimestamp", "ProcessingTime": "$procTimers_keyToTimestamp"}
 
 
-def has_v2_metadata(operator_dir: Path) -> bool:
+def has_v2_metadata(operator_dir: Location) -> bool:
     """Whether the operator records itself in ``_metadata/v2/``."""
     return bool(numeric_entries(operator_dir / METADATA_DIR / "v2"))
 
 
-def read_v2_operator(operator_id: int, operator_dir: Path) -> OperatorInfo:
+def read_v2_operator(operator_id: int, operator_dir: Location) -> OperatorInfo:
     """The operator as its newest ``_metadata/v2/<batch>`` file describes it, with one
     store per state variable when it has any.
 
@@ -141,7 +141,7 @@ def read_v2_operator(operator_id: int, operator_dir: Path) -> OperatorInfo:
     return OperatorInfo(operator_id, name, tuple(result))
 
 
-def _read(path: Path) -> str:
+def _read(path: Location) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from epochstate.core.sparktypes import StructType
+from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.changes import RawRows, RowFraming, StateChange, decode_changes
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.checkpoint.operators import DEFAULT_STORE
@@ -85,10 +86,10 @@ class HdfsStoreReader:
                     return cls(checkpoint, operator_id, store_name, store.num_partitions, key, value)
         raise MissingCheckpointFile(f"{checkpoint.root}: no store {store_name!r} of operator {operator_id}")
 
-    def _path(self, partition: int, version: int, kind: str) -> Path:
+    def _path(self, partition: int, version: int, kind: str) -> Location:
         return self.checkpoint.store_dir(self.operator_id, partition, self.store_name) / (f"{version}.{kind}")
 
-    def _records(self, path: Path, allow_removals: bool) -> Iterator[tuple[bytes, bytes | None]]:
+    def _records(self, path: Location, allow_removals: bool) -> Iterator[tuple[bytes, bytes | None]]:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -97,7 +98,7 @@ class HdfsStoreReader:
         return iter_records(content, str(path), allow_removals)
 
     def _decode(
-        self, partition: int, rows: Iterable[tuple[bytes, bytes | None]], path: Path
+        self, partition: int, rows: Iterable[tuple[bytes, bytes | None]], path: Location | Path
     ) -> Iterator[StateChange]:
         return decode_changes(partition, rows, self._keys, self._values, path)
 
@@ -210,7 +211,7 @@ class HdfsStoreReader:
         snapshot = self._path(partition, version, SNAPSHOT)
         delta = self._path(partition, version, DELTA)
         try:
-            return snapshot.stat().st_mtime_ns < delta.stat().st_mtime_ns
+            return not snapshot.stat().written_after(delta.stat(), snapshot.mtime_resolution_ns)
         except FileNotFoundError:
             return False
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 import struct
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from epochstate.core.errors import EpochStateError
+from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.errors import CorruptStateFile
 from epochstate.daemon.sources.rocksdb.snapshot import (
     METADATA,
@@ -238,7 +238,7 @@ def parse_manifest(data: bytes) -> Manifest:
     return Manifest(last_sequence, files)
 
 
-def read_snapshot_manifest(zip_path: Path) -> tuple[SnapshotMetadata, Manifest]:
+def read_snapshot_manifest(zip_path: Location) -> tuple[SnapshotMetadata, Manifest]:
     """A snapshot's ``metadata`` and the version its MANIFEST describes, read from
     the zip in memory (nothing extracted, no database opened).
 
@@ -246,7 +246,7 @@ def read_snapshot_manifest(zip_path: Path) -> tuple[SnapshotMetadata, Manifest]:
         ManifestFormatError: a MANIFEST or WAL this reader does not take.
         MissingStateFile, CorruptStateFile: no such zip, or a damaged one.
     """
-    with zip_errors(zip_path), zipfile.ZipFile(zip_path) as archive:
+    with zip_errors(zip_path), zipfile.ZipFile(zip_path.local_path()) as archive:
         entries = {info.filename: info for info in archive.infolist()}
         if METADATA not in entries or "CURRENT" not in entries:
             raise CorruptStateFile(f"{zip_path}: no {METADATA} or CURRENT entry")

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from epochstate.core.sparktypes import StructType
+from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.changes import RawRows, RowFraming, StateChange, decode_changes
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.checkpoint.operators import DEFAULT_STORE, StoreInfo
@@ -113,11 +114,11 @@ class RocksDBStoreReader:
         raise MissingCheckpointFile(f"{checkpoint.root}: no store {store_name!r} of operator {operator_id}")
 
     def _decode(
-        self, partition: int, rows: Iterable[tuple[bytes, bytes | None]], where: Path
+        self, partition: int, rows: Iterable[tuple[bytes, bytes | None]], where: Location | Path
     ) -> Iterator[StateChange]:
         return decode_changes(partition, rows, self._keys, self._values, where)
 
-    def _dir(self, partition: int) -> Path:
+    def _dir(self, partition: int) -> Location:
         return self._files.dir(partition)
 
     # Reading.

@@ -34,6 +34,7 @@ from types import TracebackType
 
 from rocksdict import AccessType, Options, Rdict
 
+from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile, UnsupportedCheckpoint
 
 METADATA = "metadata"
@@ -107,7 +108,7 @@ class TableFile:
     largest: bytes
 
 
-def read_snapshot_metadata(zip_path: Path) -> SnapshotMetadata:
+def read_snapshot_metadata(zip_path: Location) -> SnapshotMetadata:
     """The ``metadata`` of a snapshot, without extracting the rest.
 
     Raises:
@@ -115,7 +116,7 @@ def read_snapshot_metadata(zip_path: Path) -> SnapshotMetadata:
         UnsupportedCheckpoint, CorruptStateFile: as for :func:`parse_snapshot_metadata`,
             or a zip that cannot be read.
     """
-    with zip_errors(zip_path), zipfile.ZipFile(zip_path) as archive:
+    with zip_errors(zip_path), zipfile.ZipFile(zip_path.local_path()) as archive:
         try:
             raw = archive.read(METADATA)  # checks the entry's CRC-32
         except KeyError:
@@ -124,7 +125,7 @@ def read_snapshot_metadata(zip_path: Path) -> SnapshotMetadata:
 
 
 @contextmanager
-def zip_errors(zip_path: Path) -> Iterator[None]:
+def zip_errors(zip_path: Location) -> Iterator[None]:
     """Reading a snapshot zip inside: a missing zip raises MissingStateFile, an
     unreadable one (bad structure, CRC-32 mismatch) CorruptStateFile."""
     try:
@@ -135,7 +136,7 @@ def zip_errors(zip_path: Path) -> Iterator[None]:
         raise CorruptStateFile(f"{zip_path}: not a readable zip: {err}") from err
 
 
-def metadata_from_bytes(raw: bytes, zip_path: Path) -> SnapshotMetadata:
+def metadata_from_bytes(raw: bytes, zip_path: Location) -> SnapshotMetadata:
     """The parsed ``metadata`` entry of ``zip_path``.
 
     Raises:
@@ -159,7 +160,7 @@ class SnapshotReader:
     in a scratch directory that ``__exit__`` removes.
     """
 
-    def __init__(self, zip_path: Path, scratch_root: Path | None = None) -> None:
+    def __init__(self, zip_path: Location, scratch_root: Path | None = None) -> None:
         self.zip_path = zip_path
         self._scratch_root = scratch_root
         self._scratch: str | None = None
@@ -181,7 +182,7 @@ class SnapshotReader:
 
     def _extract(self, directory: str) -> str:
         try:
-            with zipfile.ZipFile(self.zip_path) as archive:
+            with zipfile.ZipFile(self.zip_path.local_path()) as archive:
                 names = archive.namelist()
                 for name in names:
                     _plain_name(name, str(self.zip_path))
@@ -215,7 +216,7 @@ class SnapshotReader:
             if size != f.size:
                 raise CorruptStateFile(f"{target}: {size} bytes, {self.zip_path.name} says {f.size}")
             # Table files are immutable and only read: a link spares copying them.
-            os.symlink(target.resolve(), os.path.join(self._scratch, f.local_name))
+            os.symlink(target.local_path().resolve(), os.path.join(self._scratch, f.local_name))
         options = Options(raw_mode=True)
         options.set_paranoid_checks(True)
         try:

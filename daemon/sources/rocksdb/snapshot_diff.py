@@ -24,9 +24,9 @@ is usually not read at all.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import NamedTuple
 
+from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile, UnsupportedCheckpoint
 from epochstate.daemon.sources.rocksdb.manifest import LiveFile, ManifestFormatError, read_snapshot_manifest
 from epochstate.daemon.sources.rocksdb.snapshot import LOG_DIR, SnapshotFile
@@ -49,27 +49,27 @@ class SequenceCache:
     batch that re-runs rewrites its zip."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[str, int, int], Opened] = {}
+        self._known: dict[tuple[str, int, str], Opened] = {}
 
     @staticmethod
-    def _key(zip_path: Path) -> tuple[str, int, int]:
+    def _key(zip_path: Location) -> tuple[str, int, str]:
         stat = zip_path.stat()
-        return str(zip_path), stat.st_size, stat.st_mtime_ns
+        return str(zip_path), stat.st_size, stat.tag
 
-    def take(self, zip_path: Path) -> Opened | None:
+    def take(self, zip_path: Location) -> Opened | None:
         """What was recorded for ``zip_path``, forgotten (each is asked for once)."""
         try:
             return self._known.pop(self._key(zip_path), None)
         except FileNotFoundError:
             return None
 
-    def record(self, zip_path: Path, opened: Opened) -> None:
+    def record(self, zip_path: Location, opened: Opened) -> None:
         if len(self._known) > 4096:  # a store that is no longer followed in order
             self._known.clear()
         self._known[self._key(zip_path)] = opened
 
 
-def _opened(zip_path: Path) -> tuple[Opened, dict[str, LiveFile], dict[str, SnapshotFile]] | None:
+def _opened(zip_path: Location) -> tuple[Opened, dict[str, LiveFile], dict[str, SnapshotFile]] | None:
     """A snapshot's last sequence number, live table files (by local name) and the
     files its metadata names (by local name); ``None`` for a snapshot the diff does
     not take (column families, WAL files, a MANIFEST the reader does not take)."""
@@ -94,7 +94,7 @@ def _opened(zip_path: Path) -> tuple[Opened, dict[str, LiveFile], dict[str, Snap
 
 
 def newest_writes_changes(
-    before_zip: Path, after_zip: Path, sequences: SequenceCache | None = None
+    before_zip: Location, after_zip: Location, sequences: SequenceCache | None = None
 ) -> list[tuple[bytes, bytes | None]] | None:
     """The raw changes from the snapshot ``before_zip`` (version ``v - 1``) to
     ``after_zip`` (``v``, same store directory), each key once in key order; ``None``

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.checkpoint.checkpoint import (
     CHECKPOINT_FORMAT_CONF,
     COMPRESSION_CODEC_CONF,
@@ -86,10 +87,10 @@ class StoreDirectory:
         self.column_families = column_families
         self.scratch_dir = scratch_dir
 
-    def dir(self, partition: int) -> Path:
+    def dir(self, partition: int) -> Location:
         return self.checkpoint.store_dir(self.operator_id, partition, self.store_name)
 
-    def path(self, partition: int, version: int, kind: str) -> Path:
+    def path(self, partition: int, version: int, kind: str) -> Location:
         return self.dir(partition) / f"{version}.{kind}"
 
     def versions(self, partition: int, kind: str) -> list[int]:
@@ -116,7 +117,7 @@ class StoreDirectory:
                 versions.append(int(match.group(1)))
         return sorted(versions)
 
-    def missing(self, partition: int, path: Path) -> MissingStateFile:
+    def missing(self, partition: int, path: Location) -> MissingStateFile:
         # Listing the directory tells a purged file from format 2's renamed ones.
         self.versions(partition, ZIP)
         return MissingStateFile(f"{path}: does not exist")
@@ -149,7 +150,7 @@ class StoreDirectory:
         self._check_header(path, header)
         return list(records)
 
-    def _changelog_content(self, partition: int, version: int) -> tuple[Path, bytes]:
+    def _changelog_content(self, partition: int, version: int) -> tuple[Location, bytes]:
         path = self.path(partition, version, CHANGELOG)
         try:
             data = path.read_bytes()
@@ -161,7 +162,7 @@ class StoreDirectory:
             )
         return path, read_lz4_block_stream(data, str(path))
 
-    def _check_header(self, path: Path, header: ChangelogHeader) -> None:
+    def _check_header(self, path: Location, header: ChangelogHeader) -> None:
         if header.typed and not self.column_families:
             raise UnsupportedCheckpoint(f"{path}: changelog v{header.version}: a store with column families")
         if header.lineage:
@@ -194,8 +195,9 @@ class StoreDirectory:
         non-deterministic queries; Spark's own reader would use it).
         """
         try:
-            snapshot = self.path(partition, version, ZIP).stat().st_mtime_ns
-            return snapshot < self.path(partition, version, CHANGELOG).stat().st_mtime_ns
+            snapshot = self.path(partition, version, ZIP)
+            changelog = self.path(partition, version, CHANGELOG).stat()
+            return not snapshot.stat().written_after(changelog, snapshot.mtime_resolution_ns)
         except FileNotFoundError:
             return False
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import threading
 import weakref
 import zipfile
-from pathlib import Path
 
 from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile
 from epochstate.daemon.sources.rocksdb.snapshot import METADATA, parse_snapshot_metadata
@@ -65,7 +64,7 @@ class ColumnFamilyStore:
             return cached
         path = self.files.dir(partition) / name
         try:
-            with zipfile.ZipFile(path) as archive:
+            with zipfile.ZipFile(path.local_path()) as archive:
                 text = archive.read(METADATA).decode("utf-8")
         except FileNotFoundError:
             return {}  # purged meanwhile; the newer snapshots map the same ids
@@ -152,7 +151,7 @@ _SHARED_LOCK = threading.Lock()
 
 def shared_store(files: StoreDirectory) -> ColumnFamilyStore:
     """The one :class:`ColumnFamilyStore` of ``files``' store while any reader holds it."""
-    key = (str(Path(files.checkpoint.root).resolve()), files.operator_id, files.store_name)
+    key = (str(files.checkpoint.root), files.operator_id, files.store_name)
     with _SHARED_LOCK:
         store = _SHARED.get(key)
         if store is None:

@@ -1,0 +1,235 @@
+"""A file or directory of a checkpoint, wherever it is: :class:`Location`.
+
+``open_location(uri)`` accepts what users give Spark: a plain path, ``file:``,
+``s3a://`` / ``s3n://`` / ``s3://``, ``gs://``, ``abfs://`` / ``abfss://``. Remote
+schemes need their fsspec implementation (extras ``s3``, ``gcs``, ``azure``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from epochstate.core.storage.base import Entry, FileStat, Storage
+from epochstate.core.storage.cache import FileCache
+from epochstate.core.storage.errors import UnsupportedLocation
+from epochstate.core.storage.local import LocalStorage
+from epochstate.core.storage.remote import RemoteStorage
+from epochstate.core.storage.retry import RetryPolicy
+from epochstate.core.storage.stats import StorageStats
+
+__all__ = ["FileStat", "Location", "StorageFactory", "open_location"]
+
+# Hadoop's scheme -> fsspec's protocol and the scheme messages show.
+_REMOTE = {
+    "s3": "s3",
+    "s3a": "s3",
+    "s3n": "s3",
+    "gs": "gcs",
+    "gcs": "gcs",
+    "abfs": "abfs",
+    "abfss": "abfs",
+}
+
+
+@dataclass(frozen=True)
+class Location:
+    """A path on a :class:`Storage`, used like :class:`pathlib.Path` by the readers.
+
+    Values are immutable; ``/`` joins a name. A location from :meth:`iterdir`
+    remembers what the listing said of it (kind, size, mtime), so asking again
+    costs no request.
+    """
+
+    storage: Storage = field(compare=True)
+    path: str
+    _entry: Entry | None = field(default=None, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return self.storage.display(self.path)
+
+    def __truediv__(self, name: str | int) -> Location:
+        return Location(self.storage, self.storage.join(self.path, str(name)))
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> Location:
+        head = self.path.rstrip("/").rsplit("/", 1)[0] if "/" in self.path.rstrip("/") else ""
+        return Location(self.storage, head)
+
+    @property
+    def suffix(self) -> str:
+        name = self.name
+        dot = name.rfind(".")
+        return name[dot:] if 0 < dot < len(name) - 1 else ""
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.storage, LocalStorage)
+
+    @property
+    def mtime_resolution_ns(self) -> int:
+        return self.storage.mtime_resolution_ns
+
+    def iterdir(self) -> Iterator[Location]:
+        """The directory's entries (none when it does not exist): one listing request."""
+        for entry in self.storage.listdir(self.path):
+            yield Location(self.storage, self.storage.join(self.path, entry.name), entry)
+
+    def names(self) -> list[str]:
+        """The names in the directory ([] when it does not exist)."""
+        return [entry.name for entry in self.storage.listdir(self.path)]
+
+    def is_file(self) -> bool:
+        if self._entry is not None:
+            return not self._entry.is_dir
+        return self.storage.is_file(self.path)
+
+    def is_dir(self) -> bool:
+        if self._entry is not None:
+            return self._entry.is_dir
+        return self.storage.is_dir(self.path)
+
+    def exists(self) -> bool:
+        return self.is_file() or self.is_dir()
+
+    def stat(self) -> FileStat:
+        if self._entry is not None and self._entry.stat is not None:
+            return self._entry.stat
+        return self.storage.stat(self.path)
+
+    def read_bytes(self) -> bytes:
+        return self.storage.read(self.path)
+
+    def read_text(self, encoding: str = "utf-8") -> str:
+        return self.read_bytes().decode(encoding)
+
+    def read_range(self, start: int, end: int) -> bytes:
+        return self.storage.read_range(self.path, start, end)
+
+    def local_path(self) -> Path:
+        """A local file with this file's content (see :meth:`Storage.local_file`)."""
+        return self.storage.local_file(self.path)
+
+
+class StorageFactory:
+    """Opens locations, one storage per remote filesystem, sharing a file cache and
+    request counters."""
+
+    def __init__(
+        self,
+        cache_dir: Path | None = None,
+        cache_bytes: int = 2 << 30,
+        retry: RetryPolicy | None = None,
+        options: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        self.stats = StorageStats()
+        self.retry = retry or RetryPolicy()
+        self._cache_dir = cache_dir
+        self._cache_bytes = cache_bytes
+        self._cache: FileCache | None = None
+        # Our layer retries (counted, bounded, with jitter): the clients' own retries
+        # stay few so that a fault is not retried several times over.
+        self._options = {**_CLIENT_DEFAULTS, **(options or {})}
+        self._local = LocalStorage()
+        self._remote: dict[tuple[str, str], RemoteStorage] = {}
+        self._lock = threading.Lock()
+
+    def _file_cache(self) -> FileCache:
+        if self._cache is None:
+            directory = self._cache_dir or Path(tempfile.mkdtemp(prefix="epochstate-cache-"))
+            self._cache = FileCache(directory, self._cache_bytes)
+        return self._cache
+
+    def open(self, uri: str | os.PathLike[str]) -> Location:
+        """The location of ``uri``.
+
+        Raises:
+            UnsupportedLocation: an unknown scheme, or one whose fsspec
+                implementation is not installed.
+        """
+        text = os.fspath(uri)
+        if "://" not in text and not text.startswith("file:"):
+            return Location(self._local, text)
+        parsed = urlparse(text)
+        if parsed.scheme == "file":
+            if parsed.netloc not in ("", "localhost"):
+                raise UnsupportedLocation(f"checkpoint {text!r}: file URI with a remote host")
+            return Location(self._local, unquote(parsed.path))
+        protocol = _REMOTE.get(parsed.scheme)
+        if protocol is None:
+            raise UnsupportedLocation(f"checkpoint {text!r}: unsupported scheme {parsed.scheme!r}")
+        bucket = parsed.netloc
+        path = f"{bucket}{unquote(parsed.path)}".rstrip("/")
+        if protocol == "abfs" and "@" in bucket:
+            container, _, host = bucket.partition("@")
+            path = f"{container}{unquote(parsed.path)}".rstrip("/")
+            storage = self._storage(protocol, parsed.scheme, account_name=host.split(".", 1)[0])
+        else:
+            storage = self._storage(protocol, parsed.scheme)
+        return Location(storage, path)
+
+    def _storage(self, protocol: str, scheme: str, **extra: str) -> RemoteStorage:
+        key = (protocol, scheme + "|" + "|".join(f"{k}={v}" for k, v in sorted(extra.items())))
+        with self._lock:
+            storage = self._remote.get(key)
+            if storage is None:
+                storage = RemoteStorage(
+                    _filesystem(protocol, {**self._options.get(protocol, {}), **extra}),
+                    scheme,
+                    stats=self.stats,
+                    retry=self.retry,
+                    cache=self._file_cache(),
+                )
+                self._remote[key] = storage
+            return storage
+
+
+def _filesystem(protocol: str, options: dict[str, Any]) -> Any:
+    try:
+        import fsspec
+    except ImportError:
+        raise UnsupportedLocation(
+            f"{protocol}:// checkpoints need fsspec: pip install 'epochstate[s3]' (or gcs, azure)"
+        ) from None
+    try:
+        # No instance or listing cache: a new epoch's files must show up at once.
+        return fsspec.filesystem(protocol, skip_instance_cache=True, use_listings_cache=False, **options)
+    except (ImportError, ValueError) as error:
+        raise UnsupportedLocation(f"{protocol}:// checkpoints: {error}") from None
+
+
+_CLIENT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "s3": {
+        "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 5, "read_timeout": 30},
+    },
+}
+
+_default = StorageFactory()
+
+
+def default_factory() -> StorageFactory:
+    """The process's factory (the daemon sets it up once with :func:`configure`)."""
+    return _default
+
+
+def configure(factory: StorageFactory) -> None:
+    """Make ``factory`` the process's (call at start-up, before opening locations)."""
+    global _default
+    _default = factory
+
+
+def open_location(root: str | os.PathLike[str] | Location) -> Location:
+    """``root`` as a location, opened through the process's factory."""
+    if isinstance(root, Location):
+        return root
+    return _default.open(root)

@@ -1,0 +1,29 @@
+"""Counts of the requests a storage made, for metrics and benchmarks."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+
+class StorageStats:
+    """Thread-safe counters: requests by operation (``list``, ``head``, ``get``,
+    ``get_range``), retries, requests that failed for good, bytes read, and cache
+    hits and misses of whole-file fetches."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, name: str, amount: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += amount
+
+    def snapshot(self) -> dict[str, int]:
+        """The counters now (a copy)."""
+        with self._lock:
+            return dict(self._counts)
+
+    def get(self, name: str) -> int:
+        with self._lock:
+            return self._counts[name]

@@ -1,0 +1,104 @@
+"""The read contract with the checkpoint on S3: the daemon follows ``s3://`` only.
+
+Spark writes locally (no S3A jars in the pyspark wheel); a mirror uploads each file
+to a real S3-protocol server in Spark's order. For every committed epoch and every
+key ever seen, the daemon's answer equals Spark's own state reader, for each state
+store provider.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_oracle import QUERIES
+from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.oracle import canon, plain, spark_state
+from tests.fixtures.s3 import CheckpointMirror, S3Server
+from tests.fixtures.streams import PROVIDERS, FileStream, Provider
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+def test_every_epoch_and_key_equals_spark_reader_from_s3(
+    spark: Any,
+    s3_server: S3Server,
+    tmp_path: Path,
+    daemon_factory: Callable[..., DaemonProcess],
+    provider: Provider,
+) -> None:
+    schema, build, rows, mode = QUERIES["windowed"]
+    session = provider.session(spark)
+    local = tmp_path / "cp"
+    local.mkdir()
+    mirror = CheckpointMirror(s3_server, local, s3_server.new_bucket(), "checkpoints/windowed").start()
+    stream = FileStream(session, tmp_path / "in", local, build, schema, mode).start()
+    daemon = daemon_factory({"windowed": mirror.uri}, env=s3_server.env)
+    try:
+        for batch in range(6):
+            stream.feed(rows(batch))
+    finally:
+        stream.stop()
+        mirror.stop()
+    committed = stream.committed()
+    assert len(committed) >= 6
+    daemon.wait_for_epoch("windowed", committed[-1])
+    assert mirror.uploads > 0
+
+    expected = {e: spark_state(session, local, e) for e in committed}
+    all_keys = {k: key for state in expected.values() for k, (key, _, _) in state.items()}
+    with daemon.client() as client:
+        for epoch in committed:
+            lookups = client.multi_get("windowed", list(all_keys.values()), epoch=epoch)
+            got = {
+                canon(lk.key): (plain(lk.key), plain(lk.value), lk.partition) for lk in lookups if lk.found
+            }
+            assert got == expected[epoch], f"epoch {epoch}"
+            scanned = {canon(lk.key) for lk in client.scan("windowed", epoch=epoch, page_size=3)}
+            assert scanned == set(expected[epoch]), f"scan at epoch {epoch}"
+
+
+def _storage_requests(metrics_port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("epochstate_storage_requests_total{"):
+            op = line.split('op="', 1)[1].split('"', 1)[0]
+            counts[op] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def test_an_idle_job_on_s3_costs_one_list_per_max_interval(
+    spark: Any, s3_server: S3Server, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    schema, build, rows, mode = QUERIES["dedup"]
+    local = tmp_path / "cp"
+    local.mkdir()
+    mirror = CheckpointMirror(s3_server, local, s3_server.new_bucket(), "cp").start()
+    stream = FileStream(spark, tmp_path / "in", local, build, schema, mode).start()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        metrics_port = probe.getsockname()[1]
+    env = {**s3_server.env, "EPOCHSTATE_METRICS_PORT": str(metrics_port), "EPOCHSTATE_POLL_MAX_INTERVAL": "2"}
+    daemon = daemon_factory({"dedup": mirror.uri}, env=env)
+    try:
+        for batch in range(2):
+            stream.feed(rows(batch))
+    finally:
+        stream.stop()
+        mirror.stop()
+    daemon.wait_for_epoch("dedup", stream.committed()[-1])
+    time.sleep(8)  # backed off to the 2 s ceiling by now (0.1 * 2**5 > 2)
+    before = _storage_requests(metrics_port)
+    window = 10.0
+    time.sleep(window)
+    after = _storage_requests(metrics_port)
+    spent = {op: after.get(op, 0) - before.get(op, 0) for op in after}
+    # One LIST of commits/ per 2 s while idle (a sixth for a look falling on the edge), nothing else.
+    assert 4 <= spent["list"] <= window / 2 + 1, spent
+    assert spent["head"] == spent["get"] == spent["get_range"] == 0, spent

@@ -1,0 +1,124 @@
+"""The filesystem layer against a real S3-protocol server (moto) and the local disk:
+the same answers from both, missing files as FileNotFoundError, counted requests,
+whole files fetched once into the bounded cache."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from epochstate.core.storage.cache import FileCache
+from epochstate.core.storage.errors import StorageUnavailable, UnsupportedLocation
+from epochstate.core.storage.location import Location, StorageFactory
+from epochstate.core.storage.retry import RetryPolicy, with_retries
+from tests.fixtures.s3 import S3Server
+
+FILES = {"commits/0": b"v1\n{}", "commits/1": b"v1\n{}", "state/0/0/1.delta": bytes(range(256)) * 40}
+
+
+@pytest.fixture
+def roots(s3_server: S3Server, tmp_path: Path) -> tuple[Location, Location, StorageFactory]:
+    bucket = s3_server.new_bucket()
+    s3 = s3_server.client()
+    local = tmp_path / "cp"
+    for name, body in FILES.items():
+        (local / name).parent.mkdir(parents=True, exist_ok=True)
+        (local / name).write_bytes(body)
+        s3.put_object(Bucket=bucket, Key=f"jobs/a/{name}", Body=body)
+    factory = StorageFactory(cache_dir=tmp_path / "cache", cache_bytes=1 << 20)
+    return factory.open(str(local)), factory.open(f"s3a://{bucket}/jobs/a"), factory
+
+
+def test_local_and_s3_answer_alike(roots: tuple[Location, Location, StorageFactory]) -> None:
+    local, remote, _ = roots
+    for root in (local, remote):
+        assert sorted(root.names()) == ["commits", "state"]
+        assert sorted((root / "commits").names()) == ["0", "1"]
+        assert (root / "nothing").names() == []
+        delta = root / "state" / "0" / "0" / "1.delta"
+        assert delta.is_file() and not (root / "commits" / "7").is_file()
+        assert (root / "state").is_dir()
+        assert delta.read_bytes() == FILES["state/0/0/1.delta"]
+        assert delta.read_range(10, 20) == FILES["state/0/0/1.delta"][10:20]
+        assert delta.stat().st_size == len(FILES["state/0/0/1.delta"])
+        assert delta.local_path().read_bytes() == FILES["state/0/0/1.delta"]
+        assert delta.name == "1.delta" and delta.suffix == ".delta"
+        with pytest.raises(FileNotFoundError):
+            (root / "commits" / "7").read_bytes()
+    assert str(remote).startswith("s3a://")
+
+
+def test_listing_gives_kind_and_size_without_more_requests(
+    roots: tuple[Location, Location, StorageFactory],
+) -> None:
+    _, remote, factory = roots
+    before = factory.stats.snapshot()
+    entries = {e.name: e for e in (remote / "state" / "0" / "0").iterdir()}
+    assert entries["1.delta"].is_file() and entries["1.delta"].stat().st_size == 10240
+    after = factory.stats.snapshot()
+    assert after.get("list", 0) - before.get("list", 0) == 1
+    assert after.get("head", 0) == before.get("head", 0)
+
+
+def test_whole_files_are_fetched_once(roots: tuple[Location, Location, StorageFactory]) -> None:
+    _, remote, factory = roots
+    delta = remote / "state" / "0" / "0" / "1.delta"
+    first = delta.local_path()
+    gets = factory.stats.get("get")
+    assert delta.local_path() == first
+    assert factory.stats.get("get") == gets
+    assert factory.stats.get("cache_hits") >= 1
+
+
+def test_cache_stays_within_its_bound(tmp_path: Path) -> None:
+    cache = FileCache(tmp_path / "c", max_bytes=2500)
+    for n in range(5):
+
+        def fetch(target: Path, n: int = n) -> None:
+            target.write_bytes(bytes([n]) * 1000)
+
+        cache.get(f"k{n}", fetch)
+    assert cache.size_bytes <= 2500
+    assert len(list((tmp_path / "c").iterdir())) == 2
+
+
+def test_unknown_schemes_are_refused(tmp_path: Path) -> None:
+    factory = StorageFactory(cache_dir=tmp_path)
+    with pytest.raises(UnsupportedLocation, match="ftp"):
+        factory.open("ftp://host/cp")
+
+
+def test_unreachable_storage_fails_after_bounded_retries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A port nobody listens on: every request is refused at once.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    factory = StorageFactory(cache_dir=tmp_path, retry=RetryPolicy(attempts=3, base=0.01, cap=0.02))
+    root = factory.open("s3://bucket/cp")
+    with pytest.raises(StorageUnavailable, match="after retries"):
+        root.names()
+    assert factory.stats.get("retries") == 2
+    assert factory.stats.get("failed") == 1
+
+
+def test_retries_stop_at_the_first_answer_that_is_not_transient() -> None:
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionResetError("reset mid-read")
+        return "ok"
+
+    waits: list[float] = []
+    policy = RetryPolicy(attempts=5, base=0.1, cap=0.4)
+    result = with_retries(flaky, lambda e: isinstance(e, ConnectionError), policy,
+                          sleep=waits.append, rng=random.Random(1))
+    assert result == "ok" and len(calls) == 3
+    assert len(waits) == 2 and all(0 <= w <= 0.4 for w in waits)
+    with pytest.raises(FileNotFoundError):
+        with_retries(lambda: (_ for _ in ()).throw(FileNotFoundError("x")), lambda e: False, policy)
