@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from epochstate.core.sparktypes import type_to_json
+from epochstate.core.storage.errors import UnreadableFile
 from epochstate.daemon.ingest.changes import ReadMode, StoreCodec, store_changes
 from epochstate.daemon.ingest.epoch_record import epoch_record
 from epochstate.daemon.ingest.schemas import SchemaWatch
@@ -233,7 +234,7 @@ class JobFollower:
                     gap[e] = f"skipped: epoch {blocked} before it cannot be read ({reason})"
                 mode = ReadMode.FULL if self.entry.progress.empty else ReadMode.REBASE
                 return self._ingest(candidate, mode, gap)
-            except SourceError as error:
+            except (SourceError, UnreadableFile) as error:
                 log.warning("job %s: cannot load epoch %d in full either: %s", self.name, candidate, error)
         return None
 

@@ -21,12 +21,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from epochstate.core.errors import EpochStateError
+from epochstate.core.storage.errors import StorageUnavailable, UnreadableFile
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats, JobFollower
 from epochstate.daemon.sources.errors import SourceError
 from epochstate.daemon.store.catalog import Catalog, JobEntry
 from epochstate.daemon.store.versioned import VersionedStore
 
 log = logging.getLogger(__name__)
+
+# What makes an epoch fail for good after enough attempts: damaged or missing
+# checkpoint files, and files the storage refuses. A storage that does not answer
+# (StorageUnavailable) only delays ingest.
+UNREADABLE = (SourceError, UnreadableFile)
 
 
 class IngestError(EpochStateError):
@@ -165,12 +171,16 @@ class IngestLoop:
                 self._publisher.job_followed(follower.entry)
                 epoch = follower.next_epoch()
             stats = follower.step(epoch)
-        except SourceError as error:
+        except UNREADABLE as error:
             reason = f"{type(error).__name__}: {error}"
             stats = None if epoch is None else self._failed(follower, epoch, reason)
             if stats is None:
                 self._retry_at[follower.name] = time.monotonic() + self._retry_interval
                 return False
+        except StorageUnavailable as error:
+            log.warning("job %s: %s; retrying in %.0fs", follower.name, error, self._retry_interval)
+            self._retry_at[follower.name] = time.monotonic() + self._retry_interval
+            return False
         except Exception:
             log.exception("job %s: ingest failed; retrying in %.0fs", follower.name, self._retry_interval)
             self._retry_at[follower.name] = time.monotonic() + self._retry_interval
@@ -212,7 +222,7 @@ class IngestLoop:
             return None
         try:
             stats = follower.skip_ahead(epoch, reason)
-        except SourceError as error:
+        except UNREADABLE as error:
             log.warning("job %s: cannot skip past epoch %d: %s", follower.name, epoch, error)
             return None
         if stats is not None:
