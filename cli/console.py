@@ -8,7 +8,9 @@ from typing import TypeVar
 import grpc
 import typer
 from rich.console import Console
+from rich.text import Text
 
+from epochstate.cli.output import one_line
 from epochstate.client.errors import EpochStateClientError
 
 out = Console()
@@ -28,7 +30,11 @@ T = TypeVar("T")
 
 
 def fail(message: str, code: int) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    """Print ``error: <message>`` on stderr, on one line whatever the message holds
+    (newlines are folded, brackets are not markup, nothing wraps), and return the
+    ``typer.Exit`` to raise with ``code``."""
+    line = Text.assemble(("error:", "red"), " ", one_line(message))
+    err.print(line, highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
