@@ -20,6 +20,7 @@ from rich.table import Column, Table
 from epochstate.cli.output import is_terminal, print_line
 
 Row = Sequence[str]
+_UNLIMITED = 1 << 30
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Row]) -> None:
@@ -35,7 +36,10 @@ def print_table(headers: Sequence[str], rows: Sequence[Row]) -> None:
     table = Table(*(Column(h, overflow="fold") for h in headers))
     for row in rows:
         table.add_row(*row)
-    if Measurement.get(console, console.options, table).maximum <= console.width:
+    # Measured as if the terminal were unlimited: the width the table needs with
+    # every cell on one line (a measurement within the terminal is capped by it).
+    unlimited = console.options.update_width(_UNLIMITED)
+    if Measurement.get(console, unlimited, table).maximum <= console.width:
         console.print(table)
         return
     width = max(len(h) for h in headers)
@@ -43,7 +47,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Row]) -> None:
         if index:
             print_line()
         for header, cell in zip(headers, row, strict=True):
-            print_line(f"{header:<{width}}  {cell}")
+            print_line(f"{header:<{width}}  {cell}".rstrip())
 
 
 def _cell(text: str) -> str:
