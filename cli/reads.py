@@ -1,7 +1,8 @@
 """``epochstate get`` and ``epochstate scan``: keys of a job's state, pinned to one epoch.
 
 With ``--json`` each record is one line of JSON (NDJSON), in request order for
-``get`` and key order for ``scan``::
+``get`` and key order for ``scan`` (written as the daemon's pages arrive; should
+a later page fail, the lines before stay written and the exit code says so)::
 
     {"job": "orders", "operator": 0, "store": "default", "epoch": 12,
      "key": {"user": "alice"}, "found": true, "value": {"count": 3}, "partition": 1}
@@ -99,12 +100,14 @@ def scan(
     parsed = parse_json(prefix, "prefix")
     chosen = parse_epoch(epoch)
     with EpochStateClient(target, timeout=timeout) as client:
-        lookups = _read(
-            lambda: list(
-                client.scan(job, prefix=parsed, epoch=chosen, operator_id=operator, store=store, limit=limit)
-            )
-        )
-    _print_lookups(job, operator, store, lookups, as_json)
+        pages = client.scan(job, prefix=parsed, epoch=chosen, operator_id=operator, store=store, limit=limit)
+        if as_json:
+            # A line per record as the pages arrive: a long scan starts printing at once.
+            while (lookup := _read(lambda: next(pages, None))) is not None:
+                print_json_line(lookup_record(job, operator, store, lookup))
+            return
+        lookups = _read(lambda: list(pages))
+    _print_lookups(job, operator, store, lookups, as_json=False)
 
 
 def _read(action: Callable[[], T]) -> T:

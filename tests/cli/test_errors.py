@@ -29,6 +29,7 @@ def test_errors_are_one_line_with_the_documented_exit_code(served: Served) -> No
         (("get", "spend"), 2, "Missing argument"),
         (("scan", "spend", "--bogus"), 2, "--bogus"),
         (("scan", "spend", "--prefix", "[unclosed"), 2, "prefix must be JSON"),
+        (("scan", "missing-job", "--json"), 3, "missing-job"),
         (("describe", "missing-job", "--json"), 3, "missing-job"),
         (("watch", "missing-job", "--json"), 3, "missing-job"),
         (("nope",), 2, "nope"),
