@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Column, Table
+from rich.text import Text
 
 from epochstate.cli.output import is_terminal, print_line
 
@@ -35,7 +36,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Row]) -> None:
     # onto the next line rather than losing its end to an ellipsis.
     table = Table(*(Column(h, overflow="fold") for h in headers))
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(c) for c in row))  # cells are data: no markup, no emoji codes
     # Measured as if the terminal were unlimited: the width the table needs with
     # every cell on one line (a measurement within the terminal is capped by it).
     unlimited = console.options.update_width(_UNLIMITED)
