@@ -13,8 +13,9 @@ nothing of a failed command goes to stdout.
 Exit codes: 0 success; 1 unexpected error; 2 bad usage; 3 not found; 4 invalid
 argument (e.g. a key that does not match the key schema); 5 epoch not available
 (not committed yet, older than retention, or deadline passed); 6 daemon
-unavailable; 130 interrupted (Ctrl-C). ``EPOCHSTATE_DEBUG=1`` shows the
-traceback of an unexpected error.
+unavailable; 130 interrupted (Ctrl-C). A command group without arguments
+(``epochstate``, ``epochstate align``) prints its help and exits 0.
+``EPOCHSTATE_DEBUG=1`` shows the traceback of an unexpected error.
 """
 
 from __future__ import annotations
@@ -80,11 +81,12 @@ def _parser_error(error: Exception) -> int | None:
         return None
     message = str(format_message())
     if type(error).__name__ == "NoArgsIsHelpError":
-        # The help, asked for by giving no arguments: typer's rich help has printed
-        # itself already (the message is empty), click's plain help is the message.
+        # No arguments ask for the help (as with kubectl and gh, not an error): typer's
+        # rich help has printed itself already (the message is empty), click's plain
+        # help is the message.
         if message:
-            sys.stderr.write(message + "\n")
-        return exit_code
+            sys.stdout.write(message + "\n")
+        return 0
     ctx = getattr(error, "ctx", None)
     path = getattr(ctx, "command_path", None)
     hint = f" (see '{path} --help')" if exit_code == 2 and path else ""

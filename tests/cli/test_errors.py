@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from subprocess import CompletedProcess
 
 from tests.cli.conftest import Served
@@ -45,3 +47,18 @@ def test_an_unreachable_daemon_is_exit_code_6() -> None:
         done = epochstate(free_target(), *args)
         assert done.returncode == 6, done.stderr
         assert "UNAVAILABLE" in one_error_line(done)
+
+
+def test_usage_errors_are_one_line_and_no_arguments_show_the_help() -> None:
+    def run(*args: str) -> CompletedProcess[str]:
+        command = [sys.executable, "-m", "epochstate.cli", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    for args in ((), ("align",)):
+        done = run(*args)
+        assert (done.returncode, "Usage: epochstate" in done.stdout) == (0, True), done
+    done = run("align", "status")
+    assert done.returncode == 2
+    assert one_error_line(done) == "error: Missing argument 'topic'. (see 'epochstate align status --help')"
+    done = run("watch", "spend", "--count", "-1")
+    assert done.returncode == 2 and "--count" in one_error_line(done)
