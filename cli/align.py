@@ -6,19 +6,30 @@ Talks to ZooKeeper directly (the coordinator is a recipe on the source znodes,
 way. Exit codes as the rest of the CLI: 0 success; 2 bad usage; 3 unknown subject
 or source; 4 a command the source's state does not allow (or a bad name); 5 the
 source did not answer within ``--wait``; 6 ZooKeeper (or the daemon) unavailable.
+
+With ``--json`` each command prints exactly one JSON document:
+
+* ``status``: an array of source rows, ``{"job", "mode", "state", "command",
+  "command_id", "answered", "subject_epoch", "batch", "position", "refused",
+  "updated_at_ms"}`` (:data:`epochstate.cli.align_control.SourceRow`).
+* ``catch-up``, ``align``, ``abort``: ``{"subject", "job", "command",
+  "command_id", "waited", "state", "batch"}``; ``state`` and ``batch`` are the
+  source's answer, null unless ``--wait`` was given.
+* ``prune``: ``{"horizon", "holds", "deleted", "mapping_entries"}``; ``holds`` a
+  list of ``{"epoch", "reason"}``, ``deleted`` the deleted subject epochs.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from epochstate.cli.align_control import AlignControl, AlignFailure, CommandKind
+from epochstate.cli.console import fail
+from epochstate.cli.output import print_document, print_line
+from epochstate.cli.tables import print_table
 
 align_app = typer.Typer(
     name="align",
@@ -27,8 +38,6 @@ align_app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
 T = TypeVar("T")
 
 ZooKeeperOpt = Annotated[
@@ -53,6 +62,7 @@ WaitOpt = Annotated[
     float, typer.Option("--wait", help="seconds to wait until the source did it (0: do not wait)")
 ]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="seconds to wait for ZooKeeper or the daemon")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document instead of text")]
 Topic = Annotated[str, typer.Argument(help="the subject (Kafka topic)")]
 Job = Annotated[str, typer.Argument(help="the reading job (the source's option job)")]
 
@@ -71,8 +81,7 @@ def _run(action: Callable[[], T]) -> T:
     try:
         return action()
     except AlignFailure as failure:
-        err.print(f"[red]error:[/red] {failure}", highlight=False, markup=True)
-        raise typer.Exit(failure.code) from None
+        raise fail(str(failure), failure.code) from None
 
 
 def _show(value: Any) -> str:
@@ -85,42 +94,61 @@ def status(
     zookeeper: ZooKeeperOpt = "127.0.0.1:2181",
     root: RootOpt = "/epochstate",
     timeout: TimeoutOpt = 10.0,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    as_json: JsonOpt = False,
     target: TargetOpt = None,
 ) -> None:
     """Show each source of a subject: mode, state, newest command, last subject epoch, position."""
     control = _control(target, zookeeper, root, timeout)
     rows = _run(lambda: control.status(topic))
     if as_json:
-        out.print_json(json.dumps(rows))
+        print_document(rows)
         return
-    table = Table("job", "mode", "state", "command", "subject epoch", "batch", "position", "refused")
+    table = []
     for r in rows:
         command = _show(r["command"]) + ("" if r["answered"] else " (not seen yet)")
         position = ", ".join(f"{p}:{o}" for p, o in r["position"].items()) or "-"
-        table.add_row(
-            r["job"],
-            r["mode"],
-            r["state"],
-            command,
-            _show(r["subject_epoch"]),
-            _show(r["batch"]),
-            position,
-            _show(r["refused"]),
+        table.append(
+            (
+                str(r["job"]),
+                str(r["mode"]),
+                str(r["state"]),
+                command,
+                _show(r["subject_epoch"]),
+                _show(r["batch"]),
+                position,
+                _show(r["refused"]),
+            )
         )
-    out.print(table)
+    headers = ("job", "mode", "state", "command", "subject epoch", "batch", "position", "refused")
+    print_table(headers, table)
 
 
 def _send(
-    control: AlignControl, kind: CommandKind, topic: str, job: str, epoch: int | None, wait: float
+    control: AlignControl,
+    kind: CommandKind,
+    topic: str,
+    job: str,
+    epoch: int | None,
+    wait: float,
+    as_json: bool,
 ) -> None:
     outcome = _run(lambda: control.command(kind, topic, job, epoch, wait))
-    out.print(
-        f"sent {outcome.command} (command {outcome.command_id}) to source {job!r} of {topic!r}",
-        highlight=False,
-    )
+    if as_json:
+        print_document(
+            {
+                "subject": topic,
+                "job": job,
+                "command": outcome.command,
+                "command_id": outcome.command_id,
+                "waited": outcome.waited,
+                "state": outcome.state,
+                "batch": outcome.batch,
+            }
+        )
+        return
+    print_line(f"sent {outcome.command} (command {outcome.command_id}) to source {job!r} of {topic!r}")
     if outcome.waited:
-        out.print(f"source {job!r} is {outcome.state} after batch {_show(outcome.batch)}", highlight=False)
+        print_line(f"source {job!r} is {outcome.state} after batch {_show(outcome.batch)}")
 
 
 @align_app.command("catch-up")
@@ -132,9 +160,10 @@ def catch_up(
     timeout: TimeoutOpt = 10.0,
     wait: WaitOpt = 0.0,
     target: TargetOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """CatchUp: the source reports ready once it has passed the subject's second-to-last epoch."""
-    _send(_control(target, zookeeper, root, timeout), "catch-up", topic, job, None, wait)
+    _send(_control(target, zookeeper, root, timeout), "catch-up", topic, job, None, wait, as_json)
 
 
 @align_app.command()
@@ -149,9 +178,10 @@ def align(
     timeout: TimeoutOpt = 10.0,
     wait: WaitOpt = 0.0,
     target: TargetOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Align(k): a ready source reads up to the start of subject epoch k, then one batch per epoch."""
-    _send(_control(target, zookeeper, root, timeout), "align", topic, job, epoch, wait)
+    _send(_control(target, zookeeper, root, timeout), "align", topic, job, epoch, wait, as_json)
 
 
 @align_app.command()
@@ -163,9 +193,10 @@ def abort(
     timeout: TimeoutOpt = 10.0,
     wait: WaitOpt = 0.0,
     target: TargetOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Abort: the source reads unaligned again, from where its newest batch ended."""
-    _send(_control(target, zookeeper, root, timeout), "abort", topic, job, None, wait)
+    _send(_control(target, zookeeper, root, timeout), "abort", topic, job, None, wait, as_json)
 
 
 @align_app.command()
@@ -176,7 +207,7 @@ def prune(
     zookeeper: ZooKeeperOpt = "127.0.0.1:2181",
     root: RootOpt = "/epochstate",
     timeout: TimeoutOpt = 10.0,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of text")] = False,
+    as_json: JsonOpt = False,
     target: TargetOpt = None,
 ) -> None:
     """Apply the subject's retention: delete epochs (and mapping entries) no source or daemon needs.
@@ -188,13 +219,11 @@ def prune(
     if as_json:
         holds = [{"epoch": epoch, "reason": reason} for epoch, reason in pruned.holds]
         answer = {"horizon": pruned.horizon, "holds": holds, "deleted": list(pruned.deleted)}
-        out.print_json(json.dumps(answer | {"mapping_entries": pruned.mapping_entries}))
+        print_document(answer | {"mapping_entries": pruned.mapping_entries})
         return
-    out.print(f"subject {topic!r} keeps epochs from {pruned.horizon}: {pruned.binding}", highlight=False)
+    print_line(f"subject {topic!r} keeps epochs from {pruned.horizon}: {pruned.binding}")
     for epoch, reason in pruned.holds:
-        out.print(f"  from {epoch}: {reason}", highlight=False)
+        print_line(f"  from {epoch}: {reason}")
     if not dry_run:
         span = f"{pruned.deleted[0]}..{pruned.deleted[-1]}" if pruned.deleted else "none"
-        out.print(
-            f"deleted epochs {span}, {sum(pruned.mapping_entries.values())} mapping entries", highlight=False
-        )
+        print_line(f"deleted epochs {span}, {sum(pruned.mapping_entries.values())} mapping entries")

@@ -14,6 +14,7 @@ from epochstate.cli.align_control import (
     PruneOutcome,
     SourceRow,
 )
+from epochstate.cli.console import client_error_line
 from epochstate.client import errors
 from epochstate.client.client import EpochStateClient
 from epochstate.v1 import epochstate_pb2 as pb
@@ -65,7 +66,7 @@ class DaemonControl:
                 return action(client)
         except errors.EpochStateClientError as error:
             code = next((c for kind, c in _EXIT_CODES if isinstance(error, kind)), 1)
-            raise AlignFailure(f"daemon {self._target}: {error}", code) from None
+            raise AlignFailure(f"daemon {self._target}: {client_error_line(error)}", code) from None
 
     def status(self, topic: str) -> list[SourceRow]:
         subjects = self._call(lambda c: c.alignment.status(topic, timeout=self._timeout))

@@ -8,8 +8,9 @@ from typing import TypeVar
 import grpc
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
+from epochstate.cli.output import one_line
 from epochstate.client.errors import EpochStateClientError
 
 out = Console()
@@ -29,22 +30,24 @@ T = TypeVar("T")
 
 
 def fail(message: str, code: int) -> typer.Exit:
-    """Print ``error: <message>`` as one line on stderr (never wrapped, never read as
-    markup) and return the exit to raise."""
-    one_line = " ".join(message.split())
-    err.print(f"[red]error:[/red] {escape(one_line)}", highlight=False, markup=True, soft_wrap=True)
+    """Print ``error: <message>`` on stderr, on one line whatever the message holds
+    (newlines are folded, brackets are not markup, nothing wraps), and return the
+    ``typer.Exit`` to raise with ``code``."""
+    line = Text.assemble(("error:", "red"), " ", one_line(message))
+    err.print(line, highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
-def one_line(error: EpochStateClientError) -> str:
-    """``error`` on one line: the daemon's reason (when it sent one), then the message."""
-    message = " ".join(str(error).split())
-    return f"{message} [{error.reason}]" if error.reason else message
+def client_error_line(error: EpochStateClientError) -> str:
+    """``error`` for the one error line: its message, then the daemon's reason
+    (when it sent one) in brackets."""
+    return f"{error} [{error.reason}]" if error.reason else str(error)
 
 
 def run_client(action: Callable[[], T]) -> T:
-    """``action()``; a client error ends the command with one line and the exit code of its status code."""
+    """``action()``; a client error ends the command with one line and the exit code
+    of its status code."""
     try:
         return action()
     except EpochStateClientError as error:
-        raise fail(one_line(error), EXIT_BY_CODE.get(error.code, 1)) from None
+        raise fail(client_error_line(error), EXIT_BY_CODE.get(error.code, 1)) from None

@@ -1,6 +1,5 @@
 """A store written with another layout version is refused, by the store and by the daemon's CLI."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,7 +47,6 @@ def test_daemon_refuses_it_with_exit_code_1(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "COLUMNS": "500"},  # one line per error: the console wraps at its width
     )
     assert started.returncode == 1, started.stderr
     assert "has layout version 1" in started.stderr and "re-ingests every retained epoch" in started.stderr

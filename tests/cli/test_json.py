@@ -1,0 +1,112 @@
+"""``--json``: NDJSON for ``get``, ``scan`` and ``watch``, one document for the rest."""
+
+from __future__ import annotations
+
+import json
+import selectors
+import subprocess
+import sys
+from typing import Any
+
+from tests.cli.conftest import ACCOUNTS, KEY_SCHEMA, Served
+from tests.cli.invoke import epochstate
+
+READ_FIELDS = {"job", "operator", "store", "epoch", "key", "found", "value", "partition"}
+EPOCH_FIELDS = {"job", "epoch", "committed_at_ms", "ingested_at_ms", "watermark_ms", "sources"}
+
+
+def json_lines(stdout: str) -> list[dict[str, Any]]:
+    """Each line one JSON object, nothing else on stdout."""
+    assert stdout.endswith("\n"), stdout
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
+def account(number: int) -> dict[str, str]:
+    return {"customer_region_identifier": "eu-west", "customer_account_identifier": f"account-{number}"}
+
+
+def test_get_prints_one_object_per_key_with_the_epoch_that_answered(served: Served) -> None:
+    newest = served.newest()
+    keys = (json.dumps(account(1)), '["eu-west", "nobody"]')
+    done = epochstate(served.daemon.target, "get", "spend", *keys, "--json")
+    assert done.returncode == 0, done.stderr
+    found, missing = json_lines(done.stdout)
+    assert set(found) == set(missing) == READ_FIELDS
+    assert found["epoch"] == missing["epoch"] >= newest
+    assert (found["job"], found["operator"], found["store"], found["found"]) == ("spend", 0, "default", True)
+    assert found["key"] == account(1)
+    assert set(found["value"]) == {"count", "sum"}  # the aggregation's buffer
+    assert isinstance(found["partition"], int)
+    assert (missing["found"], missing["value"], missing["partition"]) == (False, None, None)
+
+
+def test_scan_prints_one_object_per_record_all_at_one_epoch(served: Served) -> None:
+    epoch = served.newest()
+    done = epochstate(served.daemon.target, "scan", "spend", "--epoch", str(epoch), "--json")
+    assert done.returncode == 0, done.stderr
+    records = json_lines(done.stdout)
+    assert len(records) == ACCOUNTS
+    assert all(set(r) == READ_FIELDS and r["epoch"] == epoch and r["found"] for r in records)
+    accounts = [r["key"]["customer_account_identifier"] for r in records]
+    assert sorted(accounts) == [f"account-{i}" for i in range(ACCOUNTS)]
+    limited = epochstate(served.daemon.target, "scan", "spend", "--limit", "1", "--json")
+    assert len(json_lines(limited.stdout)) == 1
+
+
+def test_listings_are_one_document(served: Served) -> None:
+    target = served.daemon.target
+    for args in (("jobs",), ("describe", "spend"), ("epochs", "spend")):
+        done = epochstate(target, *args, "--json")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.count("\n") == 1, "piped: one compact line"
+        document = json.loads(done.stdout)
+        if args == ("jobs",):
+            [job] = document
+            assert job["job"] == "spend" and job["latest_epoch"] >= 2 and job["problems"] == []
+        elif args[0] == "describe":
+            [store] = document["stores"]
+            assert (store["key"], store["earlier"]) == (KEY_SCHEMA, [])
+        else:
+            assert all(set(e) == EPOCH_FIELDS for e in document) and len(document) >= 3
+            [source] = document[-1]["sources"]
+            assert isinstance(source["end"], dict), "Spark's offset JSON, as JSON"
+
+
+def test_watch_json_count_prints_that_many_lines(served: Served) -> None:
+    done = epochstate(served.daemon.target, "watch", "spend", "--after", "0", "--count", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    first, second = json_lines(done.stdout)
+    assert (first["epoch"], second["epoch"]) == (1, 2)
+    assert set(first) == EPOCH_FIELDS and first["job"] == "spend"
+
+
+def test_watch_writes_each_epoch_as_it_comes(served: Served) -> None:
+    """Each line reaches a pipe while the command still runs: flushed per line."""
+    command = [sys.executable, "-m", "epochstate.cli", "watch", "spend", "--count", "2", "--json"]
+    watching = subprocess.Popen(
+        [*command, "--target", served.daemon.target],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert watching.stdout is not None
+    lines = selectors.DefaultSelector()
+    lines.register(watching.stdout, selectors.EVENT_READ)
+    try:
+        seen = []
+        for _ in range(2):
+            # The watch starts with the next new epoch; feed until it has one.
+            for _ in range(3):
+                epoch = served.feed()
+                if lines.select(timeout=10):
+                    break
+            line = watching.stdout.readline()
+            seen.append(json.loads(line)["epoch"])
+            assert seen[-1] <= epoch
+        assert watching.wait(30) == 0
+        assert seen == sorted(seen) and len(set(seen)) == 2
+    finally:
+        lines.close()
+        if watching.poll() is None:
+            watching.kill()
+        watching.communicate()
