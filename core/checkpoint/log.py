@@ -4,7 +4,7 @@ Layout this module relies on::
 
     <root>/metadata                    {"id": "<query id>"}
     <root>/offsets/<epoch>             planned epoch (see epochlog)
-    <root>/commits/<epoch>             exists iff the epoch committed
+    <root>/commits/<epoch>             exists iff the epoch committed (see commitlog)
 
 Names starting with ``.`` (checksums, temporary files) or containing ``.tmp`` are
 never read as log entries. Every call reads afresh, so new epochs show up as Spark
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from epochstate.core.checkpoint.commitlog import CommitEntry, parse_commit_entry
 from epochstate.core.checkpoint.epochlog import EpochLog, SourceRange, parse_epoch_log
 from epochstate.core.checkpoint.errors import (
     CorruptCheckpointFile,
@@ -93,6 +94,16 @@ class QueryLog:
             return path.stat().st_mtime_ns // 1_000_000
         except FileNotFoundError:
             raise MissingCheckpointFile(f"{path}: epoch {epoch} is not committed") from None
+
+    def commit_entry(self, epoch: int) -> CommitEntry:
+        """The commit log entry of ``epoch`` (see :mod:`commitlog`); it never changes.
+
+        Raises:
+            MissingCheckpointFile: the epoch is not committed (or was purged).
+            CorruptCheckpointFile, UnsupportedCheckpoint: see :func:`parse_commit_entry`.
+        """
+        path = self.root / "commits" / str(epoch)
+        return parse_commit_entry(epoch, self._read_text(path), str(path))
 
     def planned_epochs(self) -> list[int]:
         """The epochs with an offset log entry (committed or not), ascending."""

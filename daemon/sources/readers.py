@@ -17,7 +17,7 @@ from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.checkpoint.operators import StateVariable
 from epochstate.daemon.sources.errors import UnsupportedCheckpoint
 from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
-from epochstate.daemon.sources.rocksdb.conf import check_rocksdb_conf, state_encoding
+from epochstate.daemon.sources.rocksdb.conf import check_rocksdb_conf, merge_delimiter, state_encoding
 from epochstate.daemon.sources.rocksdb.provider import RocksDBStoreReader
 from epochstate.daemon.sources.tws.reader import StateVariableReader
 
@@ -96,6 +96,7 @@ def open_store_reader(
             variable,
             codec,
             state_encoding(checkpoint),
+            merge_delimiter=merge_delimiter(checkpoint),
             scratch_dir=scratch_dir,
         )
     if checkpoint.provider_kind(epoch) == "hdfs":

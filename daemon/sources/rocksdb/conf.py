@@ -2,15 +2,19 @@
 
 Spark records most state settings in each epoch's offset log conf (see
 :mod:`epochlog`), but not ``spark.sql.streaming.stateStore.checkpointFormatVersion``:
-Spark 4.0 shows format version 2 only in the commit log, whose entries then carry
-``"stateUniqueIds"`` (operator -> partition -> store -> the unique id of the store
-version the epoch committed), and in the names of the state files.
+format version 2 shows only in the commit log, whose entries then carry
+``"stateUniqueIds"``, and in the names of the state files; :mod:`unique_ids`
+resolves those.
+
+``spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion`` (Spark 4.1+; the
+default for new queries is 2, a checkpoint without it is version 1) picks the
+delimiter RocksDB's string-append merge puts between list state elements: ``,``
+under version 1, nothing under version 2.
 """
 
 from __future__ import annotations
 
 from epochstate.daemon.sources.checkpoint.checkpoint import (
-    CHECKPOINT_FORMAT_CONF,
     COMPRESSION_CODEC_CONF,
     PROVIDER_CLASS_CONF,
     ROCKSDB_PROVIDER_CLASS,
@@ -19,6 +23,8 @@ from epochstate.daemon.sources.checkpoint.checkpoint import (
 from epochstate.daemon.sources.errors import MissingCheckpointFile, UnsupportedCheckpoint
 
 ENCODING_FORMAT_CONF = "spark.sql.streaming.stateStore.encodingFormat"
+MERGE_OPERATOR_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
+_MERGE_DELIMITERS = {"1": b",", "2": b""}
 LZ4_CODECS = frozenset({"lz4", "org.apache.spark.io.LZ4CompressionCodec"})
 
 
@@ -31,9 +37,8 @@ def check_rocksdb_conf(checkpoint: Checkpoint, *, avro: bool = False) -> str:
     for transformWithState only).
 
     Raises:
-        UnsupportedCheckpoint: another provider (names ``providerClass``), a row
-            encoding other than ``unsaferow`` (or ``avro`` when allowed), or
-            checkpoint format version 2.
+        UnsupportedCheckpoint: another provider (names ``providerClass``), or a row
+            encoding other than ``unsaferow`` (or ``avro`` when allowed).
         MissingCheckpointFile: no epoch planned yet.
     """
     planned = checkpoint.planned_epochs()
@@ -52,9 +57,23 @@ def check_rocksdb_conf(checkpoint: Checkpoint, *, avro: bool = False) -> str:
         raise UnsupportedCheckpoint(
             f"{checkpoint.root}: {ENCODING_FORMAT_CONF}={encoding}; readable: {readable}"
         )
-    if conf.get(CHECKPOINT_FORMAT_CONF, "1") != "1" or commits_carry_unique_ids(checkpoint):
-        raise UnsupportedCheckpoint(f"{checkpoint.root}: {CHECKPOINT_FORMAT_CONF}=2 (state unique ids)")
     return conf.get(COMPRESSION_CODEC_CONF, "lz4")
+
+
+def merge_delimiter(checkpoint: Checkpoint) -> bytes:
+    """What the newest planned epoch's merge operator puts between list elements.
+
+    Raises:
+        UnsupportedCheckpoint: a merge operator version other than 1 or 2.
+        MissingCheckpointFile: no epoch planned yet.
+    """
+    planned = checkpoint.planned_epochs()
+    if not planned:
+        raise MissingCheckpointFile(f"{checkpoint.root}/offsets: no epoch planned yet")
+    version = checkpoint.epoch_log(planned[-1]).conf.get(MERGE_OPERATOR_VERSION_CONF, "1")
+    if version not in _MERGE_DELIMITERS:
+        raise UnsupportedCheckpoint(f"{checkpoint.root}: {MERGE_OPERATOR_VERSION_CONF}={version}")
+    return _MERGE_DELIMITERS[version]
 
 
 def state_encoding(checkpoint: Checkpoint) -> str:
@@ -67,15 +86,3 @@ def state_encoding(checkpoint: Checkpoint) -> str:
     if not planned:
         raise MissingCheckpointFile(f"{checkpoint.root}/offsets: no epoch planned yet")
     return checkpoint.epoch_log(planned[-1]).conf.get(ENCODING_FORMAT_CONF, "unsaferow")
-
-
-def commits_carry_unique_ids(checkpoint: Checkpoint) -> bool:
-    """Whether the newest commit entry records state unique ids (format version 2)."""
-    epoch = checkpoint.latest_committed()
-    if epoch is None:
-        return False
-    try:
-        text = (checkpoint.root / "commits" / str(epoch)).read_text(encoding="utf-8")
-    except (FileNotFoundError, UnicodeDecodeError):
-        return False
-    return '"stateUniqueIds"' in text

@@ -13,6 +13,14 @@ Store version ``v`` is the state after epoch ``v - 1``. Each partition directory
 
 So version ``v`` is the newest zip at or below ``v`` plus the changelogs after it.
 This module rebuilds that raw state; decoding keys and values is the readers' job.
+
+With state checkpoint format version 2 the files are ``<v>_<uniqueId>.changelog``
+and ``<v>_<uniqueId>.zip``, one pair per attempt; the committed attempt's id comes
+from the commit log (see :mod:`unique_ids`), never from the directory listing, so
+a failed attempt's files are never read. Such a changelog names, in its lineage,
+the id of every version back to the snapshot its writer started from; version
+``v`` is rebuilt along that lineage: the newest of its snapshots that exists, then
+its changelogs in order.
 """
 
 from __future__ import annotations
@@ -26,7 +34,12 @@ from epochstate.daemon.sources.checkpoint.checkpoint import (
     COMPRESSION_CODEC_CONF,
     Checkpoint,
 )
-from epochstate.daemon.sources.errors import MissingStateFile, UnsupportedCheckpoint
+from epochstate.daemon.sources.errors import (
+    CorruptStateFile,
+    MissingStateFile,
+    SourceError,
+    UnsupportedCheckpoint,
+)
 from epochstate.daemon.sources.rocksdb.changelog import (
     DELETE,
     MERGE,
@@ -37,25 +50,31 @@ from epochstate.daemon.sources.rocksdb.changelog import (
 )
 from epochstate.daemon.sources.rocksdb.conf import LZ4_CODECS
 from epochstate.daemon.sources.rocksdb.snapshot import SnapshotMetadata, SnapshotReader
+from epochstate.daemon.sources.rocksdb.unique_ids import CommittedIds
 from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream
 
 CHANGELOG = "changelog"
 ZIP = "zip"
 _STATE_FILE = re.compile(r"(\d+)(_[^.]+)?\.(changelog|zip)")
+# RocksDB's string-append merge operator joins with this under Spark's
+# ``mergeOperatorVersion`` 1, and with nothing under version 2 (see conf).
 LIST_DELIMITER = b","
 
 RawState = dict[bytes, bytes]
+# A store version and the unique id of its files (format 2).
+Attempt = tuple[int, str]
 
 
-def apply_record(state: RawState, record: ChangelogRecord) -> None:
-    """Apply one changelog record to a raw state, as RocksDB would."""
+def apply_record(state: RawState, record: ChangelogRecord, delimiter: bytes = LIST_DELIMITER) -> None:
+    """Apply one changelog record to a raw state, as RocksDB would; a merge appends
+    after ``delimiter``."""
     if record.op == DELETE:
         state.pop(record.key, None)
         return
     assert record.value is not None
     if record.op == MERGE:
         old = state.get(record.key)
-        state[record.key] = record.value if old is None else old + LIST_DELIMITER + record.value
+        state[record.key] = record.value if old is None else old + delimiter + record.value
     else:
         state[record.key] = record.value
 
@@ -67,7 +86,10 @@ class StoreDirectory:
 
     ``column_families``: whether the store may use them (transformWithState). When
     false, a typed changelog or a snapshot with a column family mapping is refused
-    rather than misread.
+    rather than misread. ``merge_delimiter``: what list merges are joined with.
+
+    Every method taking a version finds its files by the committed attempt's unique
+    id (format 2) or by the bare version (format 1), as the commit log says.
     """
 
     def __init__(
@@ -78,6 +100,7 @@ class StoreDirectory:
         codec: str,
         *,
         column_families: bool = False,
+        merge_delimiter: bytes = LIST_DELIMITER,
         scratch_dir: Path | None = None,
     ) -> None:
         self.checkpoint = checkpoint
@@ -85,54 +108,84 @@ class StoreDirectory:
         self.store_name = store_name
         self.codec = codec
         self.column_families = column_families
+        self.merge_delimiter = merge_delimiter
         self.scratch_dir = scratch_dir
+        self.ids = CommittedIds(checkpoint, operator_id, store_name, single_store=column_families)
 
     def dir(self, partition: int) -> Location:
         return self.checkpoint.store_dir(self.operator_id, partition, self.store_name)
 
-    def path(self, partition: int, version: int, kind: str) -> Location:
-        return self.dir(partition) / f"{version}.{kind}"
-
-    def versions(self, partition: int, kind: str) -> list[int]:
-        """The versions with a ``kind`` file, ascending.
+    def unique_id(self, partition: int, version: int) -> str | None:
+        """The unique id of the committed ``version``'s files, ``None`` for format 1.
 
         Raises:
-            UnsupportedCheckpoint: files named with unique ids (checkpoint format 2).
+            MissingStateFile, CorruptCheckpointFile: see :meth:`CommittedIds.unique_id`.
         """
-        directory = self.dir(partition)
+        return self.ids.unique_id(partition, version)
+
+    def path(self, partition: int, version: int, kind: str, unique_id: str | None = None) -> Location:
+        """The ``kind`` file of ``version``: of the attempt ``unique_id`` if given,
+        else of the committed attempt.
+
+        Raises:
+            MissingStateFile, CorruptCheckpointFile: as for :meth:`unique_id`.
+        """
+        if unique_id is None:
+            unique_id = self.unique_id(partition, version)
+        name = f"{version}.{kind}" if unique_id is None else f"{version}_{unique_id}.{kind}"
+        return self.dir(partition) / name
+
+    def _names(self, partition: int) -> list[str]:
         try:
-            names = [p.name for p in directory.iterdir()]
+            return [p.name for p in self.dir(partition).iterdir()]
         except FileNotFoundError:
             return []
+
+    def versions(self, partition: int, kind: str) -> list[int]:
+        """The versions with a ``kind`` file named by the bare version (format 1), ascending."""
         versions = []
-        for name in names:
+        for name in self._names(partition):
             match = _STATE_FILE.fullmatch(name)
-            if match is None:
-                continue
-            if match.group(2):
-                raise UnsupportedCheckpoint(
-                    f"{directory / name}: state files with unique ids ({CHECKPOINT_FORMAT_CONF}=2)"
-                )
-            if match.group(3) == kind:
+            if match is not None and not match.group(2) and match.group(3) == kind:
                 versions.append(int(match.group(1)))
         return sorted(versions)
 
-    def missing(self, partition: int, path: Location) -> MissingStateFile:
-        # Listing the directory tells a purged file from format 2's renamed ones.
-        self.versions(partition, ZIP)
+    def zip_names(self, partition: int) -> list[str]:
+        """The names of every snapshot in the directory, of any attempt, newest version first."""
+        found = []
+        for name in self._names(partition):
+            match = _STATE_FILE.fullmatch(name)
+            if match is not None and match.group(3) == ZIP:
+                found.append((int(match.group(1)), name))
+        return [name for _, name in sorted(found, reverse=True)]
+
+    def missing(self, partition: int, path: Location) -> SourceError:
+        """The error for a state file ``path`` that does not exist: a format 1 name
+        while the directory holds only files with unique ids means the commit log
+        lost the ids (refused); otherwise it is missing."""
+        if "_" not in path.name:
+            names = [_STATE_FILE.fullmatch(n) for n in self._names(partition)]
+            if any(m and m.group(2) for m in names) and not any(m and not m.group(2) for m in names):
+                return UnsupportedCheckpoint(
+                    f"{path}: does not exist, but state files with unique ids do "
+                    f"({CHECKPOINT_FORMAT_CONF}=2) and the commit log records none"
+                )
         return MissingStateFile(f"{path}: does not exist")
 
-    def changelog(self, partition: int, version: int) -> tuple[ChangelogHeader, list[ChangelogRecord]]:
-        """The records of ``<version>.changelog``, read whole (so a damaged file fails
-        before any record is used).
+    def changelog(
+        self, partition: int, version: int, unique_id: str | None = None
+    ) -> tuple[ChangelogHeader, list[ChangelogRecord]]:
+        """The records of ``version``'s changelog (of the attempt ``unique_id`` if
+        given, else of the committed one), read whole (so a damaged file fails before
+        any record is used).
 
         Raises:
             MissingStateFile: no such file.
-            UnsupportedCheckpoint: not lz4, a lineage (format 2), or typed records
-                (merges) in a store without column families.
+            UnsupportedCheckpoint: not lz4, a lineage in a file without a unique id,
+                or typed records (merges) in a store without column families.
             CorruptStateFile: the file is damaged.
         """
-        path, content = self._changelog_content(partition, version)
+        path, content = self._changelog_content(partition, version, unique_id)
         header, records = iter_changelog_ops(content, str(path))
         self._check_header(path, header)
         return header, list(records)
@@ -150,8 +203,10 @@ class StoreDirectory:
         self._check_header(path, header)
         return list(records)
 
-    def _changelog_content(self, partition: int, version: int) -> tuple[Location, bytes]:
-        path = self.path(partition, version, CHANGELOG)
+    def _changelog_content(
+        self, partition: int, version: int, unique_id: str | None = None
+    ) -> tuple[Location, bytes]:
+        path = self.path(partition, version, CHANGELOG, unique_id)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -165,18 +220,21 @@ class StoreDirectory:
     def _check_header(self, path: Location, header: ChangelogHeader) -> None:
         if header.typed and not self.column_families:
             raise UnsupportedCheckpoint(f"{path}: changelog v{header.version}: a store with column families")
-        if header.lineage:
+        if header.lineage and "_" not in path.name:
             raise UnsupportedCheckpoint(f"{path}: changelog with lineage ({CHECKPOINT_FORMAT_CONF}=2)")
 
-    def snapshot(self, partition: int, version: int) -> tuple[SnapshotMetadata, RawState]:
-        """The metadata and every key of ``<version>.zip``.
+    def snapshot(
+        self, partition: int, version: int, unique_id: str | None = None
+    ) -> tuple[SnapshotMetadata, RawState]:
+        """The metadata and every key of ``version``'s zip (of the attempt
+        ``unique_id`` if given, else of the committed one).
 
         Raises:
             MissingStateFile: the zip or a table file it names does not exist.
             UnsupportedCheckpoint: column families in a store that should have none.
             CorruptStateFile: the zip or the database is damaged.
         """
-        path = self.path(partition, version, ZIP)
+        path = self.path(partition, version, ZIP, unique_id)
         if not path.is_file():
             raise self.missing(partition, path)
         with SnapshotReader(path, self.scratch_dir) as snapshot:
@@ -192,8 +250,11 @@ class StoreDirectory:
         fails after its stores committed and then re-runs, the re-run overwrites the
         changelog, but the failed attempt's snapshot may stay. The changelog is the
         committed attempt's, so such a snapshot is skipped (it differs only for
-        non-deterministic queries; Spark's own reader would use it).
+        non-deterministic queries; Spark's own reader would use it). With unique
+        ids (format 2) every attempt has its own files: never stale.
         """
+        if self.unique_id(partition, version) is not None:
+            return False
         try:
             snapshot = self.path(partition, version, ZIP)
             changelog = self.path(partition, version, CHANGELOG).stat()
@@ -219,7 +280,7 @@ class StoreDirectory:
             try:
                 if self.column_families:
                     for record in self.changelog(partition, changelog)[1]:
-                        apply_record(state, record)
+                        apply_record(state, record, self.merge_delimiter)
                     continue
                 rows = self.changelog_rows(partition, changelog)
             except MissingStateFile as err:
@@ -245,27 +306,72 @@ class StoreDirectory:
         """
         if version < 0:
             raise ValueError(f"negative store version {version}")
+        unique_id = self.unique_id(partition, version)
+        if unique_id is not None:
+            return self._raw_state_along_lineage(partition, (version, unique_id))
         base = self.base_snapshot(partition, version)
         state: RawState = self.snapshot(partition, base)[1] if base else {}
         self.replay(partition, state, base, version)
         return state
 
+    def _raw_state_along_lineage(self, partition: int, target: Attempt) -> RawState:
+        """Format 2: from the newest snapshot on ``target``'s lineage, then the
+        lineage's changelogs up to ``target``'s."""
+        replay: list[tuple[Attempt, list[ChangelogRecord]]] = []  # newest first
+        pending = [target]  # attempts to look at, newest first
+        base: Attempt | None = None
+        while pending:
+            version, unique_id = attempt = pending.pop(0)
+            if self.path(partition, version, ZIP, unique_id).is_file():
+                base = attempt
+                break
+            header, records = self.changelog(partition, version, unique_id)
+            replay.append((attempt, records))
+            if version == 1:
+                break
+            if not pending:
+                pending = self._lineage_below(partition, attempt, header)
+        state: RawState = self.snapshot(partition, base[0], base[1])[1] if base else {}
+        for _, records in reversed(replay):
+            for record in records:
+                apply_record(state, record, self.merge_delimiter)
+        return state
+
+    def _lineage_below(self, partition: int, attempt: Attempt, header: ChangelogHeader) -> list[Attempt]:
+        """The attempts ``attempt``'s changelog names below itself, newest first:
+        consecutive versions down from ``version - 1``."""
+        version, unique_id = attempt
+        below = [(item.version, item.unique_id) for item in reversed(header.lineage)]
+        expected = list(range(version - 1, version - 1 - len(below), -1))
+        if not below or [v for v, _ in below] != expected:
+            path = self.path(partition, version, CHANGELOG, unique_id)
+            lineage = [v for v, _ in below]
+            raise CorruptStateFile(f"{path}: lineage versions {lineage[::-1]} do not lead up to {version}")
+        return below
+
     def has_delta(self, version: int, num_partitions: int) -> bool:
         """Whether every partition has the files that give the changes of ``version``
         alone: its changelog, or the snapshots at ``version - 1`` (none needed for
         version 1) and ``version``."""
-        for p in range(num_partitions):
-            if self.path(p, version, CHANGELOG).is_file():
-                continue
-            if not self.path(p, version, ZIP).is_file():
-                return False
-            if version > 1 and not self.path(p, version - 1, ZIP).is_file():
-                return False
+        try:
+            for p in range(num_partitions):
+                if self.path(p, version, CHANGELOG).is_file():
+                    continue
+                if not self.path(p, version, ZIP).is_file():
+                    return False
+                if version > 1 and not self.path(p, version - 1, ZIP).is_file():
+                    return False
+        except MissingStateFile:  # a commit entry naming the files is gone
+            return False
         return True
 
     def has_full(self, version: int, num_partitions: int) -> bool:
         """Whether every partition has a usable (not stale) ``<version>.zip``, so the
         version can be loaded whole without any earlier file."""
-        return all(
-            self.path(p, version, ZIP).is_file() and not self.stale(p, version) for p in range(num_partitions)
-        )
+        try:
+            return all(
+                self.path(p, version, ZIP).is_file() and not self.stale(p, version)
+                for p in range(num_partitions)
+            )
+        except MissingStateFile:  # a commit entry naming the files is gone
+            return False

@@ -5,8 +5,9 @@ store (see :mod:`tws_store`), decoded to the schemas :mod:`statevars` serves:
 
 * value state: key = the grouping key, value = the value;
 * list state: key = the grouping key; the stored value is the list's elements, each
-  ``int32 little-endian size | encoded element``, joined by ``,`` (RocksDB's
-  string-append merge: ``appendValue`` is a merge record); served as one row
+  ``int32 little-endian size | encoded element``, joined by RocksDB's string-append
+  merge (``appendValue`` is a merge record) with ``,`` or, under Spark's merge
+  operator version 2, nothing (see :mod:`rocksdb_conf`); served as one row
   ``(list_value,)``;
 * map state and timers: a prefix-scan key, grouping key then the map's user key or
   the timer's expiry (see :mod:`rocksdb_rows`); a timer's value is a dummy row.
@@ -36,8 +37,8 @@ _SIZE = struct.Struct("<i")
 UNSAFEROW, AVRO = "unsaferow", "avro"
 
 
-def split_list(raw: bytes) -> list[bytes]:
-    """The encoded elements of a stored list value.
+def split_list(raw: bytes, delimiter: bytes = LIST_DELIMITER) -> list[bytes]:
+    """The encoded elements of a stored list value, joined by ``delimiter``.
 
     Raises:
         CorruptRow: sizes that do not add up, or a missing delimiter.
@@ -54,12 +55,12 @@ def split_list(raw: bytes) -> list[bytes]:
         elements.append(raw[pos + 4 : end])
         if end == total:
             return elements
-        if raw[end : end + 1] != LIST_DELIMITER:
+        if raw[end : end + len(delimiter)] != delimiter:
             raise CorruptRow(f"list value of {total} bytes: no delimiter at {end}")
-        pos = end + 1
+        pos = end + len(delimiter)
 
 
-def _decoders(variable: StateVariable, encoding: str) -> tuple[Decode, Decode]:
+def _decoders(variable: StateVariable, encoding: str, delimiter: bytes) -> tuple[Decode, Decode]:
     family = variable.family
     keys: Decode
     element: Decode
@@ -72,7 +73,7 @@ def _decoders(variable: StateVariable, encoding: str) -> tuple[Decode, Decode]:
     if variable.kind == LIST:
 
         def values(raw: bytes) -> tuple[Any, ...]:
-            return ([element(e) for e in split_list(raw)],)
+            return ([element(e) for e in split_list(raw, delimiter)],)
 
         return keys, values
     if variable.kind == TIMERS:
@@ -94,6 +95,7 @@ class StateVariableReader:
         codec: str,
         encoding: str,
         *,
+        merge_delimiter: bytes = LIST_DELIMITER,
         scratch_dir: Path | None = None,
     ) -> None:
         files = StoreDirectory(
@@ -102,12 +104,13 @@ class StateVariableReader:
             variable.physical_store,
             codec,
             column_families=True,
+            merge_delimiter=merge_delimiter,
             scratch_dir=scratch_dir,
         )
         self.num_partitions = num_partitions
         self.variable = variable
         self._store: ColumnFamilyStore = shared_store(files)
-        self._keys, self._values = _decoders(variable, encoding)
+        self._keys, self._values = _decoders(variable, encoding, merge_delimiter)
 
     def _decoded(
         self, partition: int, prefix: bytes, rows: Iterable[tuple[bytes, bytes | None]]

@@ -56,7 +56,7 @@ class ColumnFamilyStore:
 
     def _zip_names(self, partition: int) -> list[str]:
         # Newest first: the newest snapshot maps every family still in use.
-        return [f"{v}.{ZIP}" for v in reversed(self.files.versions(partition, ZIP))]
+        return self.files.zip_names(partition)
 
     def _mapping(self, partition: int, name: str) -> dict[str, int]:
         cached = self._mappings.get((partition, name))
@@ -137,8 +137,9 @@ class ColumnFamilyStore:
         # leaves the cached state as it was.
         records = self.files.changelog(partition, version)[1]
         self._states.pop(partition, None)
+        delimiter = self.files.merge_delimiter
         for record in records:
-            apply_record(state, record)
+            apply_record(state, record, delimiter)
         keys = list(dict.fromkeys(r.key for r in records))
         self._states[partition] = (version, state)
         self._touched[partition] = (version, keys)
