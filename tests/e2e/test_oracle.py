@@ -1,7 +1,9 @@
 """The read contract against Spark's own state reader, through the real daemon.
 
 For every committed epoch and every key ever seen, the daemon's answer (found or
-absent, value, partition) equals ``spark.read.format("statestore")`` at that batch.
+absent, value, partition) equals ``spark.read.format("statestore")`` at that batch,
+on the default provider (HDFS-backed) and on RocksDB with state checkpoint format
+version 2 (files named by unique ids), with and without changelog checkpointing.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pytest
 
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain, spark_state
-from tests.fixtures.streams import FileStream
+from tests.fixtures.streams import FORMAT2_PROVIDERS, HDFS, FileStream, Provider
 
 
 def windowed(frame: Any) -> Any:
@@ -88,12 +90,14 @@ QUERIES: dict[str, tuple[str, Callable[[Any], Any], Callable[[int], list[dict[st
 }
 
 
+@pytest.mark.parametrize("provider", [HDFS, *FORMAT2_PROVIDERS], ids=str)
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_every_epoch_and_key_equals_spark_reader(
-    spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess], name: str
+    spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess], name: str, provider: Provider
 ) -> None:
     schema, build, rows, mode = QUERIES[name]
-    stream = FileStream(spark, tmp_path / "in", tmp_path / "cp", build, schema, mode).start()
+    session = spark if provider is HDFS else provider.session(spark)
+    stream = FileStream(session, tmp_path / "in", tmp_path / "cp", build, schema, mode).start()
     daemon = daemon_factory({name: str(tmp_path / "cp")})
     try:
         for batch in range(6):
@@ -102,9 +106,12 @@ def test_every_epoch_and_key_equals_spark_reader(
         stream.stop()
     committed = stream.committed()
     assert len(committed) >= 6
+    if provider is not HDFS:
+        assert list((tmp_path / "cp" / "state").glob("0/0/1_*.*")), "no state files with unique ids"
     daemon.wait_for_epoch(name, committed[-1])
 
-    expected = {e: spark_state(spark, tmp_path / "cp", e) for e in committed}
+    # Spark's reader finds format 2's files only with the format set in its session.
+    expected = {e: spark_state(session, tmp_path / "cp", e) for e in committed}
     all_keys = {k: key for state in expected.values() for k, (key, _, _) in state.items()}
     removed_somewhere = any(set(all_keys) - set(state) for state in expected.values())
     assert removed_somewhere or name == "typed", "the workload should remove keys"

@@ -221,6 +221,8 @@ ROCKSDB_RUNS = {
     "dedup-zip": ("dedup", False, 1),
     "session-changelog": ("session", True, 1),
     "window-format2": ("window", True, 2),
+    "window-format2-zip": ("window", False, 2),
+    "dedup-format2": ("dedup", True, 2),
 }
 
 
@@ -229,7 +231,7 @@ def rocksdb_checkpoints(spark: Any, tmp_path_factory: pytest.TempPathFactory) ->
     """Checkpoints of queries run with the RocksDB provider on the same input as
     :func:`checkpoints` (see :data:`ROCKSDB_RUNS`): with changelog checkpointing on
     (``<v>.changelog``, a ``<v>.zip`` every two versions) or off (a ``<v>.zip`` per
-    version), and one with state checkpoint format version 2."""
+    version), and with state checkpoint format version 2 (files named by unique ids)."""
     base = tmp_path_factory.mktemp("rocksdb_runs")
     source = base / "in"
     source.mkdir()

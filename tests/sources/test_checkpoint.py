@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from epochstate.core.checkpoint.commitlog import parse_commit_entry
 from epochstate.core.checkpoint.epochlog import SourceRange, parse_epoch_log
 from epochstate.core.sparktypes import AtomicType
 from epochstate.daemon.sources.checkpoint.checkpoint import HDFS_PROVIDER_CLASS, Checkpoint
@@ -161,6 +162,21 @@ def test_epoch_log_parsing() -> None:
     for bad in ("", "v1", "v1\n[1]", "v1\nnot json", 'v1\n{"conf": 3}'):
         with pytest.raises(CorruptCheckpointFile):
             parse_epoch_log(0, bad)
+
+
+def test_commit_log_parsing() -> None:
+    entry = parse_commit_entry(4, 'v1\n{"nextBatchWatermarkMs":9}')
+    assert (entry.epoch, entry.next_batch_watermark_ms, entry.state_unique_ids) == (4, 9, None)
+    ids = '{"0":[["a"],["b"]],"1":[["c","d"],["e","f"]]}'
+    entry = parse_commit_entry(1, 'v2\n{"nextBatchWatermarkMs":0,"stateUniqueIds":' + ids + "}")
+    assert entry.state_unique_ids == {0: (("a",), ("b",)), 1: (("c", "d"), ("e", "f"))}
+    v3 = 'v3\n{"nextBatchWatermarkMs":0,"stateUniqueIds":{"0":[["a"]]},"sinkMetadataMap":{}}'
+    assert parse_commit_entry(1, v3).state_unique_ids == {0: (("a",),)}
+    with pytest.raises(UnsupportedCheckpoint, match="v4"):
+        parse_commit_entry(0, "v4\n{}")
+    for bad in ("", "{}", "v1\n[]", 'v2\n{"stateUniqueIds":{"0":["a"]}}', 'v2\n{"stateUniqueIds":{"x":[]}}'):
+        with pytest.raises(CorruptCheckpointFile):
+            parse_commit_entry(0, bad)
 
 
 def _utf(text: bytes) -> bytes:

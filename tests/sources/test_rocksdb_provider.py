@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +18,35 @@ from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile,
 from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
 from epochstate.daemon.sources.readers import open_store_reader
 from epochstate.daemon.sources.rocksdb.provider import RocksDBStoreReader
+from tests.sources.conftest import FORMAT_VERSION_CONF, ROCKSDB_RUNS
 from tests.sources.spark_state import Entry, assert_matches_oracle, frozen, spark_state
 from tests.sources.sparkvalues import freeze
 
 pytestmark = pytest.mark.spark
 
-CASES = ["window-changelog", "window-zip", "dedup-changelog", "dedup-zip", "session-changelog"]
+CASES = [
+    "window-changelog",
+    "window-zip",
+    "dedup-changelog",
+    "dedup-zip",
+    "session-changelog",
+    "window-format2",
+    "window-format2-zip",
+    "dedup-format2",
+]
 Oracle = dict[str, dict[int, set[Entry]]]
 
 
 @pytest.fixture(scope="module")
 def oracle(spark: Any, rocksdb_checkpoints: dict[str, Path]) -> Oracle:
+    # Spark's reader finds format 2's files only with the format set in its session.
+    format2 = spark.newSession()
+    format2.conf.set(FORMAT_VERSION_CONF, "2")
     return {
         name: spark_state(
-            spark, rocksdb_checkpoints[name], Checkpoint(rocksdb_checkpoints[name]).committed_epochs()
+            format2 if ROCKSDB_RUNS[name][2] == 2 else spark,
+            rocksdb_checkpoints[name],
+            Checkpoint(rocksdb_checkpoints[name]).committed_epochs(),
         )
         for name in CASES
     }
@@ -133,21 +149,106 @@ def test_without_changelogs_changes_are_the_snapshot_difference(
     assert frozen(reader.full_state(3)) == after
 
 
-def test_state_checkpoint_format_2_is_refused(rocksdb_checkpoints: dict[str, Path], tmp_path: Path) -> None:
-    root = rocksdb_checkpoints["window-format2"]
-    checkpoint = Checkpoint(root)
-    with pytest.raises(UnsupportedCheckpoint, match=r"checkpointFormatVersion=2"):
-        RocksDBStoreReader.open(checkpoint, 0)
-    key, value = checkpoint.store_schema(0)
-    with pytest.raises(UnsupportedCheckpoint, match=r"checkpointFormatVersion=2"):
-        open_store_reader(checkpoint, 0, "default", 2, key, value, 0)
-    # Even with the unique ids gone from the commit log, the files give it away.
+def _committed_ids(root: Path, epoch: int) -> list[str]:
+    """The unique ids ``commits/<epoch>`` records for operator 0's store, per partition."""
+    text = (root / "commits" / str(epoch)).read_text(encoding="utf-8")
+    assert text.startswith("v2\n")
+    return [ids for (ids,) in json.loads(text.split("\n", 1)[1])["stateUniqueIds"]["0"]]
+
+
+def _version(state_file: Path) -> int:
+    return int(state_file.name.split("_")[0].split(".")[0])
+
+
+@pytest.mark.parametrize("name", ["window-format2", "window-format2-zip"])
+def test_format_2_reads_the_committed_attempt_only(
+    name: str, rocksdb_checkpoints: dict[str, Path], oracle: Oracle, tmp_path: Path
+) -> None:
     copy = tmp_path / "cp"
-    shutil.copytree(root, copy)
-    for commit in (copy / "commits").iterdir():
+    shutil.copytree(rocksdb_checkpoints[name], copy)
+    epochs = Checkpoint(copy).committed_epochs()
+    for epoch in epochs:
+        ids = _committed_ids(copy, epoch)
+        for partition, unique_id in enumerate(ids):
+            directory = copy / "state" / "0" / str(partition)
+            committed = sorted(directory.glob(f"{epoch + 1}_{unique_id}.*"))
+            assert committed and all(p.suffix in (".changelog", ".zip", ".crc") for p in committed)
+    # As if an attempt at each version had failed after writing files of its own:
+    # valid files of another version, under another unique id.
+    for epoch in epochs:
+        other = epochs[-1] if epoch != epochs[-1] else epochs[0]
+        for partition, unique_id in enumerate(_committed_ids(copy, other)):
+            directory = copy / "state" / "0" / str(partition)
+            failed = uuid.uuid4()
+            for source in directory.glob(f"{other + 1}_{unique_id}.*"):
+                if source.suffix in (".changelog", ".zip"):
+                    shutil.copy(source, directory / f"{epoch + 1}_{failed}{source.suffix}")
+    reader = RocksDBStoreReader.open(Checkpoint(copy), 0)
+    assert_matches_oracle(reader, epochs, oracle[name])
+    if name.endswith("-zip"):
+        assert all(reader.has_full(epoch + 1) for epoch in epochs)
+
+
+def test_format_2_rebuilds_a_version_along_its_changelogs_lineage(
+    rocksdb_checkpoints: dict[str, Path], oracle: Oracle, tmp_path: Path
+) -> None:
+    name = "window-format2"
+    root = rocksdb_checkpoints[name]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and {p.parent.name for p in _store_files(root, "zip")} != {"0", "1"}:
+        time.sleep(0.2)
+    zips = _store_files(root, "zip")
+    assert {p.parent.name for p in zips} == {"0", "1"}, "maintenance wrote no snapshot"
+    latest = Checkpoint(root).latest_committed()
+    assert latest is not None
+    # Without any snapshot: each version replays the changelogs its lineage names,
+    # following the lineage of the oldest one named when it ends at a snapshot.
+    no_zips = tmp_path / "no_zips"
+    shutil.copytree(root, no_zips)
+    for snapshot in _store_files(no_zips, "zip"):
+        snapshot.unlink()
+    reader = RocksDBStoreReader.open(Checkpoint(no_zips), 0)
+    for version in range(1, latest + 2):
+        assert frozen(reader.full_state(version)) == oracle[name][version - 1], f"version {version}"
+    # Without the changelogs up to each partition's oldest snapshot: versions from the
+    # snapshot on are rebuilt through it.
+    through_zips = tmp_path / "through_zips"
+    shutil.copytree(root, through_zips)
+    oldest = {p.parent.name: _version(p) for p in reversed(_store_files(through_zips, "zip"))}
+    for partition, snapshot_version in oldest.items():
+        for changelog in (through_zips / "state" / "0" / partition).glob("*.changelog"):
+            if _version(changelog) <= snapshot_version:
+                changelog.unlink()
+    reader = RocksDBStoreReader.open(Checkpoint(through_zips), 0)
+    for version in range(max(oldest.values()), latest + 2):
+        assert frozen(reader.full_state(version)) == oracle[name][version - 1], f"version {version}"
+    with pytest.raises(MissingStateFile, match=r"\.changelog: does not exist"):
+        list(reader.full_state(min(oldest.values()) - 1))
+
+
+def test_format_2_needs_the_commit_logs_ids(
+    rocksdb_checkpoints: dict[str, Path], oracle: Oracle, tmp_path: Path
+) -> None:
+    name = "window-format2"
+    # A purged commit entry: the version it committed cannot be found, later
+    # versions still can (through their changelogs' lineage).
+    purged = tmp_path / "purged"
+    shutil.copytree(rocksdb_checkpoints[name], purged)
+    (purged / "commits" / "1").unlink()
+    reader = RocksDBStoreReader.open(Checkpoint(purged), 0)
+    with pytest.raises(
+        MissingStateFile, match=r"commits/1: does not exist; the unique id of store version 2"
+    ):
+        list(reader.full_state(2))
+    assert not reader.has_delta(2) and not reader.has_full(2)
+    assert frozen(reader.full_state(4)) == oracle[name][3]
+    # Commit entries without the ids, beside files with ids: refused, not guessed.
+    stripped = tmp_path / "stripped"
+    shutil.copytree(rocksdb_checkpoints[name], stripped)
+    for commit in (stripped / "commits").iterdir():
         if not commit.name.startswith("."):
             commit.write_text('v1\n{"nextBatchWatermarkMs":0}', encoding="utf-8")
-    reader = RocksDBStoreReader.open(Checkpoint(copy), 0)
+    reader = RocksDBStoreReader.open(Checkpoint(stripped), 0)
     for read in (reader.changes, reader.full_state):
         with pytest.raises(UnsupportedCheckpoint, match=r"checkpointFormatVersion=2"):
             list(read(3))

@@ -107,6 +107,15 @@ def test_list_values_split_and_merge_like_rocksdb() -> None:
     for record in records_list:
         apply_record(state, record)
     assert state == {b"k": b"a,b", b"m": b"c"}
+    # Merge operator version 2 (Spark 4.1+ default): elements joined with nothing.
+    concatenated = b"".join(struct.pack("<i", len(e)) + e for e in elements)
+    assert split_list(concatenated, b"") == elements
+    with pytest.raises(CorruptRow, match="element of"):
+        split_list(joined, b"")
+    state = {}
+    for record in records_list:
+        apply_record(state, record, b"")
+    assert state == {b"k": b"ab", b"m": b"c"}
 
 
 def zigzag(n: int) -> bytes:
