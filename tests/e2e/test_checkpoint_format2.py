@@ -14,7 +14,8 @@ import pytest
 
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import assert_store_equals_oracle, spark_store
-from tests.fixtures.streams import FORMAT2_PROVIDERS, FailingSink, FileStream, Provider
+from tests.fixtures.streams import CHECKPOINT_FORMAT, FORMAT2_PROVIDERS, FailingSink, FileStream, Provider
+from tests.fixtures.tws_oracle import assert_variables_served, run_batches, spark_variables, tws_session
 
 pytestmark = pytest.mark.spark
 
@@ -99,3 +100,27 @@ def test_a_failed_attempts_files_are_never_served(
             )
             assert oracle.keys(), f"store {r.stateStoreName} is empty"
             assert_store_equals_oracle(client, query, oracle)
+
+
+@pytest.mark.timeout(900)
+def test_transform_with_state_in_format_2_equals_spark_reader(
+    spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    """transformWithStateInPandas (one physical store with every variable, so one id
+    per partition), changelog checkpointing on: every variable and the timers."""
+    from tests.e2e.test_operators_tws import BATCHES, VARIABLES, tagged, tagged_rows
+    from tests.e2e.test_operators_tws import SCHEMA as TWS_SCHEMA
+
+    job, checkpoint = "tws", tmp_path / "cp"
+    session = tws_session(spark, True, "unsaferow")
+    session.conf.set(CHECKPOINT_FORMAT, "2")
+    stream = FileStream(session, tmp_path / "in", checkpoint, tagged, TWS_SCHEMA, "update")
+    run_batches(stream, [tagged_rows(b) for b in range(BATCHES)])
+    assert _unique_ids(checkpoint, BATCHES), "no state files with unique ids"
+    daemon = daemon_factory({job: str(checkpoint)})
+    epochs = {job: stream.committed()}
+    daemon.wait_for_epoch(job, BATCHES - 1)
+    oracles = spark_variables(session, {job: checkpoint}, epochs, VARIABLES)
+    (metadata,) = session.read.format("state-metadata").load(str(checkpoint)).collect()
+    with daemon.client() as client:
+        assert_variables_served(client, job, metadata.operatorName, oracles[job], VARIABLES)
