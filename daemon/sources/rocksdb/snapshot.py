@@ -16,12 +16,19 @@ A store directory (one partition of one store) holds, per snapshot version::
 To read a snapshot: extract the zip into a scratch directory, link every named file
 there under its local name (the MANIFEST refers to them by number), open the
 database read-only and iterate its default column family.
+
+Table files may hold list state's merge operands unresolved; RocksDB resolves them
+on read with the merge operator the ``OPTIONS`` file names. That file says only
+``StringAppendOperator``, which RocksDB builds with its default delimiter ``,``,
+while Spark's merge operator version 2 joins with nothing; so the extracted
+``OPTIONS`` file is given the store's delimiter before the database is opened.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import zipfile
@@ -38,6 +45,7 @@ from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile, UnsupportedCheckpoint
 
 METADATA = "metadata"
+_MERGE_OPERATOR = re.compile(r"^(\s*merge_operator=)StringAppendOperator\s*$", re.MULTILINE)
 SST_DIR = "SSTs"
 LOG_DIR = "logs"
 
@@ -160,8 +168,12 @@ class SnapshotReader:
     in a scratch directory that ``__exit__`` removes.
     """
 
-    def __init__(self, zip_path: Location, scratch_root: Path | None = None) -> None:
+    def __init__(
+        self, zip_path: Location, scratch_root: Path | None = None, merge_delimiter: bytes = b","
+    ) -> None:
+        """``merge_delimiter``: what list merges are joined with (see the module docstring)."""
         self.zip_path = zip_path
+        self._merge_delimiter = merge_delimiter
         self._scratch_root = scratch_root
         self._scratch: str | None = None
         self._db: Rdict | None = None
@@ -217,6 +229,7 @@ class SnapshotReader:
                 raise CorruptStateFile(f"{target}: {size} bytes, {self.zip_path.name} says {f.size}")
             # Table files are immutable and only read: a link spares copying them.
             os.symlink(target.local_path().resolve(), os.path.join(self._scratch, f.local_name))
+        self._set_merge_delimiter(self._scratch)
         options = Options(raw_mode=True)
         options.set_paranoid_checks(True)
         try:
@@ -227,6 +240,19 @@ class SnapshotReader:
                     # Purged by Spark's maintenance while we were opening it.
                     raise MissingStateFile(f"{store_dir / f.dfs_path}: removed while reading") from err
             raise CorruptStateFile(f"{self.zip_path}: RocksDB cannot open the snapshot: {err}") from err
+
+    def _set_merge_delimiter(self, directory: str) -> None:
+        delimiter = self._merge_delimiter.decode("ascii")
+        for name in os.listdir(directory):
+            if not name.startswith("OPTIONS-"):
+                continue
+            path = Path(directory, name)
+            text = path.read_text(encoding="utf-8", errors="surrogateescape")
+            replaced = _MERGE_OPERATOR.sub(
+                lambda m: f"{m.group(1)}{{id=StringAppendOperator;delimiter={delimiter}}}", text
+            )
+            if replaced != text:
+                path.write_text(replaced, encoding="utf-8", errors="surrogateescape")
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every key and value of the default column family, in key order (raw bytes).

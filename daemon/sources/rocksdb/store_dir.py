@@ -237,7 +237,7 @@ class StoreDirectory:
         path = self.path(partition, version, ZIP, unique_id)
         if not path.is_file():
             raise self.missing(partition, path)
-        with SnapshotReader(path, self.scratch_dir) as snapshot:
+        with SnapshotReader(path, self.scratch_dir, self.merge_delimiter) as snapshot:
             if snapshot.metadata.column_families and not self.column_families:
                 families = sorted(snapshot.metadata.column_families)
                 raise UnsupportedCheckpoint(f"{path}: a store with column families {families}")
