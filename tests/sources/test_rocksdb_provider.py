@@ -303,6 +303,14 @@ def test_factory_picks_the_reader_of_the_provider(
     reader = RocksDBStoreReader.open(zstd, 0)
     with pytest.raises(UnsupportedCheckpoint, match=r"codec=zstd"):
         list(reader.changes(1))
+    checksums = {"spark.sql.streaming.stateStore.rowChecksum.enabled": "true"}
+    for root, kind in (
+        (rocksdb_checkpoints["dedup-changelog"], RocksDBStoreReader),
+        (checkpoints["dedup"], HdfsStoreReader),
+    ):
+        with_checksums = _with_conf(root, tmp_path / f"checksums-{kind.__name__}", **checksums)
+        with pytest.raises(UnsupportedCheckpoint, match=r"rowChecksum\.enabled=true"):
+            kind.open(with_checksums, 0)
 
 
 def test_session_window_keys_have_a_prefix(rocksdb_checkpoints: dict[str, Path]) -> None:

@@ -18,6 +18,7 @@ from epochstate.daemon.sources.checkpoint.checkpoint import (
     COMPRESSION_CODEC_CONF,
     PROVIDER_CLASS_CONF,
     ROCKSDB_PROVIDER_CLASS,
+    ROW_CHECKSUM_CONF,
     Checkpoint,
 )
 from epochstate.daemon.sources.errors import MissingCheckpointFile, UnsupportedCheckpoint
@@ -37,8 +38,9 @@ def check_rocksdb_conf(checkpoint: Checkpoint, *, avro: bool = False) -> str:
     for transformWithState only).
 
     Raises:
-        UnsupportedCheckpoint: another provider (names ``providerClass``), or a row
-            encoding other than ``unsaferow`` (or ``avro`` when allowed).
+        UnsupportedCheckpoint: another provider (names ``providerClass``), a row
+            encoding other than ``unsaferow`` (or ``avro`` when allowed), or row
+            checksums (``rowChecksum.enabled``, Spark 4.3).
         MissingCheckpointFile: no epoch planned yet.
     """
     planned = checkpoint.planned_epochs()
@@ -57,6 +59,8 @@ def check_rocksdb_conf(checkpoint: Checkpoint, *, avro: bool = False) -> str:
         raise UnsupportedCheckpoint(
             f"{checkpoint.root}: {ENCODING_FORMAT_CONF}={encoding}; readable: {readable}"
         )
+    if conf.get(ROW_CHECKSUM_CONF, "false") != "false":
+        raise UnsupportedCheckpoint(f"{checkpoint.root}: {ROW_CHECKSUM_CONF}={conf[ROW_CHECKSUM_CONF]}")
     return conf.get(COMPRESSION_CODEC_CONF, "lz4")
 
 
