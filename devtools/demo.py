@@ -17,12 +17,15 @@ from rich.table import Table
 
 from epochstate.client import EpochStateClient, Lookup
 from epochstate.devtools.local_daemon import LocalDaemon
+from epochstate.devtools.log_files import LogFiles
+from epochstate.devtools.query_shutdown import stop_between_batches
 from epochstate.devtools.spark_session import local_session
 
 console = Console()
 
 JOB = "orders"
 USERS = ["alice", "bob", "carol"]
+STOP_TIMEOUT = 10.0
 
 
 @dataclass
@@ -34,8 +37,13 @@ class DemoOptions:
     rows_per_second: int = 200
 
 
-def _spark(workdir: Path) -> Any:
-    return local_session("epochstate-demo", conf={"spark.sql.session.timeZone": "UTC"})
+def _spark(logs: LogFiles) -> Any:
+    return local_session(
+        "epochstate-demo",
+        conf={"spark.sql.session.timeZone": "UTC"},
+        log4j_file=logs.spark,
+        console_file=logs.spark_console,
+    )
 
 
 def _start_query(spark: Any, checkpoint: Path, options: DemoOptions) -> Any:
@@ -81,21 +89,32 @@ def run(options: DemoOptions) -> int:
 
     workdir = options.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
+    logs = LogFiles(workdir / "logs").fresh()
+    logs.route_python_logging()
     checkpoint = workdir / f"checkpoint-{int(time.time())}"
     with console.status("starting ZooKeeper (embedded, from the pyspark jars)"):
-        zookeeper = EmbeddedZooKeeper(workdir / "zookeeper").start()
+        zookeeper = EmbeddedZooKeeper(workdir / "zookeeper", log_path=logs.zookeeper).start()
     console.print(f"[green]✓[/green] ZooKeeper on {zookeeper.connect_string}")
+    console.print(
+        f"  logs: {logs.names(logs.spark, logs.spark_console, logs.daemon, logs.zookeeper, logs.demo)}"
+    )
     daemon = None
+    spark = None
     query = None
+    client = None
     try:
         with console.status("starting the epochstate daemon"):
             daemon = LocalDaemon(
-                workdir / "daemon", {}, zookeeper=zookeeper.connect_string, extra_args=["--node", "demo-node"]
+                workdir / "daemon",
+                {},
+                zookeeper=zookeeper.connect_string,
+                extra_args=["--node", "demo-node"],
+                log_path=logs.daemon,
             ).start(timeout=60)
             target = daemon.target
-        console.print(f"[green]✓[/green] daemon serving gRPC on {target} (log: {daemon.log_path})")
+        console.print(f"[green]✓[/green] daemon serving gRPC on {target}")
         with console.status("starting Spark and the streaming job"):
-            spark = _spark(workdir)
+            spark = _spark(logs)
             reporter = attach(spark, target, checkpoints={JOB: str(checkpoint)})
             query = _start_query(spark, checkpoint, options)
         console.print(
@@ -150,11 +169,16 @@ def run(options: DemoOptions) -> int:
             f"{'[green]✓[/green]' if agrees else '[red]✗[/red]'} Spark's own state reader "
             f'(format "statestore", batchId {pinned_epoch}) gives the same answer'
         )
-        client.close()
         return 0 if checks_ok and moved and agrees else 1
     finally:
+        # The job first (between batches, so no write is cut off), then Spark, the
+        # daemon it reports to, and ZooKeeper that both use.
         if query is not None:
-            query.stop()
+            stop_between_batches(query, STOP_TIMEOUT)
+        if spark is not None:
+            spark.stop()
+        if client is not None:
+            client.close()
         if daemon is not None:
             daemon.stop()
         zookeeper.stop()
