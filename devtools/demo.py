@@ -16,15 +16,17 @@ from rich.console import Console
 from rich.table import Table
 
 from epochstate.client import EpochStateClient, Lookup
+from epochstate.devtools.demo_orders import SCHEMA, OrderWriter
 from epochstate.devtools.local_daemon import LocalDaemon
 from epochstate.devtools.log_files import LogFiles
-from epochstate.devtools.query_shutdown import stop_between_batches
+from epochstate.devtools.query_shutdown import drain, stop_between_batches
 from epochstate.devtools.spark_session import local_session
 
 console = Console()
 
 JOB = "orders"
 USERS = ["alice", "bob", "carol"]
+DRAIN_TIMEOUT = 120.0  # a few batches on a busy machine
 STOP_TIMEOUT = 10.0
 
 
@@ -46,20 +48,15 @@ def _spark(logs: LogFiles) -> Any:
     )
 
 
-def _start_query(spark: Any, checkpoint: Path, options: DemoOptions) -> Any:
+def _start_query(spark: Any, orders: Path, checkpoint: Path, options: DemoOptions) -> Any:
     from pyspark.sql import functions as F
 
-    names = F.array(*[F.lit(n) for n in [*USERS, "dave", "erin"]])
-    orders = (
-        spark.readStream.format("rate")
-        .option("rowsPerSecond", options.rows_per_second)
-        .load()
-        .select(
-            F.element_at(names, (F.col("value") % 5 + 1).cast("int")).alias("user"),
-            (F.col("value") % 97).alias("amount"),
-        )
+    totals = (
+        spark.readStream.schema(SCHEMA)
+        .json(str(orders))
+        .groupBy("user")
+        .agg(F.count("*").alias("orders"), F.sum("amount").alias("spent"))
     )
-    totals = orders.groupBy("user").agg(F.count("*").alias("orders"), F.sum("amount").alias("spent"))
     return (
         totals.writeStream.format("noop")
         .outputMode("update")
@@ -91,12 +88,15 @@ def run(options: DemoOptions) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     logs = LogFiles(workdir / "logs").fresh()
     logs.route_python_logging()
-    checkpoint = workdir / f"checkpoint-{int(time.time())}"
+    run_id = int(time.time())
+    checkpoint = workdir / f"checkpoint-{run_id}"
+    writer = OrderWriter(workdir / f"orders-{run_id}", options.rows_per_second)
     with console.status("starting ZooKeeper (embedded, from the pyspark jars)"):
         zookeeper = EmbeddedZooKeeper(workdir / "zookeeper", log_path=logs.zookeeper).start()
     console.print(f"[green]✓[/green] ZooKeeper on {zookeeper.connect_string}")
     console.print(
-        f"  logs: {logs.names(logs.spark, logs.spark_console, logs.daemon, logs.zookeeper, logs.demo)}"
+        f"  logs: {logs.names(logs.spark, logs.spark_console, logs.daemon, logs.zookeeper, logs.demo)}",
+        soft_wrap=True,
     )
     daemon = None
     spark = None
@@ -116,9 +116,11 @@ def run(options: DemoOptions) -> int:
         with console.status("starting Spark and the streaming job"):
             spark = _spark(logs)
             reporter = attach(spark, target, checkpoints={JOB: str(checkpoint)})
-            query = _start_query(spark, checkpoint, options)
+            query = _start_query(spark, writer.directory, checkpoint, options)
+            writer.start()
         console.print(
-            f"[green]✓[/green] streaming job {JOB!r}: count and sum of orders per user, "
+            f"[green]✓[/green] streaming job {JOB!r}: count and sum of orders per user "
+            f"({options.rows_per_second} orders/s as JSON files), "
             f"a micro-batch every {options.trigger_seconds:g} s"
         )
         client = EpochStateClient(target, timeout=30)
@@ -171,10 +173,16 @@ def run(options: DemoOptions) -> int:
         )
         return 0 if checks_ok and moved and agrees else 1
     finally:
-        # The job first (between batches, so no write is cut off), then Spark, the
-        # daemon it reports to, and ZooKeeper that both use.
+        # The orders first; the job once it has processed them (between batches, so
+        # no write is cut off); then Spark, the daemon it reports to, and ZooKeeper.
+        if writer.is_alive():
+            writer.stop()
         if query is not None:
-            stop_between_batches(query, STOP_TIMEOUT)
+            with console.status("letting the job finish its batches, then stopping it"):
+                why = drain(query, DRAIN_TIMEOUT)
+                if why is not None:
+                    console.print(f"[yellow]![/yellow] job {JOB!r} did not settle before stopping: {why}")
+                stop_between_batches(query, STOP_TIMEOUT)
         if spark is not None:
             spark.stop()
         if client is not None:
