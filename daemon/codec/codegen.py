@@ -9,13 +9,15 @@ names. :meth:`FunctionSource.compile` then guarantees:
   it as a fast local, never as a global lookup.
 * The source is compiled once per distinct text: the code object is cached by
   (label, source), and the source of a generator is a function of its schema. Each
-  ``compile`` still makes a new function over its own bound objects.
+  ``compile`` still makes a new function over its own bound objects. The cache
+  lives as long as the process: one entry per distinct schema it has read.
 * The code carries a stable file name, ``<codegen LABEL #HASH>`` (the hash is of
   the source), registered with :mod:`linecache`, so a traceback through generated
   code shows its lines.
 
-Only the generator's own text goes into the source: names are checked to be
-identifiers, and values never appear in it (they are bound).
+Only the generator's own text goes into the source (names, integers, fixed byte
+literals); names are checked to be identifiers, and objects are bound, never
+written into the text, so nothing read from a checkpoint becomes code.
 """
 
 from __future__ import annotations
