@@ -5,8 +5,10 @@ A generator fills a :class:`FunctionSource`: the statements of one function's bo
 (as lines with relative indentation) and the objects they refer to, bound under
 names. :meth:`FunctionSource.compile` then guarantees:
 
-* Every bound object is a keyword-only default of the function, so the body reads
-  it as a fast local, never as a global lookup.
+* Every bound object is a default of a parameter after the positional ones, so the
+  body reads it as a fast local, never as a global lookup (positional defaults:
+  a call copies them from a tuple, where keyword-only ones cost a dict lookup each).
+  Callers pass only the positional parameters.
 * The source is compiled once per distinct text: the code object is cached by
   (label, source), and the source of a generator is a function of its schema. Each
   ``compile`` still makes a new function over its own bound objects. The cache
@@ -97,7 +99,7 @@ class FunctionSource:
     def source(self) -> str:
         """The module text that defines the function."""
         defaults = ", ".join(f"{n}={n}" for n in self._bound)
-        params = ", ".join([*self.params, *(["*", defaults] if defaults else [])])
+        params = ", ".join([*self.params, *([defaults] if defaults else [])])
         body = self.lines or ["pass"]
         return f"def {self.name}({params}):\n" + "\n".join(indented(body)) + "\n"
 
