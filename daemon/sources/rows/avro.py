@@ -241,9 +241,10 @@ class AvroStateDecoder:
 
     Spark's framing around the Avro datums (version byte, schema id, the halves of a
     prefix-scan key) is read here; ``datum`` makes the reader of one datum of a
-    struct schema, with the contract of :func:`read_datum`, which it defaults to
-    (as fast as or faster than ``fastavro.schemaless_reader`` on the ingest path:
-    ``bench/avro_decode.py`` measures both).
+    struct schema, with the contract of :func:`read_datum`, which it defaults to:
+    on the rows of state variables (a few fields) it decodes faster than
+    ``fastavro.schemaless_reader``, whose per-call cost dominates there; fastavro
+    only draws level on rows of a dozen nested fields (``bench/avro_decode.py``).
 
     Raises on construction:
         UnsupportedCheckpoint: a type whose Avro form is not read (see the module docstring).
