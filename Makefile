@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test lint typecheck imports view docs pytest proto bench bench-ingest bench-alignment clean
+.PHONY: demo demo-chain test lint typecheck imports view docs pytest proto bench bench-ingest bench-object-store bench-alignment clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,9 @@ bench: $(STAMP)
 
 bench-ingest: $(STAMP)
 	$(BIN)/python bench/ingest.py $(BENCH_ARGS)
+
+bench-object-store: $(STAMP)
+	$(BIN)/python bench/object_store.py $(BENCH_ARGS)
 
 bench-alignment: $(STAMP)
 	$(BIN)/python bench/alignment.py $(BENCH_ARGS)

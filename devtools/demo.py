@@ -16,13 +16,18 @@ from rich.console import Console
 from rich.table import Table
 
 from epochstate.client import EpochStateClient, Lookup
+from epochstate.devtools.demo_orders import SCHEMA, OrderWriter
 from epochstate.devtools.local_daemon import LocalDaemon
+from epochstate.devtools.log_files import LogFiles
+from epochstate.devtools.query_shutdown import drain, stop_between_batches
 from epochstate.devtools.spark_session import local_session
 
 console = Console()
 
 JOB = "orders"
 USERS = ["alice", "bob", "carol"]
+DRAIN_TIMEOUT = 120.0  # a few batches on a busy machine
+STOP_TIMEOUT = 10.0
 
 
 @dataclass
@@ -34,24 +39,24 @@ class DemoOptions:
     rows_per_second: int = 200
 
 
-def _spark(workdir: Path) -> Any:
-    return local_session("epochstate-demo", conf={"spark.sql.session.timeZone": "UTC"})
+def _spark(logs: LogFiles) -> Any:
+    return local_session(
+        "epochstate-demo",
+        conf={"spark.sql.session.timeZone": "UTC"},
+        log4j_file=logs.spark,
+        console_file=logs.spark_console,
+    )
 
 
-def _start_query(spark: Any, checkpoint: Path, options: DemoOptions) -> Any:
+def _start_query(spark: Any, orders: Path, checkpoint: Path, options: DemoOptions) -> Any:
     from pyspark.sql import functions as F
 
-    names = F.array(*[F.lit(n) for n in [*USERS, "dave", "erin"]])
-    orders = (
-        spark.readStream.format("rate")
-        .option("rowsPerSecond", options.rows_per_second)
-        .load()
-        .select(
-            F.element_at(names, (F.col("value") % 5 + 1).cast("int")).alias("user"),
-            (F.col("value") % 97).alias("amount"),
-        )
+    totals = (
+        spark.readStream.schema(SCHEMA)
+        .json(str(orders))
+        .groupBy("user")
+        .agg(F.count("*").alias("orders"), F.sum("amount").alias("spent"))
     )
-    totals = orders.groupBy("user").agg(F.count("*").alias("orders"), F.sum("amount").alias("spent"))
     return (
         totals.writeStream.format("noop")
         .outputMode("update")
@@ -81,25 +86,41 @@ def run(options: DemoOptions) -> int:
 
     workdir = options.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    checkpoint = workdir / f"checkpoint-{int(time.time())}"
+    logs = LogFiles(workdir / "logs").fresh()
+    logs.route_python_logging()
+    run_id = int(time.time())
+    checkpoint = workdir / f"checkpoint-{run_id}"
+    writer = OrderWriter(workdir / f"orders-{run_id}", options.rows_per_second)
     with console.status("starting ZooKeeper (embedded, from the pyspark jars)"):
-        zookeeper = EmbeddedZooKeeper(workdir / "zookeeper").start()
+        zookeeper = EmbeddedZooKeeper(workdir / "zookeeper", log_path=logs.zookeeper).start()
     console.print(f"[green]✓[/green] ZooKeeper on {zookeeper.connect_string}")
+    console.print(
+        f"  logs: {logs.names(logs.spark, logs.spark_console, logs.daemon, logs.zookeeper, logs.demo)}",
+        soft_wrap=True,
+    )
     daemon = None
+    spark = None
     query = None
+    client = None
     try:
         with console.status("starting the epochstate daemon"):
             daemon = LocalDaemon(
-                workdir / "daemon", {}, zookeeper=zookeeper.connect_string, extra_args=["--node", "demo-node"]
+                workdir / "daemon",
+                {},
+                zookeeper=zookeeper.connect_string,
+                extra_args=["--node", "demo-node"],
+                log_path=logs.daemon,
             ).start(timeout=60)
             target = daemon.target
-        console.print(f"[green]✓[/green] daemon serving gRPC on {target} (log: {daemon.log_path})")
+        console.print(f"[green]✓[/green] daemon serving gRPC on {target}")
         with console.status("starting Spark and the streaming job"):
-            spark = _spark(workdir)
+            spark = _spark(logs)
             reporter = attach(spark, target, checkpoints={JOB: str(checkpoint)})
-            query = _start_query(spark, checkpoint, options)
+            query = _start_query(spark, writer.directory, checkpoint, options)
+            writer.start()
         console.print(
-            f"[green]✓[/green] streaming job {JOB!r}: count and sum of orders per user, "
+            f"[green]✓[/green] streaming job {JOB!r}: count and sum of orders per user "
+            f"({options.rows_per_second} orders/s as JSON files), "
             f"a micro-batch every {options.trigger_seconds:g} s"
         )
         client = EpochStateClient(target, timeout=30)
@@ -150,11 +171,22 @@ def run(options: DemoOptions) -> int:
             f"{'[green]✓[/green]' if agrees else '[red]✗[/red]'} Spark's own state reader "
             f'(format "statestore", batchId {pinned_epoch}) gives the same answer'
         )
-        client.close()
         return 0 if checks_ok and moved and agrees else 1
     finally:
+        # The orders first; the job once it has processed them (between batches, so
+        # no write is cut off); then Spark, the daemon it reports to, and ZooKeeper.
+        if writer.is_alive():
+            writer.stop()
         if query is not None:
-            query.stop()
+            with console.status("letting the job finish its batches, then stopping it"):
+                why = drain(query, DRAIN_TIMEOUT)
+                if why is not None:
+                    console.print(f"[yellow]![/yellow] job {JOB!r} did not settle before stopping: {why}")
+                stop_between_batches(query, STOP_TIMEOUT)
+        if spark is not None:
+            spark.stop()
+        if client is not None:
+            client.close()
         if daemon is not None:
             daemon.stop()
         zookeeper.stop()

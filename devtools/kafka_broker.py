@@ -53,10 +53,12 @@ def tansu_binary() -> Path:
 
 
 class TansuProcess:
-    """``tansu broker`` on 127.0.0.1 and a free port, memory storage, its log in ``directory``."""
+    """``tansu broker`` on 127.0.0.1 and a free port, memory storage, its log in ``directory``
+    (``tansu.log``) unless ``log_path`` names another file."""
 
-    def __init__(self, directory: Path, cluster_id: str = "epochstate") -> None:
+    def __init__(self, directory: Path, cluster_id: str = "epochstate", log_path: Path | None = None) -> None:
         self.directory = directory
+        self._log_path = log_path
         self.cluster_id = cluster_id
         self.port = 0
         self._process: subprocess.Popen[bytes] | None = None
@@ -67,7 +69,7 @@ class TansuProcess:
 
     @property
     def log_path(self) -> Path:
-        return self.directory / "tansu.log"
+        return self._log_path or self.directory / "tansu.log"
 
     def start(self) -> TansuProcess:
         """Start the broker and wait until it accepts connections.
@@ -76,6 +78,7 @@ class TansuProcess:
             BrokerStartFailed: no binary, or it exited or did not listen within START_TIMEOUT.
         """
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         binary = tansu_binary()
         for _ in range(3):  # a free port can be taken between choosing and binding it
             self.port = _free_port()

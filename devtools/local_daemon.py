@@ -28,6 +28,7 @@ class LocalDaemon:
         extra_args: list[str] | None = None,
         env: dict[str, str] | None = None,
         listen: str = "127.0.0.1:0",
+        log_path: Path | None = None,
     ) -> None:
         self.listen = listen
         self.data_dir = data_dir
@@ -38,10 +39,11 @@ class LocalDaemon:
         self.process: subprocess.Popen[bytes] | None = None
         self.target = ""  # TCP host:port
         self.unix_target = ""  # unix:///path of its Unix socket ("" when it has none)
-        self.log_path = data_dir / "daemon.log"
+        self.log_path = log_path or data_dir / "daemon.log"  # appended to by every start
 
     def start(self, timeout: float = 30.0) -> LocalDaemon:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         address_file = self.data_dir / "address"
         address_file.unlink(missing_ok=True)
         args = [

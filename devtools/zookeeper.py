@@ -81,8 +81,10 @@ class EmbeddedZooKeeper:
         jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS,
         start_timeout: float = 60.0,
         stop_grace: float = 10.0,
+        log_path: str | Path | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
+        self._log_path = Path(log_path).resolve() if log_path else self.data_dir / "zookeeper.log"
         self._port = port
         # A given port, or one the server has served on, is kept: clients know it.
         self._port_fixed = port is not None
@@ -115,7 +117,8 @@ class EmbeddedZooKeeper:
 
     @property
     def log_path(self) -> Path:
-        return self.data_dir / "zookeeper.log"
+        """The server's log (``zookeeper.log`` in the data directory unless given); appended to."""
+        return self._log_path
 
     @property
     def config_path(self) -> Path:
@@ -216,6 +219,7 @@ class EmbeddedZooKeeper:
         self._write_config()
         log4j_config = self.data_dir / "log4j2.properties"
         log4j_config.write_text(_LOG4J2_PROPERTIES)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         self._log_start = self._log.tell()
         command = [

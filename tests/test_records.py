@@ -1,4 +1,4 @@
-"""The wire encoders of daemon/records.py against protobuf's own message classes."""
+"""The wire encoders of daemon/codec (wire.py, records.py) against protobuf's own message classes."""
 
 from __future__ import annotations
 

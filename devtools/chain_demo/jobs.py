@@ -46,7 +46,6 @@ def _comments(spark: Any, wiring: Wiring, topic: str, column: str) -> Any:
     """The comments of ``topic`` (a directory of JSON files), a column ``column`` of ids."""
     return (
         spark.readStream.schema(f"{column} int")
-        .option("maxFilesPerTrigger", 8)
         .json(str(wiring.comments / topic))
     )
 

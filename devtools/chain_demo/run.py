@@ -9,13 +9,14 @@ explains job 2's output exactly, while "latest" may already be ahead.
 
 from __future__ import annotations
 
+import logging
 import queue
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
 
@@ -30,11 +31,15 @@ from epochstate.devtools.chain_demo.jobs import (
 )
 from epochstate.devtools.chain_demo.workload import CommentWriter, Workload
 from epochstate.devtools.local_daemon import LocalDaemon
+from epochstate.devtools.log_files import LogFiles
+from epochstate.devtools.query_shutdown import drain, stop_between_batches
 from epochstate.devtools.spark_session import local_session
 
 console = Console(highlight=False, soft_wrap=True)
 FIRST_BATCH_TIMEOUT = 300.0  # Spark, two queries and their Python workers on a busy machine
 MAX_RESTARTS = 5
+DRAIN_TIMEOUT = 120.0  # a few batches of each job on a busy machine
+STOP_TIMEOUT = 10.0
 
 
 @dataclass
@@ -55,7 +60,8 @@ class Checked:
 
 
 class Jobs:
-    """The demo's streaming queries; one that fails starts again from its checkpoint, a few times.
+    """The demo's streaming queries, upstream first; one that fails starts again from its
+    checkpoint, a few times.
 
     On a busy machine a Python worker can miss Spark's fixed 10 s to connect back,
     which fails the query; a restart is what a job's supervisor would do, and the
@@ -81,12 +87,40 @@ class Jobs:
         return None
 
     def stop(self) -> None:
-        for query in self.queries.values():
-            query.stop()
+        """Stop every job between two of its batches, so that no batch is aborted.
+
+        The jobs' inputs must have stopped. Upstream first, each job processes
+        what it has (job 2 then reads every epoch job 1 registered); then,
+        downstream first, each is stopped while it waits for its next trigger
+        (see ``query_shutdown``). A job that does not settle is stopped anyway,
+        and the demo says so.
+        """
+        with console.status("letting the jobs finish their batches, then stopping them"):
+            for name, query in self.queries.items():
+                why = drain(query, DRAIN_TIMEOUT)
+                if why is not None:
+                    console.print(f"[yellow]![/yellow] job {name!r} did not settle before stopping: {why}")
+            for query in reversed(self.queries.values()):
+                stop_between_batches(query, STOP_TIMEOUT)
 
 
-def _spark() -> Any:
-    return local_session("epochstate-demo-chain")
+def _log_paths(logs: LogFiles) -> list[Path]:
+    return [logs.spark, logs.spark_console, logs.daemon, logs.zookeeper, logs.kafka_broker, logs.demo]
+
+
+def _spark(logs: LogFiles) -> Any:
+    return local_session("epochstate-demo-chain", log4j_file=logs.spark, console_file=logs.spark_console)
+
+
+def _create_subject_topic(bootstrap: str, partitions: int) -> None:
+    """Create job 1's subject topic; this process's librdkafka log goes to Python logging (demo.log)."""
+    from epochstate.spark_plugin.kafka.admin import TopicAdmin
+    from epochstate.spark_plugin.kafka.config import ClientConfig
+
+    # confluent-kafka takes a Logger under "logger" (else librdkafka prints on stderr);
+    # ClientConfig types librdkafka's own settings only.
+    config = {"bootstrap.servers": bootstrap, "logger": logging.getLogger("epochstate.demo.kafka")}
+    TopicAdmin(cast(ClientConfig, config)).create_topic(HOT_ISSUES, partitions)
 
 
 def run(options: ChainDemoOptions) -> int:
@@ -97,25 +131,27 @@ def run(options: ChainDemoOptions) -> int:
     from epochstate.devtools.zookeeper import EmbeddedZooKeeper
     from epochstate.spark_plugin.alignment import SubjectRegistry, register
     from epochstate.spark_plugin.alignment.connections import close_shared_clients
-    from epochstate.spark_plugin.kafka.admin import TopicAdmin
     from epochstate.spark_plugin.listener import attach
 
     directory = options.workdir.resolve() / f"run-{int(time.time())}"
+    logs = LogFiles(directory / "logs").fresh()
+    logs.route_python_logging()
     workload = Workload(comments_per_second=options.comments_per_second)
     with ExitStack() as stack:
         with console.status("starting ZooKeeper, the Kafka broker and the daemon"):
-            zookeeper = stack.enter_context(EmbeddedZooKeeper(directory / "zookeeper"))
-            broker = stack.enter_context(TansuProcess(directory / "kafka"))
-            daemon = LocalDaemon(directory / "daemon", {}, zookeeper=zookeeper.connect_string).start(
-                timeout=60
+            zookeeper = stack.enter_context(
+                EmbeddedZooKeeper(directory / "zookeeper", log_path=logs.zookeeper)
             )
+            broker = stack.enter_context(TansuProcess(directory / "kafka", log_path=logs.kafka_broker))
+            daemon = LocalDaemon(
+                directory / "daemon", {}, zookeeper=zookeeper.connect_string, log_path=logs.daemon
+            ).start(timeout=60)
             stack.callback(daemon.stop)
         console.print(
             f"[green]✓[/green] ZooKeeper {zookeeper.connect_string}, Kafka (tansu) {broker.bootstrap}, "
-            f"daemon {daemon.target}"
+            f"daemon {daemon.target}\n  logs: {logs.names(*_log_paths(logs))}"
         )
-        admin = TopicAdmin({"bootstrap.servers": broker.bootstrap})
-        admin.create_topic(HOT_ISSUES, 2)
+        _create_subject_topic(broker.bootstrap, 2)
         writer = CommentWriter(directory / "comments", workload)
         wiring = Wiring(
             broker.bootstrap,
@@ -126,7 +162,12 @@ def run(options: ChainDemoOptions) -> int:
         )
         batches: queue.Queue[tuple[int, list[dict[str, Any]]]] = queue.Queue()
         with console.status("starting Spark and both jobs"):
-            spark = _spark()
+            spark = _spark(logs)
+            # Callbacks run backwards: the comments stop, then the jobs (between
+            # batches), then Spark, whose Python workers hold ZooKeeper sessions and
+            # Kafka clients, while the daemon, the broker and ZooKeeper still serve.
+            stack.callback(close_shared_clients)
+            stack.callback(spark.stop)
             register(spark)
             attach(
                 spark, daemon.target, checkpoints={j: wiring.checkpoint(j) for j in (HOT_ISSUES, PR_HOTNESS)}
@@ -140,7 +181,6 @@ def run(options: ChainDemoOptions) -> int:
                 }
             )
             stack.callback(jobs.stop)
-            stack.callback(close_shared_clients)
             writer.start()
             stack.callback(writer.stop)
         console.print(
@@ -157,7 +197,7 @@ def run(options: ChainDemoOptions) -> int:
         client = stack.enter_context(EpochStateClient(daemon.target, timeout=60))
         checked = _follow(batches, jobs, client, SubjectRegistry(zk), workload, options.duration)
     if checked.failure is not None:
-        console.print(f"[red]✗[/red] {checked.failure}")
+        console.print(f"[red]✗[/red] {checked.failure} (logs: {logs.directory})")
     ok = checked.batches > 0 and checked.mismatches == 0 and checked.failure is None
     mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
     console.print(

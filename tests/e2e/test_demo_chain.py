@@ -1,4 +1,5 @@
-"""``epochstate demo-chain`` runs end to end: every batch of job 2 agrees with job 1's aligned state."""
+"""``epochstate demo-chain`` runs end to end: every batch of job 2 agrees with job 1's aligned state,
+and the jobs stop without aborting a batch."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.e2e.test_demo import assert_ends_cleanly
 
 
 @pytest.mark.timeout(600)
@@ -40,3 +43,4 @@ def test_demo_chain_runs_and_aligned_lookups_explain_every_batch(tmp_path: Path)
     assert batches >= 1 and updates >= 1 and mismatches == 0
     assert output.count("= pinned lookup ✓") == updates
     assert "✗" not in output
+    assert_ends_cleanly(result, {"spark.log", "daemon.log", "zookeeper.log", "kafka-broker.log", "demo.log"})

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
-from epochstate.core.sparktypes import MapValue, parse_struct, type_to_json
+from epochstate.core.sparktypes import MapValue, StructType, parse_struct, type_to_json
 from epochstate.daemon.sources.checkpoint.schemafile import (
     NO_PREFIX,
     PREFIX_SCAN,
@@ -189,3 +191,24 @@ def test_avro_rows_decode_arrays_maps_and_decimals() -> None:
     )
     with pytest.raises(UnsupportedCheckpoint, match="string map keys"):
         AvroStateDecoder(ColumnFamilySchema("m", GROUPING, keyed, NO_PREFIX))
+
+
+def test_avro_framing_is_read_around_any_datum_reader() -> None:
+    family = ColumnFamilySchema("tags", MAP_KEY, VALUE, PREFIX_SCAN, 1, (), None, 0, 3)
+    seen: list[tuple[str, bytes]] = []
+
+    def datum(schema: StructType) -> Callable[[bytes, int], tuple[Any, ...]]:
+        def read(buf: bytes, pos: int) -> tuple[Any, ...]:
+            seen.append((schema.fields[0].name, buf[pos:]))
+            return (len(seen),)
+
+        return read
+
+    decoder = AvroStateDecoder(family, datum)
+    prefix = b"\0" + b"PREFIX"
+    key = struct.pack("<i", len(prefix)) + prefix + b"\0" + struct.pack("<h", 0) + b"REST"
+    assert decoder.key(key) == (1, 2)
+    assert decoder.value(b"\0" + struct.pack("<h", 3) + b"VALUE") == (3,)
+    assert seen == [("key", b"PREFIX"), ("userKey", b"REST"), ("n", b"VALUE")]
+    with pytest.raises(UnsupportedCheckpoint, match="schema id 1"):
+        decoder.value(b"\0" + struct.pack("<h", 1) + b"VALUE")

@@ -4,7 +4,10 @@ whole files fetched once into the bounded cache."""
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -116,9 +119,47 @@ def test_retries_stop_at_the_first_answer_that_is_not_transient() -> None:
 
     waits: list[float] = []
     policy = RetryPolicy(attempts=5, base=0.1, cap=0.4)
-    result = with_retries(flaky, lambda e: isinstance(e, ConnectionError), policy,
-                          sleep=waits.append, rng=random.Random(1))
+    result = with_retries(
+        flaky, lambda e: isinstance(e, ConnectionError), policy, sleep=waits.append, rng=random.Random(1)
+    )
     assert result == "ok" and len(calls) == 3
     assert len(waits) == 2 and all(0 <= w <= 0.4 for w in waits)
     with pytest.raises(FileNotFoundError):
         with_retries(lambda: (_ for _ in ()).throw(FileNotFoundError("x")), lambda e: False, policy)
+
+
+def _daemon(tmp_path: Path, job: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "epochstate.cli",
+            "daemon",
+            "--job",
+            job,
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--listen",
+            "127.0.0.1:0",
+            "--listen-unix",
+            "",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_the_daemon_refuses_checkpoints_it_cannot_open_with_one_line(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    unknown = _daemon(tmp_path, "x=ftp://host/cp")
+    assert unknown.returncode == 1
+    (error,) = [line for line in unknown.stderr.splitlines() if line.startswith("error:")]
+    assert "unsupported scheme 'ftp'" in error
+    # A bucket without a checkpoint: the daemon says which file it looked for.
+    empty = _daemon(tmp_path, f"x=s3a://{s3_server.new_bucket()}/nothing", s3_server.env)
+    assert empty.returncode == 1
+    (error,) = [line for line in empty.stderr.splitlines() if line.startswith("error:")]
+    assert "/nothing/metadata" in error

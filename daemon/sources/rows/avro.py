@@ -42,6 +42,8 @@ from epochstate.daemon.sources.errors import CorruptRow, UnsupportedCheckpoint
 
 # Reads one datum at ``pos`` of ``buf``; returns it and the position after it.
 Reader = Callable[[bytes, int], tuple[Any, int]]
+# Reads the struct datum from ``pos`` to the end of ``buf``.
+Datum = Callable[[bytes, int], tuple[Any, ...]]
 _FLOAT = struct.Struct("<f")
 _DOUBLE = struct.Struct("<d")
 _SIZE = struct.Struct("<i")
@@ -135,8 +137,13 @@ def _reader(t: SparkType) -> Reader:
     raise UnsupportedCheckpoint(f"Avro state encoding of {t} is not readable")
 
 
+def decimal_width(precision: int) -> int:
+    """Bytes of the Avro fixed Spark writes a decimal of ``precision`` as."""
+    return next(n for n in range(1, 18) if 2 ** (8 * n - 1) >= 10**precision)
+
+
 def _decimal(t: DecimalType) -> Reader:
-    width = next(n for n in range(1, 18) if 2 ** (8 * n - 1) >= 10**t.precision)
+    width = decimal_width(t.precision)
     context = decimal.Context(prec=80)
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
@@ -208,7 +215,18 @@ def _record(schema: StructType) -> Reader:
     return read
 
 
-def _whole(read: Reader) -> Callable[[bytes, int], tuple[Any, ...]]:
+def read_datum(schema: StructType) -> Datum:
+    """The reader of one whole Avro datum of a struct of ``schema``, in Spark's Avro
+    form, from ``pos`` to the end of ``buf``.
+
+    Raises on construction:
+        UnsupportedCheckpoint: a type whose Avro form is not read.
+    The reader raises CorruptRow for bytes that do not fit, or bytes after the datum.
+    """
+    return _whole(_record(schema))
+
+
+def _whole(read: Reader) -> Datum:
     def decode(buf: bytes, pos: int) -> tuple[Any, ...]:
         value, end = read(buf, pos)
         if end != len(buf):
@@ -221,19 +239,26 @@ def _whole(read: Reader) -> Callable[[bytes, int], tuple[Any, ...]]:
 class AvroStateDecoder:
     """Decodes the keys (after the column family id) and values of one column family.
 
+    Spark's framing around the Avro datums (version byte, schema id, the halves of a
+    prefix-scan key) is read here; ``datum`` makes the reader of one datum of a
+    struct schema, with the contract of :func:`read_datum`, which it defaults to:
+    on the rows of state variables (a few fields) it decodes faster than
+    ``fastavro.schemaless_reader``, whose per-call cost dominates there; fastavro
+    only draws level on rows of a dozen nested fields (``bench/avro_decode.py``).
+
     Raises on construction:
         UnsupportedCheckpoint: a type whose Avro form is not read (see the module docstring).
     ``key`` and ``value`` raise CorruptRow for bytes that do not fit, and
     UnsupportedCheckpoint for rows written with an older schema id.
     """
 
-    def __init__(self, family: ColumnFamilySchema) -> None:
+    def __init__(self, family: ColumnFamilySchema, datum: Callable[[StructType], Datum] = read_datum) -> None:
         self.family = family
-        self._value = _whole(_record(family.value_schema))
+        self._value = datum(family.value_schema)
         fields = family.key_schema.fields
         prefix_cols = family.num_cols_prefix_key if family.encoder == PREFIX_SCAN else 0
-        self._prefix = _whole(_record(StructType(fields[:prefix_cols]))) if prefix_cols else None
-        self._rest = _whole(_record(StructType(fields[prefix_cols:])))
+        self._prefix = datum(StructType(fields[:prefix_cols])) if prefix_cols else None
+        self._rest = datum(StructType(fields[prefix_cols:]))
 
     def _body(self, data: bytes, pos: int, schema_id: int, what: str) -> int:
         if len(data) < pos + 3 or data[pos] != 0:

@@ -20,7 +20,8 @@ enclosing row or array:
 A :class:`RowDecoder` compiles a schema once: each row is one
 ``struct.unpack_from`` of its bitset and slots, plus converters for just the
 fields that need one. For rows without nulls (the common case) the reader is a
-generated function without loops; rows with nulls take a general path.
+generated function without loops (made by :mod:`~epochstate.daemon.codec.codegen`);
+rows with nulls take a general path.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from epochstate.core.sparktypes import (
     MapValue,
     SparkType,
     StructType,
+    type_to_simple_string,
 )
+from epochstate.daemon.codec.codegen import FunctionSource
 from epochstate.daemon.sources.errors import CorruptRow
 
 # A converter turns the raw slot (or array element) ``word`` of a container that
@@ -263,56 +266,52 @@ def _row_reader(schema: StructType) -> RowReader:
                 values[i] = conv(buf, base, value)
         return tuple(values)
 
-    return _generate_row_reader(types, words, unpack, dict(convs), read_with_nulls)
+    return _generate_row_reader(schema, words, unpack, dict(convs), read_with_nulls)
 
 
 def _generate_row_reader(
-    types: list[SparkType],
+    schema: StructType,
     words: int,
     unpack: Callable[[bytes, int], tuple[Any, ...]],
     convs: dict[int, Converter],
     read_with_nulls: RowReader,
 ) -> RowReader:
-    """Generate the reader of rows without nulls, the common case on the ingest path:
-    one unpack into locals, strings and binaries sliced inline, other converters
-    called once, no loop. A row with a null bit set goes to ``read_with_nulls``.
+    """Generate (through :mod:`codegen`) the reader of rows without nulls, the common
+    case on the ingest path: one unpack into locals, strings and binaries sliced
+    inline, other converters called once, no loop. A row with a null bit set goes to
+    ``read_with_nulls``.
 
     Only integers and fixed text go into the generated source, never schema names.
     """
+    types = [f.type for f in schema.fields]
     n = len(types)
     if n == 0:
         return lambda buf, base: ()
     bits = [f"n{w}" for w in range(words)]
     values = [f"v{i}" for i in range(n)]
-    namespace: dict[str, Any] = {
-        "unpack": unpack,
-        "read_with_nulls": read_with_nulls,
-        "OutOfBounds": _OutOfBounds,
-    }
-    lines = [
-        "def read(buf, base):",
-        f"    ({', '.join(bits + values)},) = unpack(buf, base)",
-        f"    if {' or '.join(bits)}:",
-        "        return read_with_nulls(buf, base)",
-        "    size = len(buf)",
-    ]
+    code = FunctionSource(f"unsaferow reader {type_to_simple_string(schema)}", "read", ["buf", "base"])
+    code.bind_all({"unpack": unpack, "read_with_nulls": read_with_nulls, "OutOfBounds": _OutOfBounds})
+    code.add(
+        f"({', '.join(bits + values)},) = unpack(buf, base)",
+        f"if {' or '.join(bits)}:",
+        "    return read_with_nulls(buf, base)",
+        "size = len(buf)",
+    )
     for i, conv in convs.items():
         t = types[i]
         if isinstance(t, AtomicType) and t.name in ("string", "binary"):
             decode = '.decode("utf-8", "replace")' if t.name == "string" else ""
-            lines += [
-                f"    start = base + (v{i} >> 32)",
-                f"    end = start + (v{i} & {_LOW32})",
-                "    if end > size:",
-                "        raise OutOfBounds(f'value at [{start}, {end}) beyond {size} bytes')",
-                f"    v{i} = buf[start:end]{decode}",
-            ]
+            code.add(
+                f"start = base + (v{i} >> 32)",
+                f"end = start + (v{i} & {_LOW32})",
+                "if end > size:",
+                "    raise OutOfBounds(f'value at [{start}, {end}) beyond {size} bytes')",
+                f"v{i} = buf[start:end]{decode}",
+            )
         else:
-            namespace[f"c{i}"] = conv
-            lines.append(f"    v{i} = c{i}(buf, base, v{i})")
-    lines.append(f"    return ({', '.join(values)},)")
-    exec("\n".join(lines), namespace)
-    read: RowReader = namespace["read"]
+            code.add(f"v{i} = {code.bind(f'c{i}', conv)}(buf, base, v{i})")
+    code.add(f"return ({', '.join(values)},)")
+    read: RowReader = code.compile()
     return read
 
 
