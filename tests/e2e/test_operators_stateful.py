@@ -97,12 +97,12 @@ def count_until_quiet(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -
         state.remove()
         yield pd.DataFrame({"user": [key[0]], "n": [-1]})
         return
-    n, total, newest, ids = state.get if state.exists else (0, 0.0, None, [])
+    n, total, newest, ids = state.get if state.exists else (0, 0.0, None, "")
     for frame in frames:
         n += len(frame)
         total += float(frame["v"].sum()) / 4
         newest = pd.Timestamp(max(frame["ts"].max(), newest or frame["ts"].min()))
-        ids = [*ids, *sorted(frame["id"])]
+        ids = ",".join(filter(None, [ids, *sorted(frame["id"])]))
     state.update((n, total, newest.to_pydatetime(), ids))
     state.setTimeoutTimestamp(int(newest.timestamp() * 1000) + 5000)
     yield pd.DataFrame({"user": [key[0]], "n": [n]})
@@ -117,7 +117,10 @@ def with_pandas_state(frame: Any) -> Any:
         .applyInPandasWithState(
             count_until_quiet,
             "user string, n long",
-            "n long, total double, newest timestamp, ids array<string>",
+            # No array in the state: PySpark 4.3.0 hands the Python worker a state schema
+            # with lowercased JSON keys ("elementtype") and fails on any array or map
+            # (a Spark bug). Arrays in state are covered by the other operators.
+            "n long, total double, newest timestamp, ids string",
             "update",
             GroupStateTimeout.EventTimeTimeout,
         )
@@ -149,5 +152,5 @@ def test_apply_in_pandas_with_state_equals_spark_reader(
     run = run_scenario(spark, tmp_path, daemon_factory, PANDAS, provider)
     (oracle,) = run.oracles.values()
     assert oracle.removes(), "timed-out users should be removed"
-    state = "struct<n:bigint,total:double,newest:timestamp,ids:array<string>>"
+    state = "struct<n:bigint,total:double,newest:timestamp,ids:string>"
     assert oracle.value_type == f"struct<groupState:{state},timeoutTimestamp:bigint>"
