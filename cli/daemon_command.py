@@ -84,5 +84,7 @@ def _configure_logging(level_name: str) -> None:
     level = logging.getLevelName(level_name.upper())
     if not isinstance(level, int):
         raise fail(f"--log-level: unknown level {level_name!r}", 2)
-    logging.basicConfig(level=max(level, logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=max(level, logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("epochstate").setLevel(level)

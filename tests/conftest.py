@@ -23,7 +23,12 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 from tests.fixtures.daemon import DaemonProcess  # noqa: E402
 
-pytest_plugins = ["tests.fixtures.zookeeper", "tests.fixtures.kafka", "tests.fixtures.s3", "tests.fixtures.clouds"]
+pytest_plugins = [
+    "tests.fixtures.zookeeper",
+    "tests.fixtures.kafka",
+    "tests.fixtures.s3",
+    "tests.fixtures.clouds",
+]
 
 
 @pytest.fixture(scope="session")

@@ -103,7 +103,9 @@ class IngestLoop:
                     scratch_dir=self._scratch_dir,
                 )
             except SourceError as error:
-                raise CheckpointNotFound(f"cannot follow job {job!r} at {redact(checkpoint)!r}: {error}") from error
+                raise CheckpointNotFound(
+                    f"cannot follow job {job!r} at {redact(checkpoint)!r}: {error}"
+                ) from error
             self._followers[job] = follower
             self._catalog.put(follower.entry)
             self._publisher.job_followed(follower.entry)

@@ -51,8 +51,16 @@ def azurite_executable(version: str = AZURITE_VERSION) -> Path:
         if not executable.exists():
             home.mkdir(parents=True, exist_ok=True)
             run_step(
-                [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", str(home),
-                 f"azurite@{version}"],
+                [
+                    npm,
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--loglevel=error",
+                    "--prefix",
+                    str(home),
+                    f"azurite@{version}",
+                ],
                 "installing Azurite",
             )
     if not executable.exists():

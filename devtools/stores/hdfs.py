@@ -75,7 +75,12 @@ HADOOP_JARS = (
     "slf4j-api-1.7.16.jar",
     "slf4j-log4j12-1.7.16.jar",
 )
-JERSEY_PACKAGES = ("libjersey1-core-java", "libjersey1-server-java", "libjersey1-servlet-java", "libjsr311-api-java")
+JERSEY_PACKAGES = (
+    "libjersey1-core-java",
+    "libjersey1-server-java",
+    "libjersey1-servlet-java",
+    "libjsr311-api-java",
+)
 JERSEY_JARS = ("jersey1-core.jar", "jersey1-server.jar", "jersey1-servlet.jar", "jsr311-api.jar")
 JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
@@ -115,8 +120,20 @@ def hadoop_jars() -> Path:
 
 def _jars_from_pyspark(scratch: Path, lib: Path) -> None:
     run_step(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-         "--no-build-isolation", "--dest", str(scratch), PYSPARK_SDIST],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--no-build-isolation",
+            "--dest",
+            str(scratch),
+            PYSPARK_SDIST,
+        ],
         f"downloading Hadoop {HADOOP_VERSION}'s jars ({PYSPARK_SDIST} from PyPI)",
     )
     archive = next(scratch.glob("pyspark-*.tar.gz"), None)
@@ -140,7 +157,9 @@ def _jars_from_pyspark(scratch: Path, lib: Path) -> None:
 def _jars_from_debian(scratch: Path, lib: Path) -> None:
     apt, dpkg = shutil.which("apt-get"), shutil.which("dpkg-deb")
     if apt is None or dpkg is None:
-        raise StoreServerFailed(f"Jersey 1 for WebHDFS comes from Debian packages: no apt-get here ({JERSEY_PACKAGES})")
+        raise StoreServerFailed(
+            f"Jersey 1 for WebHDFS comes from Debian packages: no apt-get here ({JERSEY_PACKAGES})"
+        )
     debs = scratch / "debs"
     debs.mkdir()
     what = f"downloading Jersey 1 ({', '.join(JERSEY_PACKAGES)}) from Debian"
@@ -162,7 +181,8 @@ def _jars_from_debian(scratch: Path, lib: Path) -> None:
 
 def _site(properties: dict[str, str]) -> str:
     body = "".join(
-        f"  <property><name>{name}</name><value>{value}</value></property>\n" for name, value in properties.items()
+        f"  <property><name>{name}</name><value>{value}</value></property>\n"
+        for name, value in properties.items()
     )
     return f'<?xml version="1.0"?>\n<configuration>\n{body}</configuration>\n'
 
@@ -187,7 +207,11 @@ class HDFSCluster(CheckpointStore):
 
     def _configure(self) -> Path:
         conf = self.workdir / "conf"
-        for directory in (conf, self.workdir / "web" / "webapps" / "hdfs", self.workdir / "web" / "webapps" / "datanode"):
+        for directory in (
+            conf,
+            self.workdir / "web" / "webapps" / "hdfs",
+            self.workdir / "web" / "webapps" / "datanode",
+        ):
             directory.mkdir(parents=True, exist_ok=True)
         site = {
             "fs.defaultFS": f"hdfs://{HOST}:{self.rpc_port}",
@@ -210,7 +234,9 @@ class HDFSCluster(CheckpointStore):
         (conf / "log4j.properties").write_text(_LOG4J)
         client = Path(self.env["HADOOP_CONF_DIR"])
         client.mkdir(parents=True, exist_ok=True)
-        (client / "hdfs-site.xml").write_text(_site({"dfs.namenode.http-address": f"{HOST}:{self.http_port}"}))
+        (client / "hdfs-site.xml").write_text(
+            _site({"dfs.namenode.http-address": f"{HOST}:{self.http_port}"})
+        )
         return conf
 
     def start(self, timeout: float = 90.0) -> HDFSCluster:
@@ -225,7 +251,12 @@ class HDFSCluster(CheckpointStore):
         # The servers run as the superuser, whatever a client's environment says.
         env = {"HADOOP_USER_NAME": self.superuser, "HADOOP_CONF_DIR": str(conf)}
         namenode = "org.apache.hadoop.hdfs.server.namenode.NameNode"
-        run_step(jvm(namenode, "-format", "-nonInteractive", "-force"), "formatting the NameNode", timeout=120, env=env)
+        run_step(
+            jvm(namenode, "-format", "-nonInteractive", "-force"),
+            "formatting the NameNode",
+            timeout=120,
+            env=env,
+        )
         log = self.workdir / "hdfs.log"
         self.processes.append(ServerProcess("NameNode", jvm(namenode), log, env))
         self.processes.append(

@@ -7,7 +7,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from epochstate.devtools.stores.base import HOST, CheckpointStore, ServerProcess, bucket_name, free_port, listening
+from epochstate.devtools.stores.base import (
+    HOST,
+    CheckpointStore,
+    ServerProcess,
+    bucket_name,
+    free_port,
+    listening,
+)
 
 REGION = "us-east-1"
 

@@ -89,7 +89,9 @@ def _service_account(path: Path, token_uri: str) -> list[str]:
 def _case(scheme: str, store: Any, tmp_path: Path) -> Case:
     if scheme == "s3a":
         secret, token = f"{MARKER}-aws-secret", f"{MARKER}-aws-session-token"
-        return Case({**store.env, "AWS_SECRET_ACCESS_KEY": secret, "AWS_SESSION_TOKEN": token}, [secret, token])
+        return Case(
+            {**store.env, "AWS_SECRET_ACCESS_KEY": secret, "AWS_SESSION_TOKEN": token}, [secret, token]
+        )
     if scheme == "gs":
         # The emulator takes anonymous calls only: the wrong credentials are a real
         # service account key, signed with, whose token exchange is refused.
@@ -98,7 +100,10 @@ def _case(scheme: str, store: Any, tmp_path: Path) -> Case:
         return Case(dict(store.env), secrets, {**store.env, "GOOGLE_APPLICATION_CREDENTIALS": str(key_file)})
     if scheme == "abfss":
         wrong = base64.b64encode(f"{MARKER}-wrong-account-key".encode()).decode()
-        bad = {**store.env, "AZURE_STORAGE_CONNECTION_STRING": connection_string(ACCOUNT, wrong, store.endpoint)}
+        bad = {
+            **store.env,
+            "AZURE_STORAGE_CONNECTION_STRING": connection_string(ACCOUNT, wrong, store.endpoint),
+        }
         return Case(dict(store.env), [store.key, wrong], bad)
     return Case(dict(store.env), [])  # HDFS with simple authentication: a user name, no secret
 
@@ -147,13 +152,24 @@ def test_no_secret_in_logs_errors_or_output(
             refused.start(timeout=120)
     # Credentials in the URI: refused at once, without echoing them.
     written = _cli(
-        "daemon", "--job", f"inline={inline}", "--data-dir", str(tmp_path / "inline"),
-        "--listen", "127.0.0.1:0", "--listen-unix", "", *debug, env=case.good,
+        "daemon",
+        "--job",
+        f"inline={inline}",
+        "--data-dir",
+        str(tmp_path / "inline"),
+        "--listen",
+        "127.0.0.1:0",
+        "--listen-unix",
+        "",
+        *debug,
+        env=case.good,
     )
     assert "credentials or a query in the URI" in written, written
     case.texts.append(written)
 
-    daemon = DaemonProcess(tmp_path / "daemon", {"good": uri}, extra_args=debug, env=case.good).start(timeout=60)
+    daemon = DaemonProcess(tmp_path / "daemon", {"good": uri}, extra_args=debug, env=case.good).start(
+        timeout=60
+    )
     try:
         committed = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
         daemon.wait_for_epoch("good", committed[-1], timeout=60)
@@ -166,7 +182,12 @@ def test_no_secret_in_logs_errors_or_output(
                 else:
                     pytest.fail(f"FollowJob({job}, {target!r}) did not fail")
         target = ["--target", daemon.target]
-        for args in (["jobs"], ["describe", "good"], ["scan", "good", "--limit", "3"], ["describe", "missing"]):
+        for args in (
+            ["jobs"],
+            ["describe", "good"],
+            ["scan", "good", "--limit", "3"],
+            ["describe", "missing"],
+        ):
             case.texts.append(_cli(*args, *target, "--json", env=case.good))
     finally:
         daemon.stop()

@@ -99,4 +99,5 @@ def test_every_epoch_and_key_equals_spark_reader(followed: Followed, cloud: str)
             scanned = {canon(lk.key) for lk in client.scan(job, epoch=epoch, page_size=3)}
             assert scanned == set(expected[epoch]), f"{cloud}: scan at epoch {epoch}"
             compared += len(all_keys)
-    print(f"\n{cloud}: {len(all_keys)} keys x {len(followed.committed)} epochs = {compared} lookups, 0 mismatches")
+    epochs = len(followed.committed)
+    print(f"\n{cloud}: {len(all_keys)} keys x {epochs} epochs = {compared} lookups, 0 mismatches")
