@@ -181,14 +181,14 @@ def test_no_secret_in_logs_errors_or_output(
                     case.texts.append(f"FollowJob({job}): {error!r} {error}")
                 else:
                     pytest.fail(f"FollowJob({job}, {target!r}) did not fail")
-        target = ["--target", daemon.target]
+        at_daemon = ["--target", daemon.target, "--json"]
         for args in (
             ["jobs"],
             ["describe", "good"],
             ["scan", "good", "--limit", "3"],
             ["describe", "missing"],
         ):
-            case.texts.append(_cli(*args, *target, "--json", env=case.good))
+            case.texts.append(_cli(*args, *at_daemon, env=case.good))
     finally:
         daemon.stop()
     case.texts.append(daemon.log_path.read_text(errors="replace"))
