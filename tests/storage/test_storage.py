@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +181,26 @@ def test_the_daemon_refuses_checkpoints_it_cannot_open_with_one_line(
     assert empty.returncode == 1
     (error,) = [line for line in empty.stderr.splitlines() if line.startswith("error:")]
     assert "/nothing/metadata" in error
+
+
+def test_an_unreachable_namenode_is_one_line_naming_its_webhdfs_address(tmp_path: Path) -> None:
+    # Nothing listens on the WebHDFS port hdfs-site.xml names: refused at once.
+    port = _free_port()
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "hdfs-site.xml").write_text(
+        "<configuration><property><name>dfs.namenode.http-address</name>"
+        f"<value>127.0.0.1:{port}</value></property></configuration>"
+    )
+    done = _daemon(tmp_path, "x=hdfs://127.0.0.1:8020/cp", {"HADOOP_CONF_DIR": str(conf)})
+    assert done.returncode == 1
+    (error,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "hdfs://127.0.0.1:8020/cp/metadata" in error and f"port={port}" in error
+    assert "Connection refused" in error
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
