@@ -64,7 +64,8 @@ def test_webhdfs_address_user_and_kerberos_come_from_hadoops_configuration(tmp_p
             + prop.format("dfs.nameservices", "prod")
         )
     )
-    (tmp_path / "core-site.xml").write_text(site.format(prop.format("hadoop.security.authentication", "kerberos")))
+    kerberos = prop.format("hadoop.security.authentication", "kerberos")
+    (tmp_path / "core-site.xml").write_text(site.format(kerberos))
     env = {**ENV, "HADOOP_CONF_DIR": str(tmp_path)}
     assert webhdfs_options("hdfs", "nn", 8020, env) == {
         "host": "nn",
