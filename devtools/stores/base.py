@@ -3,6 +3,7 @@ a free loopback port, a child process with its log, a cache outside the clone.""
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import socket
@@ -117,6 +118,17 @@ def run_step(
         raise StoreServerFailed(f"{what}: {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
 
 
+# Servers still running when the interpreter exits are stopped, so that a failed
+# test run does not leave servers holding ports.
+_running: set[ServerProcess] = set()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for server in list(_running):
+        server.stop()
+
+
 class ServerProcess:
     """One child process whose output goes to a log file, stopped with SIGTERM."""
 
@@ -131,6 +143,7 @@ class ServerProcess:
                 )
             except OSError as error:
                 raise StoreServerFailed(f"{name}: cannot run {args[0]}: {error}") from None
+        _running.add(self)
 
     def wait_until(self, ready: Callable[[], bool], timeout: float) -> None:
         """Poll ``ready`` until it is true; fail with the log's tail if the process
@@ -155,6 +168,7 @@ class ServerProcess:
             return ""
 
     def stop(self) -> None:
+        _running.discard(self)
         if self.process.poll() is None:
             self.process.terminate()
             try:

@@ -265,9 +265,11 @@ class HDFSCluster(CheckpointStore):
         # Ready once a block can be placed: out of safe mode, with a live DataNode
         # that has reported its disk. (A write tried earlier fails, and the file's
         # lease then blocks the next try on that name for a minute.)
-        self.processes[0].wait_until(self._writable, timeout)
-        if any(p.process.poll() is not None for p in self.processes):
-            raise StoreServerFailed(f"HDFS exited:\n{self.processes[0].tail()}")
+        try:
+            self.processes[0].wait_until(self._writable, timeout)
+        except BaseException:
+            self.stop()  # the DataNode too, not only the process waited on
+            raise
         return self
 
     def _writable(self) -> bool:
