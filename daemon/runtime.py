@@ -73,7 +73,8 @@ class Daemon:
         self.metrics = DaemonMetrics()
         self.catalog = Catalog()
         self.store = VersionedStore(
-            settings.data_dir / "store", StoreOptions(newest_keys_per_store=settings.ingest_known_keys)
+            settings.data_dir / "store",
+            StoreOptions(newest_keys_per_store=settings.ingest_known_keys, sync_writes=settings.sync_writes),
         )
         # Where RocksDB snapshots of checkpoints are opened; leftovers of a crash go.
         scratch = settings.data_dir / "scratch"
