@@ -26,7 +26,7 @@ from epochstate.daemon.server import epochs
 from epochstate.daemon.server.status import BadRequest, domain_errors, wait_budget
 from epochstate.daemon.server.values import KeyEncoder, key_from_proto
 from epochstate.daemon.store import layout
-from epochstate.daemon.store.catalog import Catalog, JobEntry, StoreHandle, StoreSchema
+from epochstate.daemon.store.catalog import Catalog, JobEntry, StoreHandle, StoreNotFound, StoreSchema
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.versioned import VersionedStore
 from epochstate.daemon.store.views import ReadViews
@@ -38,7 +38,9 @@ MAX_KEY_BYTES = 64 * 1024
 MAX_KEYS_PER_CALL = 10_000
 DEFAULT_PAGE = 1000
 MAX_PAGE = 10_000
-_TOKEN = struct.Struct(">q")
+# A page token: the epoch of the scan's first page, the job id it read (a recreated
+# checkpoint's query gets another), then the last key returned.
+_TOKEN = struct.Struct(">qI")
 
 
 class IngestControl(Protocol):
@@ -139,7 +141,18 @@ class EpochStateService:
         if not ref.job:
             raise BadRequest("store.job is required")
         entry = self._catalog.get(ref.job)
-        return entry, entry.store(ref.operator_id, ref.store)
+        try:
+            return entry, entry.store(ref.operator_id, ref.store)
+        except StoreNotFound:
+            if not entry.progress.empty:
+                raise
+            # Stores are known from the first ingested epoch: until then (a new job, or a
+            # recreated checkpoint's new query) nothing is queryable yet, whatever the store.
+            name = entry.descriptor.name
+            raise epochs.EpochNotReady(
+                f"job {name!r} has no queryable epoch yet (its stores are known from its first epoch)",
+                metadata={"job": name},
+            ) from None
 
     def _pinned_keys(
         self,
@@ -220,7 +233,14 @@ class EpochStateService:
         if request.page_token:
             if len(request.page_token) < _TOKEN.size:
                 raise BadRequest("page_token is malformed")
-            token_epoch = _TOKEN.unpack_from(request.page_token)[0]
+            token_epoch, token_job = _TOKEN.unpack_from(request.page_token)
+            if token_job != entry.descriptor.job_id:
+                # Never a page of another query: the job's checkpoint was recreated meanwhile.
+                raise epochs.EpochRetired(
+                    f"the scan of job {request.store.job!r} began on a query that was dropped since (its "
+                    f"checkpoint holds another query now); scan again",
+                    metadata={"job": request.store.job, "epoch": str(token_epoch)},
+                )
             after = request.page_token[_TOKEN.size :]
             selector = pb.EpochSelector(exact=token_epoch)
         if len(handle.schemas) == 1:
@@ -233,7 +253,7 @@ class EpochStateService:
         self._views.done(pinned.view)
         token = b""
         if len(versions) == limit:
-            token = _TOKEN.pack(pinned.epoch) + versions[-1].encoded_key
+            token = _TOKEN.pack(pinned.epoch, entry.descriptor.job_id) + versions[-1].encoded_key
         return response_bytes(pinned.epoch, [v.payload for v in versions], token=token)
 
     # -- discovery -------------------------------------------------------------
