@@ -85,7 +85,7 @@ def run_until_killed(root: Path, power: PowerLoss, mode: str, delay: float) -> l
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    assert first.wait(60), child.stderr.read() if child.stderr else "no output"  # type: ignore[union-attr]
+    assert first.wait(60), child.stderr.read() if child.stderr else "no output"
     time.sleep(delay)
     child.kill()
     child.wait(10)
