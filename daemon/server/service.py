@@ -23,11 +23,12 @@ from epochstate.core.sparktypes import StructType, type_to_json
 from epochstate.daemon.codec import keycodec
 from epochstate.daemon.codec.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs
-from epochstate.daemon.server.status import BadRequest, domain_errors, wait_budget
+from epochstate.daemon.server.status import BadRequest, abort, domain_errors, wait_budget
 from epochstate.daemon.server.values import KeyEncoder, key_from_proto
 from epochstate.daemon.store import layout
 from epochstate.daemon.store.catalog import Catalog, JobEntry, StoreHandle, StoreNotFound, StoreSchema
 from epochstate.daemon.store.descriptors import EpochRecord
+from epochstate.daemon.store.errors import StoreDamaged
 from epochstate.daemon.store.versioned import VersionedStore
 from epochstate.daemon.store.views import ReadViews
 from epochstate.v1 import epochstate_pb2 as pb
@@ -333,6 +334,8 @@ class EpochStateService:
                     yield epoch_info(record)
                     after = record.epoch
                 self._catalog.subscribe_wait(1.0)
+        except StoreDamaged as error:
+            abort(context, error)  # DATA_LOSS: the stream must not just end as if caught up
         except EpochStateError:
             return  # shutting down: end the stream cleanly
 

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from epochstate.client import EpochNotReady, EpochRetired, EpochStateClient, EpochStateClientError
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain, spark_store
@@ -33,6 +35,8 @@ USERS = 3000
 READERS = 4
 # {canon(key): (key, value)} per epoch, per query.
 States = dict[int, dict[str, tuple[Any, Any]]]
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 
 def totals(frame: Any) -> Any:

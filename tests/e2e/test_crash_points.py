@@ -28,6 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from epochstate.daemon.ingest.follower import JobFollower
 from epochstate.daemon.runtime import NoRegistry
 from epochstate.daemon.server import epochs
@@ -35,6 +37,8 @@ from epochstate.daemon.store.catalog import Catalog, JobEntry
 from epochstate.daemon.store.versioned import VersionedStore
 from epochstate.v1 import epochstate_pb2 as pb
 from tests.fixtures.streams import FileStream
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 RETENTION = 3
 

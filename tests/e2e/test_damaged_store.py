@@ -27,6 +27,8 @@ from tests.fixtures.streams import FileStream
 
 JOB = "dmg"
 
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
 
 def _flip(table: Path, offset: int) -> None:
     # In place (same inode): the running daemon's open file sees it.

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
@@ -35,6 +36,8 @@ from tests.fixtures.streams import FileStream
 ROUNDS = 5 if os.environ.get("CI") == "true" else 8
 JOB = "pl"
 Answer = dict[str, tuple[Any, Any]]
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 
 def rows(batch: int) -> list[dict[str, Any]]:
