@@ -269,8 +269,8 @@ def _refuse_dropped(view: StoreView, entry: JobEntry, target: int, progress: Job
         name = entry.descriptor.name
         raise EpochRetired(
             f"job {name!r} was dropped with its query {entry.descriptor.query_id} (its checkpoint "
-            f"now holds another query, whose epochs start again at 0); epoch {target} of that "
-            f"query is gone for good",
+            f"now holds another query, whose epochs start again at 0); that query's epochs are "
+            f"gone for good",
             metadata={"job": name, "epoch": str(target)},
         )
 
