@@ -171,3 +171,10 @@ INTERNAL: Final = _reason(
     "The daemon failed on purpose but has no more precise reason (a damaged store, a bug).",
     "Do not retry blindly; report it with the daemon's log.",
 )
+STORE_DAMAGED: Final = _reason(
+    "STORE_DAMAGED",
+    "DATA_LOSS",
+    "The daemon's own store (its local RocksDB) cannot be read: a file is damaged or unreadable.",
+    "Do not retry on this daemon; read from another replica. An operator must look at the daemon's "
+    "log; deleting its store directory makes it re-ingest the retained epochs from the checkpoints.",
+)

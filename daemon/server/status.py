@@ -36,6 +36,7 @@ from epochstate.daemon.server.epochs import (
 )
 from epochstate.daemon.server.values import BadKey
 from epochstate.daemon.store.catalog import JobNotFound, ShuttingDown, StoreNotFound
+from epochstate.daemon.store.errors import StoreDamaged
 
 
 class BadRequest(EpochStateError):
@@ -61,6 +62,8 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (EpochWaitTimedOut, grpc.StatusCode.DEADLINE_EXCEEDED),
     (EpochRetired, grpc.StatusCode.OUT_OF_RANGE),
     (EpochUnavailable, grpc.StatusCode.DATA_LOSS),
+    # The daemon's own RocksDB failed a read: never taken for "absent".
+    (StoreDamaged, grpc.StatusCode.DATA_LOSS),
     (ShuttingDown, grpc.StatusCode.UNAVAILABLE),
     # Reads that consult ZooKeeper (aligned_with): the client retries UNAVAILABLE.
     (RegistryUnavailable, grpc.StatusCode.UNAVAILABLE),
