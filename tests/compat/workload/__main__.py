@@ -1,0 +1,271 @@
+"""The workload's command line, run by a release's interpreter::
+
+    python -P -m epochstate_compat_workload run --out DIR [--report-to HOST:PORT]
+        [--bootstrap B --zookeeper Z --topic T]
+    python -P -m epochstate_compat_workload read --out DIR
+
+``run`` probes the release, runs every query on every state store set-up it has
+(with the listener reporting to ``--report-to``), dumps Spark's reader for each
+checkpoint if the release has one, then runs the aligned chain if given a broker.
+``read`` dumps the checkpoints a ``run`` left in DIR with this release's reader
+(for a release without one). Both write ``DIR/result.json`` (``read``:
+``DIR/read-<version>.json``): the phases' outcomes, errors included, so that the
+test reports each phase on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .oracle import dump_checkpoint
+from .queries import BATCHES, QUERIES, SCHEMA, SETTINGS, SETUPS, Query, StoreSetup, rows
+
+LAUNCH_FAILURE = "connect back"
+
+
+def session() -> Any:
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("epochstate-compat")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.sql.streaming.stateStore.minDeltasForSnapshot", "2")
+        .config("spark.sql.streaming.stateStore.maintenanceInterval", "200ms")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def probe(spark: Any) -> dict[str, bool]:
+    """What this release has (see ``tests/compat/releases.py``)."""
+    from pyspark.sql.group import GroupedData
+
+    try:
+        spark.read.format("statestore").load("/nonexistent/epochstate-compat-probe")
+        reader = True
+    except Exception as error:
+        reader = "DATA_SOURCE_NOT_FOUND" not in str(error)
+    try:
+        spark.conf.get("spark.sql.streaming.stateStore.checkpointFormatVersion")
+        format_v2 = True
+    except Exception:
+        format_v2 = False
+    return {
+        "state_reader": reader,
+        "transform_with_state": hasattr(GroupedData, "transformWithStateInPandas"),
+        "checkpoint_format_v2": format_v2,
+        "python_data_source": importlib.util.find_spec("pyspark.sql.datasource") is not None,
+    }
+
+
+def _error(error: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(error), error)).strip()[:2000]
+
+
+class Job:
+    """One query on one set-up, fed one file per batch from its set-up's input folder."""
+
+    def __init__(self, spark: Any, out: Path, setup: StoreSetup, query: Query) -> None:
+        self.spark, self.setup, self.query = spark, setup, query
+        self.name = f"{setup.name}-{query.name}"
+        self.checkpoint = out / "checkpoints" / self.name
+        self.inputs = out / "inputs" / setup.name
+        self.stream: Any = None
+
+    def start(self) -> None:
+        self.inputs.mkdir(parents=True, exist_ok=True)
+        for name in SETTINGS:
+            self.spark.conf.unset(name)
+        for name, value in self.setup.conf.items():
+            self.spark.conf.set(name, value)
+        source = self.spark.readStream.format("json").schema(SCHEMA).option("maxFilesPerTrigger", 1)
+        frame = self.query.build(source.load(str(self.inputs)))
+        self.stream = (
+            frame.writeStream.outputMode(self.query.output_mode)
+            .format("noop")
+            .queryName(self.name)
+            .option("checkpointLocation", str(self.checkpoint))
+            .start()
+        )
+        for name in SETTINGS:  # a query keeps the settings it started with
+            self.spark.conf.unset(name)
+
+    def catch_up(self, attempts: int = 3) -> None:
+        """Process every input file; a query whose Python worker did not connect back in
+        time (a loaded machine) restarts from its checkpoint, as after any task failure."""
+        from pyspark.errors import StreamingQueryException
+
+        while True:
+            try:
+                self.stream.processAllAvailable()
+                return
+            except StreamingQueryException as error:
+                attempts -= 1
+                if LAUNCH_FAILURE not in str(error) or attempts == 0:
+                    raise
+                self.stream.stop()
+                self.start()
+
+    def committed(self) -> list[int]:
+        commits = self.checkpoint / "commits"
+        return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit()) if commits.exists() else []
+
+
+def feed(inputs: Path, batch: int) -> None:
+    inputs.mkdir(parents=True, exist_ok=True)
+    temporary = inputs / f".{batch}.tmp"
+    temporary.write_text("".join(json.dumps(r) + "\n" for r in rows(batch)))
+    temporary.rename(inputs / f"{batch:03d}.json")
+
+
+def plan_jobs(spark: Any, out: Path, features: dict[str, bool]) -> list[list[Job]]:
+    """Every query on every set-up this release has, grouped by set-up."""
+    groups = []
+    for setup in SETUPS:
+        if setup.format_v2 and not features["checkpoint_format_v2"]:
+            continue
+        groups.append(
+            [
+                Job(spark, out, setup, q)
+                for q in QUERIES
+                if (not q.variables or features["transform_with_state"]) and (setup.rocksdb or not q.rocksdb_only)
+            ]
+        )
+    return groups
+
+
+def run_jobs(groups: list[list[Job]]) -> None:
+    """Set-up by set-up, its queries concurrently: :data:`BATCHES` batches each."""
+    for group in groups:
+        for job in group:
+            job.start()
+        try:
+            for batch in range(BATCHES):
+                feed(group[0].inputs, batch)
+                for job in group:
+                    job.catch_up()
+        finally:
+            for job in group:
+                job.stream.stop()
+
+
+def timed(timings: dict[str, float], phase: str, step: Callable[[], Any]) -> Any:
+    started = time.monotonic()
+    try:
+        return step()
+    finally:
+        timings[phase] = round(time.monotonic() - started, 1)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import pyspark
+
+    out: Path = args.out
+    timings: dict[str, float] = {}
+    spark = timed(timings, "session", session)
+    features = probe(spark)
+    result: dict[str, Any] = {"pyspark": pyspark.__version__, "features": features, "timings": timings}
+    groups = plan_jobs(spark, out, features)
+    jobs = [job for group in groups for job in group]
+    reporter = None
+    if args.report_to:
+        from epochstate.spark_plugin.listener import EpochReporter
+
+        # The daemon follows each job on its first report.
+        reporter = EpochReporter(args.report_to, checkpoints={job.name: str(job.checkpoint) for job in jobs})
+        spark.streams.addListener(reporter)
+    try:
+        timed(timings, "queries", lambda: run_jobs(groups))
+    finally:
+        if reporter is not None:
+            spark.streams.removeListener(reporter)
+            reporter.close()
+            result["listener"] = {"sent": reporter.sent, "dropped": reporter.dropped}
+    result["jobs"] = {
+        job.name: {
+            "setup": job.setup.name,
+            "query": job.query.name,
+            "checkpoint": str(job.checkpoint),
+            "committed": job.committed(),
+            "format_v2": job.setup.format_v2,
+            "stores": list(job.query.stores),
+            "variables": dict(job.query.variables),
+        }
+        for job in jobs
+    }
+    if features["state_reader"]:
+        result["oracle"] = timed(timings, "oracle", lambda: read_all(spark, result["jobs"]))
+    if args.bootstrap and features["python_data_source"]:
+        from .chain import run_chain
+
+        try:
+            result["chain"] = timed(
+                timings, "chain", lambda: run_chain(spark, out / "chain", args.topic, args.bootstrap, args.zookeeper)
+            )
+        except Exception as error:
+            result["chain"] = {"error": _error(error)}
+    return result
+
+
+def read_all(spark: Any, jobs: dict[str, Any]) -> dict[str, Any]:
+    """Spark's reader of every job's checkpoint: job -> dump."""
+    return {
+        name: dump_checkpoint(
+            spark, Path(job["checkpoint"]), job["committed"], job["stores"], job["variables"], job["format_v2"]
+        )
+        for name, job in jobs.items()
+    }
+
+
+def unread(dump: dict[str, Any] | None) -> bool:
+    """Whether a release's own reader left (some of) a checkpoint unread."""
+    return dump is None or "error" in dump or any("error" in store for store in dump["stores"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="epochstate_compat_workload")
+    parser.add_argument("command", choices=["run", "read"])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--report-to", help="host:port of a daemon for the listener")
+    parser.add_argument("--bootstrap")
+    parser.add_argument("--zookeeper")
+    parser.add_argument("--topic")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if args.command == "run":
+        args.out.mkdir(parents=True, exist_ok=True)
+        result = run(args)
+        target = args.out / "result.json"
+    else:
+        import pyspark
+
+        found = json.loads((args.out / "result.json").read_text())
+        jobs = {name: job for name, job in found["jobs"].items() if unread(found.get("oracle", {}).get(name))}
+        spark = session()
+        result = {"pyspark": pyspark.__version__, "probe": probe(spark), "oracle": read_all(spark, jobs)}
+        target = args.out / f"read-{pyspark.__version__}.json"
+    temporary = target.with_suffix(".tmp")
+    temporary.write_text(json.dumps(result))
+    temporary.rename(target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
