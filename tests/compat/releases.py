@@ -33,6 +33,9 @@ class SparkRelease:
     series: str  # "4.0"
     pyspark: str  # "4.0.5"
     features: Features
+    # Whether its own state reader reads the format 2 checkpoints it writes (found by
+    # running it: Spark 4.0's reader takes the files' unique ids for version numbers).
+    reader_reads_format_v2: bool = True
     # Whether its virtualenv gets pandas and pyarrow (transformWithStateInPandas and
     # Python data sources need them; 3.5 uses neither).
     pandas: bool = True
@@ -48,8 +51,8 @@ class SparkRelease:
 
 
 RELEASES = (
-    SparkRelease("3.5", "3.5.9", Features(False, False, False, False), pandas=False),
-    SparkRelease("4.0", "4.0.5", Features(True, True, True, True)),
+    SparkRelease("3.5", "3.5.9", Features(False, False, False, False), reader_reads_format_v2=False, pandas=False),
+    SparkRelease("4.0", "4.0.5", Features(True, True, True, True), reader_reads_format_v2=False),
     SparkRelease("4.1", "4.1.4", Features(True, True, True, True)),
     SparkRelease("4.2", "4.2.1", Features(True, True, True, True)),
     SparkRelease("4.3", "4.3.0", Features(True, True, True, True), pinned=True),

@@ -84,7 +84,17 @@ def run_chain(spark: Any, directory: Path, topic: str, bootstrap: str, zookeeper
     writer = reader.load().writeStream.foreachBatch(collected).queryName("downstream")
     writer = writer.option("checkpointLocation", str(directory / "downstream"))
     downstream = None
+
+    def feed(number: int) -> None:
+        ids = BATCHES[number]
+        (inputs / f".{number}.tmp").write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+        (inputs / f".{number}.tmp").rename(inputs / f"{number}.json")
+        upstream.processAllAvailable()
+
     try:
+        # Downstream starts once epoch 0 is registered: a query's first batch runs even
+        # when its source has nothing yet, and would read no epoch.
+        feed(0)
         for attempt in range(ATTEMPTS):
             time.sleep(attempt * 5.0)
             downstream = writer.start()
@@ -92,10 +102,9 @@ def run_chain(spark: Any, directory: Path, topic: str, bootstrap: str, zookeeper
                 break
         else:
             raise RuntimeError(f"the aligned source's Python worker did not start in {ATTEMPTS} attempts")
-        for number, ids in enumerate(BATCHES):
-            (inputs / f".{number}.tmp").write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
-            (inputs / f".{number}.tmp").rename(inputs / f"{number}.json")
-            upstream.processAllAvailable()
+        for number in range(len(BATCHES)):
+            if number:
+                feed(number)
             deadline = time.monotonic() + WAIT_SECONDS
             while number not in collected.runs:
                 if downstream.exception() is not None:

@@ -129,3 +129,8 @@ def dump_checkpoint(
     finally:
         if format_v2:
             spark.conf.unset(FORMAT_VERSION)
+
+
+def unread(dump: dict[str, Any] | None) -> bool:
+    """Whether a reader left (some of) a checkpoint's dump unread."""
+    return dump is None or "error" in dump or any("error" in store for store in dump["stores"])

@@ -2,10 +2,10 @@
 store set-up the release has, a few batches each.
 
 Every query reads the same JSON file source (one file per batch) and keeps state
-that is inserted, updated and removed within four batches: event time moves 15 s
-a batch, so windows, duplicates and join rows fall behind the 10 s watermark and
-are evicted, and transformWithState's event-time timers fire and clear their
-keys. Without no-data batches each batch is one epoch.
+that is inserted, updated and removed within three batches: the second batch moves
+the 10 s watermark past the first one's events, so in the third one windows,
+duplicates and join rows are evicted and transformWithState's event-time timers
+fire and clear their keys. Without no-data batches each batch is one epoch.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ FORMAT_VERSION = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 SCHEMA = "user string, v long, tag string, ts timestamp"
-BATCHES = 4
+BATCHES = 3
 
 
 @dataclass(frozen=True)
@@ -49,14 +49,13 @@ def at(second: int) -> str:
 
 
 def rows(batch: int) -> list[dict[str, Any]]:
-    """Batch 1 repeats keys (and one whole event) of batch 0 and drops a map entry; batch 2 resets a
-    user and moves the watermark past batch 0's windows, duplicates, join rows and
-    timers, which go in batch 3 (removals)."""
+    """Batch 1 repeats keys (and one whole event) of batch 0, drops a map entry and
+    moves the watermark to 14 s; batch 2 resets a user, and batch 0's windows,
+    duplicates, join rows and timers fall behind the watermark in it (removals)."""
     events = [
         [("a", "x", 0), ("b", "y", 1), ("a", "y", 2), ("a", "x", 2)],
-        [("a", "drop", 4), ("b", "y", 1), ("c", "x", 13), ("b", "y", 14)],
-        [("c", "reset", 30), ("a", "z", 31)],
-        [("d", "x", 45), ("a", "x", 46)],
+        [("a", "drop", 4), ("b", "y", 1), ("c", "x", 13), ("b", "y", 24)],
+        [("c", "reset", 30), ("a", "z", 31), ("d", "x", 32)],
     ][batch]
     return [{"user": u, "v": batch * 10 + i, "tag": t, "ts": at(s)} for i, (u, t, s) in enumerate(events)]
 
