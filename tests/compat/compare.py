@@ -55,4 +55,6 @@ def check_store(client: EpochStateClient, dump: StoreDump, tally: Tally) -> None
         ]
         tally.scans += 1
         if sorted(scanned) != sorted(expected):
-            tally.mismatches.append(f"{where} epoch {epoch}: scan {sorted(scanned)}, Spark {sorted(expected)}")
+            tally.mismatches.append(
+                f"{where} epoch {epoch}: scan {sorted(scanned)}, Spark {sorted(expected)}"
+            )

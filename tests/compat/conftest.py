@@ -35,4 +35,3 @@ def releases(
     """Each release's workload run, made on first use and kept for the session."""
     base = tmp_path_factory.mktemp("compat")
     yield ReleaseRunner(base / "runs", package_view(base / "view"), zookeeper_server, kafka_broker, say)
-

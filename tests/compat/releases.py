@@ -1,7 +1,8 @@
 """The Spark releases the compatibility suite runs, and what each one has.
 
 Each release but the project's pin runs in a virtualenv of its own (``venvs``);
-the pin runs in the interpreter of the test session. What a release has is not
+the pin, whose reader reads what older readers cannot, runs in the interpreter of
+the test session. What a release has is not
 taken on trust: the workload probes it in that release's driver and the suite
 fails when the probe and this table disagree, so the support matrix in
 ``docs/coverage.md`` rests on what was found.
@@ -51,12 +52,18 @@ class SparkRelease:
 
 
 RELEASES = (
-    SparkRelease("3.5", "3.5.9", Features(False, False, False, False), reader_reads_format_v2=False, pandas=False),
+    SparkRelease(
+        "3.5", "3.5.9", Features(False, False, False, False), reader_reads_format_v2=False, pandas=False
+    ),
     SparkRelease("4.0", "4.0.5", Features(True, True, True, True), reader_reads_format_v2=False),
     SparkRelease("4.1", "4.1.4", Features(True, True, True, True)),
     SparkRelease("4.2", "4.2.1", Features(True, True, True, True)),
     SparkRelease("4.3", "4.3.0", Features(True, True, True, True), pinned=True),
 )
 
-# The release whose reader reads the checkpoints of a release without one (3.5).
+# The release whose reader reads the checkpoints of a release without one (3.5), or
+# the stores a release's own reader cannot read (4.0's format 2).
 READER_OF_LAST_RESORT = next(r for r in RELEASES if r.pinned)
+# The releases the suite runs the workload on. The pin's checkpoints, listener and
+# aligned source and sink are the main suite's subject (tests/e2e, tests/alignment).
+UNDER_TEST = tuple(r for r in RELEASES if not r.pinned)

@@ -76,7 +76,9 @@ class ReleaseRun:
     failure: str | None = None  # why the workload did not finish
     stores: list[StoreDump] = field(default_factory=list)
     unreadable: dict[str, str] = field(default_factory=dict)  # "job operator/store" -> errors
-    followed: dict[str, int] = field(default_factory=dict)  # job -> newest epoch the listener's daemon ingested
+    followed: dict[str, int] = field(
+        default_factory=dict
+    )  # job -> newest epoch the listener's daemon ingested
     registered: dict[str, list[int]] = field(default_factory=dict)  # job -> epochs registered in ZooKeeper
     zookeeper: str = ""  # the chroot's connect string (the chain's subjects are there)
 
@@ -127,7 +129,7 @@ class ReleaseRunner:
     def _run(self, release: SparkRelease) -> ReleaseRun:
         python = self._python(release)  # VenvUnavailable fails the test with pip's words
         out = self.base / release.name
-        run = ReleaseRun(release, out, out.with_suffix(".log"))
+        run = ReleaseRun(release, out, self.base / f"{release.name}.log")
         run.zookeeper = self._chroot()
         daemon = LocalDaemon(
             out.with_name(f"{release.name}-listener-daemon"),
@@ -136,15 +138,34 @@ class ReleaseRunner:
             extra_args=["--poll-interval", "60"],
         ).start()
         try:
-            command = [str(python), "-P", "-m", WORKLOAD, "run", "--out", str(out), "--report-to", daemon.target]
+            command = [
+                str(python),
+                "-P",
+                "-m",
+                WORKLOAD,
+                "run",
+                "--out",
+                str(out),
+                "--report-to",
+                daemon.target,
+            ]
             if release.features.python_data_source:
                 topic = self.broker.create_topic(f"compat-{release.series}-{uuid.uuid4().hex[:8]}", 2)
-                command += ["--bootstrap", self.broker.bootstrap, "--zookeeper", run.zookeeper, "--topic", topic]
+                command += [
+                    "--bootstrap",
+                    self.broker.bootstrap,
+                    "--zookeeper",
+                    run.zookeeper,
+                    "--topic",
+                    topic,
+                ]
             started = time.monotonic()
             self.say(f"{release}: running the workload with pyspark {release.pyspark} (log: {run.log})")
             if self._execute(command, python, run.log):
                 run.result = json.loads((out / "result.json").read_text())
-                self.say(f"{release}: workload done in {time.monotonic() - started:.0f} s {run.result['timings']}")
+                self.say(
+                    f"{release}: workload done in {time.monotonic() - started:.0f} s {run.result['timings']}"
+                )
             else:
                 run.failure = f"the workload failed (see {run.log})"
                 return run
@@ -187,7 +208,10 @@ class ReleaseRunner:
         with daemon.client() as client:
             while True:
                 run.followed = {j.job: j.latest_epoch for j in client.jobs()}
-                if all(run.followed.get(job, -1) >= e for job, e in newest.items()) or time.monotonic() > deadline:
+                if (
+                    all(run.followed.get(job, -1) >= e for job, e in newest.items())
+                    or time.monotonic() > deadline
+                ):
                     break
                 time.sleep(0.1)
         zookeeper = new_test_client(run.zookeeper)
@@ -195,7 +219,9 @@ class ReleaseRunner:
         try:
             layout = Layout()
             for job in run.followed:
-                names = zookeeper.get_children(layout.epochs(job)) if zookeeper.exists(layout.epochs(job)) else []
+                names = (
+                    zookeeper.get_children(layout.epochs(job)) if zookeeper.exists(layout.epochs(job)) else []
+                )
                 run.registered[job] = sorted(e for e in map(parse_epoch_name, names) if e is not None)
         finally:
             zookeeper.stop()
@@ -207,12 +233,17 @@ class ReleaseRunner:
         own: dict[str, Any] = run.result.get("oracle", {})
         fallback: dict[str, Any] = {}
         if not run.release.features.state_reader or any(unread(own.get(job)) for job in run.jobs):
-            self.say(f"{run.release}: reading what its own reader could not with pyspark {READER_OF_LAST_RESORT.pyspark}")
+            pin = READER_OF_LAST_RESORT.pyspark
+            self.say(f"{run.release}: reading what its own reader could not with pyspark {pin}")
             python = self._python(READER_OF_LAST_RESORT)
-            if not self._execute([str(python), "-P", "-m", WORKLOAD, "read", "--out", str(run.out)], python, run.log):
+            if not self._execute(
+                [str(python), "-P", "-m", WORKLOAD, "read", "--out", str(run.out)], python, run.log
+            ):
                 run.failure = f"the pin's reader failed (see {run.log})"
                 return
-            fallback = json.loads((run.out / f"read-{READER_OF_LAST_RESORT.pyspark}.json").read_text())["oracle"]
+            fallback = json.loads((run.out / f"read-{READER_OF_LAST_RESORT.pyspark}.json").read_text())[
+                "oracle"
+            ]
         for job in run.jobs:
             mine, theirs = own.get(job, {}), fallback.get(job, {})
             own_stores = {(s["operator_id"], s["store"]): s for s in mine.get("stores", [])}

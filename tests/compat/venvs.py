@@ -26,11 +26,12 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import tomllib
 
 from tests.compat.releases import RELEASES, SparkRelease
 

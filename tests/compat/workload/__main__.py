@@ -147,7 +147,8 @@ def plan_jobs(spark: Any, out: Path, features: dict[str, bool]) -> list[list[Job
             [
                 Job(spark, out, setup, q)
                 for q in QUERIES
-                if (not q.variables or features["transform_with_state"]) and (setup.rocksdb or not q.rocksdb_only)
+                if (not q.variables or features["transform_with_state"])
+                and (setup.rocksdb or not q.rocksdb_only)
             ]
         )
     return groups
@@ -232,7 +233,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         try:
             result["chain"] = timed(
-                timings, "chain", lambda: run_chain(spark, out / "chain", args.topic, args.bootstrap, args.zookeeper)
+                timings,
+                "chain",
+                lambda: run_chain(spark, out / "chain", args.topic, args.bootstrap, args.zookeeper),
             )
         except Exception as error:
             result["chain"] = {"error": _error(error)}
@@ -244,7 +247,12 @@ def read_all(spark: Any, jobs: dict[str, Any]) -> dict[str, Any]:
     """Spark's reader of every job's checkpoint: job -> dump."""
     return {
         name: dump_checkpoint(
-            spark, Path(job["checkpoint"]), job["committed"], job["stores"], job["variables"], job["format_v2"]
+            spark,
+            Path(job["checkpoint"]),
+            job["committed"],
+            job["stores"],
+            job["variables"],
+            job["format_v2"],
         )
         for name, job in jobs.items()
     }

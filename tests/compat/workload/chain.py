@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 FORMAT = "epochstate-kafka"
-BATCHES = (["a", "b", "c"], [], ["d", "e", "f", "g"])  # batch 1 is empty: an empty epoch
+# Upstream's batches; batch 1 is empty, so subject epoch 1 is empty.
+BATCHES: tuple[list[str], ...] = (["a", "b", "c"], [], ["d", "e", "f", "g"])
 LAUNCH_FAILURE = "connect back"  # Spark gave a Python worker too little time on a busy machine
 ATTEMPTS = 4
 WAIT_SECONDS = 120.0
@@ -57,7 +58,10 @@ def _started(query: Any, timeout: float = WAIT_SECONDS) -> bool:
                 query.stop()
                 return False
             raise RuntimeError(str(error))
-        if query.recentProgress or query.status["message"] not in ("Initializing StreamExecution", "Initializing sources"):
+        if query.recentProgress or query.status["message"] not in (
+            "Initializing StreamExecution",
+            "Initializing sources",
+        ):
             return True
         time.sleep(0.1)
     return True
@@ -70,9 +74,14 @@ def run_chain(spark: Any, directory: Path, topic: str, bootstrap: str, zookeeper
     register(spark)
     inputs = directory / "upstream-input"
     inputs.mkdir(parents=True)
-    source = spark.readStream.format("json").schema("id string").option("maxFilesPerTrigger", 1).load(str(inputs))
+    source = (
+        spark.readStream.format("json").schema("id string").option("maxFilesPerTrigger", 1).load(str(inputs))
+    )
     upstream = _wiring(
-        source.repartition(2).selectExpr("id AS key", "id AS value").writeStream.format(FORMAT).queryName("upstream"),
+        source.repartition(2)
+        .selectExpr("id AS key", "id AS value")
+        .writeStream.format(FORMAT)
+        .queryName("upstream"),
         topic,
         bootstrap,
         zookeeper,

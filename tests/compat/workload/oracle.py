@@ -24,7 +24,9 @@ Entry = tuple[Any, Any, int]
 
 def describe_error(error: BaseException) -> str:
     """One line per cause: Python's message, and for a JVM exception its cause chain."""
-    lines = [f"{type(error).__name__}: {str(error).splitlines()[0][:300]}" if str(error) else type(error).__name__]
+    lines = [
+        f"{type(error).__name__}: {str(error).splitlines()[0][:300]}" if str(error) else type(error).__name__
+    ]
     cause = getattr(error, "java_exception", None)
     seen = 0
     while cause is not None and seen < 8:
@@ -53,7 +55,11 @@ def _entry(row: Any, kind: str) -> Entry:
         key = {"key": encode(row.key), "user_map_key": encode(row.user_map_key)}
         return key, encode(row.user_map_value), row.partition_id
     if kind == "timers":
-        return {"key": encode(row.key), "expiration_timestamp_ms": row.expiration_timestamp_ms}, {}, row.partition_id
+        return (
+            {"key": encode(row.key), "expiration_timestamp_ms": row.expiration_timestamp_ms},
+            {},
+            row.partition_id,
+        )
     return encode(row.key), encode(row.value), row.partition_id
 
 

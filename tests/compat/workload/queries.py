@@ -37,8 +37,12 @@ SETUPS = (
     StoreSetup("hdfs", {}, rocksdb=False),
     StoreSetup("rocksdb-snapshots", {PROVIDER: ROCKSDB, CHANGELOG: "false"}),
     StoreSetup("rocksdb-changelog", {PROVIDER: ROCKSDB, CHANGELOG: "true"}),
-    StoreSetup("rocksdb-v2-snapshots", {PROVIDER: ROCKSDB, CHANGELOG: "false", FORMAT_VERSION: "2"}, format_v2=True),
-    StoreSetup("rocksdb-v2-changelog", {PROVIDER: ROCKSDB, CHANGELOG: "true", FORMAT_VERSION: "2"}, format_v2=True),
+    StoreSetup(
+        "rocksdb-v2-snapshots", {PROVIDER: ROCKSDB, CHANGELOG: "false", FORMAT_VERSION: "2"}, format_v2=True
+    ),
+    StoreSetup(
+        "rocksdb-v2-changelog", {PROVIDER: ROCKSDB, CHANGELOG: "true", FORMAT_VERSION: "2"}, format_v2=True
+    ),
 )
 # Every setting any set-up changes: unset before a set-up applies its own.
 SETTINGS = (PROVIDER, CHANGELOG, FORMAT_VERSION)
@@ -77,7 +81,9 @@ def dedup(frame: Any) -> Any:
 def join(frame: Any) -> Any:
     from pyspark.sql import functions as F
 
-    left = frame.select("user", F.col("v").alias("lv"), F.col("ts").alias("lts")).withWatermark("lts", "10 seconds")
+    left = frame.select("user", F.col("v").alias("lv"), F.col("ts").alias("lts")).withWatermark(
+        "lts", "10 seconds"
+    )
     right = frame.select(F.col("user").alias("ruser"), "tag", F.col("ts").alias("rts")).withWatermark(
         "rts", "10 seconds"
     )
@@ -165,7 +171,11 @@ QUERIES = (
         "join",
         join,
         "append",
-        stores=tuple(f"{side}-{kind}" for side in ("left", "right") for kind in ("keyToNumValues", "keyWithIndexToValue")),
+        stores=tuple(
+            f"{side}-{kind}"
+            for side in ("left", "right")
+            for kind in ("keyToNumValues", "keyWithIndexToValue")
+        ),
     ),
     Query(
         "tws",
