@@ -36,7 +36,9 @@ def session() -> Any:
     from pyspark.sql import SparkSession
 
     spark = (
-        SparkSession.builder.master("local[2]")
+        # Up to three attempts per task: on a loaded machine a new Python worker can
+        # miss Spark's time to connect back, which fails only that attempt.
+        SparkSession.builder.master("local[2,3]")
         .appName("epochstate-compat")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")

@@ -130,7 +130,14 @@ def dump_checkpoint(
             wanted = [(o["operator_id"], o["store"], "store") for o in operators]
         else:
             wanted = [(0, name, "store") for name in stores]
-        dumped = [dump_store(spark, checkpoint, committed, op, name, kind) for op, name, kind in wanted]
+        dumped: list[dict[str, Any]] = []
+        for op, name, kind in wanted:
+            failed = next((d["error"] for d in dumped if "error" in d), None)
+            if failed is None:
+                dumped.append(dump_store(spark, checkpoint, committed, op, name, kind))
+            else:  # a reader that cannot read one store of a checkpoint reads none (format 2 in 4.0)
+                error = f"not tried: {failed}"
+                dumped.append({"operator_id": op, "store": name, "kind": kind, "error": error})
         return {"operators": operators, "stores": dumped}
     finally:
         if format_v2:
