@@ -136,8 +136,8 @@ def dump_checkpoint(
             if failed is None:
                 dumped.append(dump_store(spark, checkpoint, committed, op, name, kind))
             else:  # a reader that cannot read one store of a checkpoint reads none (format 2 in 4.0)
-                error = f"not tried: {failed}"
-                dumped.append({"operator_id": op, "store": name, "kind": kind, "error": error})
+                not_tried = f"not tried: {failed}"
+                dumped.append({"operator_id": op, "store": name, "kind": kind, "error": not_tried})
         return {"operators": operators, "stores": dumped}
     finally:
         if format_v2:
