@@ -12,7 +12,7 @@ path (``.ci/package_view.py --into``), so the venv never holds stale code.
 Creation holds a file lock (``pyspark-<version>.lock``), so two test processes
 racing for the same venv make it once; a venv is complete only once its stamp
 (``.epochstate-compat.json``) names the same requirements, else it is made again.
-Progress (pip's lines) goes to a callback, since a cold venv downloads ~300 MB.
+Progress (pip's lines) goes to a callback, since a cold venv downloads 300-450 MB.
 
 Run ``python -m tests.compat.venvs`` to make every release's venv ahead of a run.
 """
@@ -146,7 +146,7 @@ def ensure_venv(release: SparkRelease, say: Say = print, home: Path | None = Non
         if _complete(path, release):
             return ReleaseVenv(release, path)
         started = time.monotonic()
-        say(f"{release}: making {path} (pyspark {release.pyspark}, about 300 MB on first download)")
+        say(f"{release}: making {path} (pyspark {release.pyspark}, 300-450 MB to download on a cold pip cache)")
         shutil.rmtree(path, ignore_errors=True)
         prefix = f"{release}: "
         code, tail = _run([sys.executable, "-m", "venv", str(path)], say, prefix)
