@@ -38,7 +38,7 @@ def daemon(
     except ImportError as error:
         raise fail(f"the daemon needs its extra: pip install 'epochstate[daemon]' ({error})", 1) from None
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _configure_logging(log_level)
     jobs_given = None
     if job:
         jobs_given = []
@@ -72,3 +72,19 @@ def daemon(
         run(settings, on_serving=announce)
     except DaemonStartFailed as error:
         raise fail(str(error), 1) from None
+
+
+def _configure_logging(level_name: str) -> None:
+    """``level_name`` for epochstate's own loggers; INFO at most for every library's.
+
+    Storage clients log whole requests at DEBUG, credential headers included
+    (botocore's canonical request carries an AWS session token), so their DEBUG
+    never reaches the log, whatever the level asked for.
+    """
+    level = logging.getLevelName(level_name.upper())
+    if not isinstance(level, int):
+        raise fail(f"--log-level: unknown level {level_name!r}", 2)
+    logging.basicConfig(
+        level=max(level, logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("epochstate").setLevel(level)

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from epochstate.core.errors import EpochStateError
+from epochstate.core.storage.location import redact
 
 
 class ConfigError(EpochStateError):
@@ -28,6 +29,16 @@ class JobConfig(BaseModel):
 
     name: str = Field(min_length=1)
     checkpoint: str = Field(min_length=1)
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _no_credentials(cls, checkpoint: str) -> str:
+        # Refused here, before the URI can reach a log line, ZooKeeper or a message.
+        if redact(checkpoint) != checkpoint:
+            raise ValueError(
+                "credentials or a query in the URI are not accepted; they come from the environment"
+            )
+        return checkpoint
 
 
 class DaemonSettings(BaseSettings):

@@ -22,7 +22,7 @@ from prometheus_client import start_http_server
 
 from epochstate import __version__
 from epochstate.core.errors import EpochStateError
-from epochstate.core.storage.location import StorageFactory
+from epochstate.core.storage.location import StorageFactory, redact
 from epochstate.core.storage.location import configure as configure_storage
 from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.config import DaemonSettings
@@ -160,7 +160,9 @@ class Daemon:
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
         self._listen_unix()
+        log.debug("settings: %s", self.settings.model_dump(mode="json", exclude={"jobs"}))
         for job in self.settings.jobs:
+            log.debug("following job %s at %s", job.name, redact(job.checkpoint))
             self.ingest.follow(job.name, job.checkpoint)
         self.ingest.start()
         self.server.start()

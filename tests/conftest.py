@@ -17,10 +17,18 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+# gcsfs decides at import whether to ask GCS's Storage Control gRPC API about each
+# bucket; the GCS emulator serves only the JSON API (see devtools/stores/gcs.py).
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 from tests.fixtures.daemon import DaemonProcess  # noqa: E402
 
-pytest_plugins = ["tests.fixtures.zookeeper", "tests.fixtures.kafka", "tests.fixtures.s3"]
+pytest_plugins = [
+    "tests.fixtures.zookeeper",
+    "tests.fixtures.kafka",
+    "tests.fixtures.s3",
+    "tests.fixtures.clouds",
+]
 
 
 @pytest.fixture(scope="session")

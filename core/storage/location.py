@@ -1,8 +1,10 @@
 """A file or directory of a checkpoint, wherever it is: :class:`Location`.
 
 ``open_location(uri)`` accepts what users give Spark: a plain path, ``file:``,
-``s3a://`` / ``s3n://`` / ``s3://``, ``gs://``, ``abfs://`` / ``abfss://``. Remote
-schemes need their fsspec implementation (extras ``s3``, ``gcs``, ``azure``).
+``s3a://`` / ``s3n://`` / ``s3://``, ``gs://``, ``abfs://`` / ``abfss://``,
+``hdfs://`` (read over WebHDFS) and ``[s]webhdfs://`` (see :mod:`uris`). Remote
+schemes need their fsspec implementation (extras ``s3``, ``gcs``, ``azure``;
+WebHDFS comes with fsspec).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urlsplit
 
 from epochstate.core.storage.base import Entry, FileStat, Storage
 from epochstate.core.storage.cache import FileCache
@@ -23,19 +25,9 @@ from epochstate.core.storage.local import LocalStorage
 from epochstate.core.storage.remote import RemoteStorage
 from epochstate.core.storage.retry import RetryPolicy
 from epochstate.core.storage.stats import StorageStats
+from epochstate.core.storage.uris import RemoteTarget, parse_remote, redact
 
-__all__ = ["FileStat", "Location", "StorageFactory", "open_location"]
-
-# Hadoop's scheme -> fsspec's protocol and the scheme messages show.
-_REMOTE = {
-    "s3": "s3",
-    "s3a": "s3",
-    "s3n": "s3",
-    "gs": "gcs",
-    "gcs": "gcs",
-    "abfs": "abfs",
-    "abfss": "abfs",
-}
+__all__ = ["FileStat", "Location", "StorageFactory", "open_location", "redact"]
 
 
 @dataclass(frozen=True)
@@ -141,7 +133,7 @@ class StorageFactory:
         # stay few so that a fault is not retried several times over.
         self._options = {**_CLIENT_DEFAULTS, **(options or {})}
         self._local = LocalStorage()
-        self._remote: dict[tuple[str, str], RemoteStorage] = {}
+        self._remote: dict[tuple[str, str, str, str], RemoteStorage] = {}
         self._lock = threading.Lock()
 
     def _file_cache(self) -> FileCache:
@@ -154,38 +146,32 @@ class StorageFactory:
         """The location of ``uri``.
 
         Raises:
-            UnsupportedLocation: an unknown scheme, or one whose fsspec
-                implementation is not installed.
+            UnsupportedLocation: an unknown scheme, credentials in the URI, or a
+                scheme whose fsspec implementation is not installed.
         """
         text = os.fspath(uri)
         if "://" not in text and not text.startswith("file:"):
             return Location(self._local, text)
-        parsed = urlparse(text)
-        if parsed.scheme == "file":
+        if text.startswith("file:"):
+            parsed = urlsplit(text)
             if parsed.netloc not in ("", "localhost"):
-                raise UnsupportedLocation(f"checkpoint {text!r}: file URI with a remote host")
+                raise UnsupportedLocation(f"checkpoint {redact(text)!r}: file URI with a remote host")
             return Location(self._local, unquote(parsed.path))
-        protocol = _REMOTE.get(parsed.scheme)
-        if protocol is None:
-            raise UnsupportedLocation(f"checkpoint {text!r}: unsupported scheme {parsed.scheme!r}")
-        bucket = parsed.netloc
-        path = f"{bucket}{unquote(parsed.path)}".rstrip("/")
-        if protocol == "abfs" and "@" in bucket:
-            container, _, host = bucket.partition("@")
-            path = f"{container}{unquote(parsed.path)}".rstrip("/")
-            storage = self._storage(protocol, parsed.scheme, account_name=host.split(".", 1)[0])
-        else:
-            storage = self._storage(protocol, parsed.scheme)
-        return Location(storage, path)
+        try:
+            target = parse_remote(text)
+        except ValueError:  # a port that is not a number
+            raise UnsupportedLocation(f"checkpoint {redact(text)!r}: not a valid URI") from None
+        return Location(self._storage(target), target.path)
 
-    def _storage(self, protocol: str, scheme: str, **extra: str) -> RemoteStorage:
-        key = (protocol, scheme + "|" + "|".join(f"{k}={v}" for k, v in sorted(extra.items())))
+    def _storage(self, target: RemoteTarget) -> RemoteStorage:
+        extra = dict(target.options)
+        key = (target.protocol, target.scheme, target.authority, repr(sorted(extra.items())))
         with self._lock:
             storage = self._remote.get(key)
             if storage is None:
-                storage = RemoteStorage(
-                    _filesystem(protocol, {**self._options.get(protocol, {}), **extra}),
-                    scheme,
+                storage = _TargetStorage(
+                    target,
+                    _filesystem(target.protocol, {**self._options.get(target.protocol, {}), **extra}),
                     stats=self.stats,
                     retry=self.retry,
                     cache=self._file_cache(),
@@ -194,12 +180,24 @@ class StorageFactory:
             return storage
 
 
+class _TargetStorage(RemoteStorage):
+    """A remote storage whose paths show as the user wrote them: with the Azure
+    account host or the NameNode address that its filesystem's paths leave out."""
+
+    def __init__(self, target: RemoteTarget, fs: Any, **kwargs: Any) -> None:
+        super().__init__(fs, target.scheme, **kwargs)
+        self.target = target
+
+    def display(self, path: str) -> str:
+        return self.target.display(path)
+
+
 def _filesystem(protocol: str, options: dict[str, Any]) -> Any:
     try:
         import fsspec
     except ImportError:
         raise UnsupportedLocation(
-            f"{protocol}:// checkpoints need fsspec: pip install 'epochstate[s3]' (or gcs, azure)"
+            f"{protocol}:// checkpoints need fsspec: pip install 'epochstate[s3]' (or gcs, azure, hdfs)"
         ) from None
     try:
         # No instance or listing cache: a new epoch's files must show up at once.

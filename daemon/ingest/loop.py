@@ -22,6 +22,7 @@ from pathlib import Path
 
 from epochstate.core.errors import EpochStateError
 from epochstate.core.storage.errors import StorageUnavailable, UnreadableFile
+from epochstate.core.storage.location import redact
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats, JobFollower
 from epochstate.daemon.sources.errors import SourceError
 from epochstate.daemon.store.catalog import Catalog, JobEntry
@@ -102,7 +103,9 @@ class IngestLoop:
                     scratch_dir=self._scratch_dir,
                 )
             except SourceError as error:
-                raise CheckpointNotFound(f"cannot follow job {job!r} at {checkpoint!r}: {error}") from error
+                raise CheckpointNotFound(
+                    f"cannot follow job {job!r} at {redact(checkpoint)!r}: {error}"
+                ) from error
             self._followers[job] = follower
             self._catalog.put(follower.entry)
             self._publisher.job_followed(follower.entry)

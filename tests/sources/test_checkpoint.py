@@ -142,7 +142,7 @@ def test_file_uris(checkpoints: dict[str, Path]) -> None:
     assert Checkpoint(f"file:{root}").query_id() == expected
     assert Checkpoint(str(root)).query_id() == expected
     with pytest.raises(UnsupportedCheckpoint):
-        Checkpoint("hdfs://namenode/checkpoints/x")
+        Checkpoint("ftp://namenode/checkpoints/x")
     with pytest.raises(UnsupportedCheckpoint):
         Checkpoint("file://otherhost/x")
 

@@ -1,11 +1,13 @@
-"""The filesystem layer against a real S3-protocol server (moto) and the local disk:
-the same answers from both, missing files as FileNotFoundError, counted requests,
-whole files fetched once into the bounded cache."""
+"""The filesystem layer against real servers of every remote scheme (S3: moto; GCS:
+fake-gcs-server; Azure Blob: Azurite; HDFS: a NameNode and a DataNode over WebHDFS)
+and the local disk: the same answers from all, missing files as FileNotFoundError,
+counted requests, whole files fetched once into the bounded cache."""
 
 from __future__ import annotations
 
 import os
 import random
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,25 +18,30 @@ from epochstate.core.storage.cache import FileCache
 from epochstate.core.storage.errors import StorageUnavailable, UnsupportedLocation
 from epochstate.core.storage.location import Location, StorageFactory
 from epochstate.core.storage.retry import RetryPolicy, with_retries
+from epochstate.devtools.stores import CheckpointStore
 from tests.fixtures.s3 import S3Server
 
 FILES = {"commits/0": b"v1\n{}", "commits/1": b"v1\n{}", "state/0/0/1.delta": bytes(range(256)) * 40}
+# The scheme under test -> the fixture of its server.
+SCHEMES = {"s3a": "s3_server", "gs": "gcs_server", "abfss": "azure_server", "hdfs": "hdfs_cluster"}
 
 
-@pytest.fixture
-def roots(s3_server: S3Server, tmp_path: Path) -> tuple[Location, Location, StorageFactory]:
-    bucket = s3_server.new_bucket()
-    s3 = s3_server.client()
+@pytest.fixture(params=sorted(SCHEMES))
+def roots(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Location, Location, StorageFactory]:
+    store: CheckpointStore = request.getfixturevalue(SCHEMES[request.param])
+    bucket = store.new_bucket()
     local = tmp_path / "cp"
     for name, body in FILES.items():
         (local / name).parent.mkdir(parents=True, exist_ok=True)
         (local / name).write_bytes(body)
-        s3.put_object(Bucket=bucket, Key=f"jobs/a/{name}", Body=body)
+        store.put(bucket, f"jobs/a/{name}", body)
+    uri = store.uri(bucket, "jobs/a")
+    uri = request.param + uri[uri.index("://") :]
     factory = StorageFactory(cache_dir=tmp_path / "cache", cache_bytes=1 << 20)
-    return factory.open(str(local)), factory.open(f"s3a://{bucket}/jobs/a"), factory
+    return factory.open(str(local)), factory.open(uri), factory
 
 
-def test_local_and_s3_answer_alike(roots: tuple[Location, Location, StorageFactory]) -> None:
+def test_local_and_remote_answer_alike(roots: tuple[Location, Location, StorageFactory]) -> None:
     local, remote, _ = roots
     for root in (local, remote):
         assert sorted(root.names()) == ["commits", "state"]
@@ -50,7 +57,18 @@ def test_local_and_s3_answer_alike(roots: tuple[Location, Location, StorageFacto
         assert delta.name == "1.delta" and delta.suffix == ".delta"
         with pytest.raises(FileNotFoundError):
             (root / "commits" / "7").read_bytes()
-    assert str(remote).startswith("s3a://")
+    scheme = str(remote).split("://", 1)[0]
+    assert scheme in SCHEMES
+    # Messages show the location as the user wrote it.
+    assert str(remote / "commits" / "0").endswith("/jobs/a/commits/0")
+    assert ("@" in str(remote)) == (scheme == "abfss")
+
+
+def test_a_missing_bucket_is_an_empty_directory(roots: tuple[Location, Location, StorageFactory]) -> None:
+    _, remote, factory = roots
+    uri = str(remote)
+    missing = factory.open(uri.replace("/cp-", "/no-such-", 1).replace("://cp-", "://no-such-", 1))
+    assert missing.names() == [] and not (missing / "metadata").is_file()
 
 
 def test_listing_gives_kind_and_size_without_more_requests(
@@ -163,3 +181,26 @@ def test_the_daemon_refuses_checkpoints_it_cannot_open_with_one_line(
     assert empty.returncode == 1
     (error,) = [line for line in empty.stderr.splitlines() if line.startswith("error:")]
     assert "/nothing/metadata" in error
+
+
+def test_an_unreachable_namenode_is_one_line_naming_its_webhdfs_address(tmp_path: Path) -> None:
+    # Nothing listens on the WebHDFS port hdfs-site.xml names: refused at once.
+    port = _free_port()
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "hdfs-site.xml").write_text(
+        "<configuration><property><name>dfs.namenode.http-address</name>"
+        f"<value>127.0.0.1:{port}</value></property></configuration>"
+    )
+    done = _daemon(tmp_path, "x=hdfs://127.0.0.1:8020/cp", {"HADOOP_CONF_DIR": str(conf)})
+    assert done.returncode == 1
+    (error,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "hdfs://127.0.0.1:8020/cp/metadata" in error and f"port={port}" in error
+    assert "Connection refused" in error
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
