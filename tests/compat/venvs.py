@@ -146,7 +146,7 @@ def ensure_venv(release: SparkRelease, say: Say = print, home: Path | None = Non
         if _complete(path, release):
             return ReleaseVenv(release, path)
         started = time.monotonic()
-        say(f"{release}: making {path} (pyspark {release.pyspark}, 300-450 MB to download on a cold pip cache)")
+        say(f"{release}: making {path} (pyspark {release.pyspark}: 300-450 MB if not in the pip cache)")
         shutil.rmtree(path, ignore_errors=True)
         prefix = f"{release}: "
         code, tail = _run([sys.executable, "-m", "venv", str(path)], say, prefix)
