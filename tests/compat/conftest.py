@@ -5,6 +5,7 @@ progress past pytest's capture (a cold venv downloads for minutes)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ def say(pytestconfig: pytest.Config) -> Say:
 
 @pytest.fixture(scope="session")
 def releases(
+    spark: Any,
     tmp_path_factory: pytest.TempPathFactory,
     zookeeper_server: EmbeddedZooKeeper,
     kafka_broker: KafkaBroker,
@@ -34,4 +36,6 @@ def releases(
 ) -> Iterator[ReleaseRunner]:
     """Each release's workload run, made on first use and kept for the session."""
     base = tmp_path_factory.mktemp("compat")
-    yield ReleaseRunner(base / "runs", package_view(base / "view"), zookeeper_server, kafka_broker, say)
+    yield ReleaseRunner(
+        base / "runs", package_view(base / "view"), spark, zookeeper_server, kafka_broker, say
+    )

@@ -6,7 +6,8 @@ listener's reports can make it follow a job and see its epochs), a fresh
 ZooKeeper chroot and, for releases with Python data sources, a two-partition
 topic. The workload reports to that daemon; once it is done, what the daemon
 followed and registered in ZooKeeper is recorded and the daemon stops. Stores the
-release's own reader could not read are then read with the pin's reader.
+release's own reader could not read are then read by the pin's reader, in this
+test session's SparkSession.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from epochstate.core.zookeeper.layout import Layout, parse_epoch_name
 from epochstate.devtools.local_daemon import LocalDaemon
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from tests.compat.releases import READER_OF_LAST_RESORT, SparkRelease
-from tests.compat.venvs import ROOT, ensure_venv
-from tests.compat.workload.oracle import unread
+from tests.compat.venvs import ROOT, VenvUnavailable, ensure_venv
+from tests.compat.workload.oracle import dump_job, unread
 from tests.fixtures.kafka import KafkaBroker
 from tests.fixtures.zookeeper import new_test_client
 
@@ -113,9 +114,14 @@ class ReleaseRunner:
     """Runs each release's workload on first request and keeps the outcome for the session."""
 
     def __init__(
-        self, base: Path, view: Path, zookeeper: EmbeddedZooKeeper, broker: KafkaBroker, say: Say
+        self, base: Path, view: Path, spark: Any, zookeeper: EmbeddedZooKeeper, broker: KafkaBroker, say: Say
     ) -> None:
-        self.base, self.view, self.zookeeper, self.broker, self.say = base, view, zookeeper, broker, say
+        """``spark``: this session's SparkSession, of the pin, whose reader is the last resort."""
+        import pyspark
+
+        assert pyspark.__version__ == READER_OF_LAST_RESORT.pyspark, "the test session runs the pin"
+        self.base, self.view, self.spark, self.zookeeper = base, view, spark, zookeeper
+        self.broker, self.say = broker, say
         self._runs: dict[str, ReleaseRun] = {}
 
     def get(self, release: SparkRelease) -> ReleaseRun:
@@ -127,9 +133,13 @@ class ReleaseRunner:
         return Path(sys.executable) if release.pinned else ensure_venv(release, self.say).python
 
     def _run(self, release: SparkRelease) -> ReleaseRun:
-        python = self._python(release)  # VenvUnavailable fails the test with pip's words
         out = self.base / release.name
         run = ReleaseRun(release, out, self.base / f"{release.name}.log")
+        try:
+            python = self._python(release)
+        except VenvUnavailable as error:  # every test of the release fails with pip's words, once made
+            run.failure = str(error)
+            return run
         run.zookeeper = self._chroot()
         daemon = LocalDaemon(
             out.with_name(f"{release.name}-listener-daemon"),
@@ -178,16 +188,20 @@ class ReleaseRunner:
     def _execute(self, command: list[str], python: Path, log: Path) -> bool:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as output:
-            done = subprocess.run(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                env=_environment(python, self.view),
-                cwd=self.base,
-                timeout=WORKLOAD_TIMEOUT,
-                check=False,
-            )
+            try:
+                done = subprocess.run(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    env=_environment(python, self.view),
+                    cwd=self.base,
+                    timeout=WORKLOAD_TIMEOUT,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                output.write(f"\n{command[3:5]} did not finish within {WORKLOAD_TIMEOUT:.0f} s\n".encode())
+                return False
         return done.returncode == 0
 
     def _chroot(self) -> str:
@@ -235,15 +249,9 @@ class ReleaseRunner:
         if not run.release.features.state_reader or any(unread(own.get(job)) for job in run.jobs):
             pin = READER_OF_LAST_RESORT.pyspark
             self.say(f"{run.release}: reading what its own reader could not with pyspark {pin}")
-            python = self._python(READER_OF_LAST_RESORT)
-            if not self._execute(
-                [str(python), "-P", "-m", WORKLOAD, "read", "--out", str(run.out)], python, run.log
-            ):
-                run.failure = f"the pin's reader failed (see {run.log})"
-                return
-            fallback = json.loads((run.out / f"read-{READER_OF_LAST_RESORT.pyspark}.json").read_text())[
-                "oracle"
-            ]
+            fallback = {
+                name: dump_job(self.spark, job) for name, job in run.jobs.items() if unread(own.get(name))
+            }
         for job in run.jobs:
             mine, theirs = own.get(job, {}), fallback.get(job, {})
             own_stores = {(s["operator_id"], s["store"]): s for s in mine.get("stores", [])}

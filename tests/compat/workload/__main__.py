@@ -2,14 +2,11 @@
 
     python -P -m epochstate_compat_workload run --out DIR [--report-to HOST:PORT]
         [--bootstrap B --zookeeper Z --topic T]
-    python -P -m epochstate_compat_workload read --out DIR
 
-``run`` probes the release, runs every query on every state store set-up it has
-(with the listener reporting to ``--report-to``), dumps Spark's reader for each
+It probes the release, runs every query on every state store set-up it has (with
+the listener reporting to ``--report-to``), dumps Spark's reader for each
 checkpoint if the release has one, then runs the aligned chain if given a broker.
-``read`` dumps the checkpoints a ``run`` left in DIR with this release's reader
-(for a release without one). Both write ``DIR/result.json`` (``read``:
-``DIR/read-<version>.json``): the phases' outcomes, errors included, so that the
+It writes ``DIR/result.json``: the phases' outcomes, errors included, so that the
 test reports each phase on its own.
 """
 
@@ -27,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .jobs import plan_jobs, run_jobs
-from .oracle import dump_checkpoint, unread
+from .oracle import dump_job
 
 
 def session() -> Any:
@@ -157,22 +154,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def read_all(spark: Any, jobs: dict[str, Any]) -> dict[str, Any]:
     """Spark's reader of every job's checkpoint: job -> dump."""
-    return {
-        name: dump_checkpoint(
-            spark,
-            Path(job["checkpoint"]),
-            job["committed"],
-            job["stores"],
-            job["variables"],
-            job["format_v2"],
-        )
-        for name, job in jobs.items()
-    }
+    return {name: dump_job(spark, job) for name, job in jobs.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="epochstate_compat_workload")
-    parser.add_argument("command", choices=["run", "read"])
+    parser.add_argument("command", choices=["run"])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--report-to", help="host:port of a daemon for the listener")
     parser.add_argument("--bootstrap")
@@ -180,18 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topic")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if args.command == "run":
-        args.out.mkdir(parents=True, exist_ok=True)
-        result = run(args)
-        target = args.out / "result.json"
-    else:
-        import pyspark
-
-        found = json.loads((args.out / "result.json").read_text())
-        jobs = {name: job for name, job in found["jobs"].items() if unread(found.get("oracle", {}).get(name))}
-        spark = session()
-        result = {"pyspark": pyspark.__version__, "probe": probe(spark), "oracle": read_all(spark, jobs)}
-        target = args.out / f"read-{pyspark.__version__}.json"
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = run(args)
+    target = args.out / "result.json"
     temporary = target.with_suffix(".tmp")
     temporary.write_text(json.dumps(result))
     temporary.rename(target)

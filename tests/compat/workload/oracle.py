@@ -147,3 +147,10 @@ def dump_checkpoint(
 def unread(dump: dict[str, Any] | None) -> bool:
     """Whether a reader left (some of) a checkpoint's dump unread."""
     return dump is None or "error" in dump or any("error" in store for store in dump["stores"])
+
+
+def dump_job(spark: Any, job: dict[str, Any]) -> dict[str, Any]:
+    """:func:`dump_checkpoint` of one job as the workload's ``result.json`` describes it."""
+    return dump_checkpoint(
+        spark, Path(job["checkpoint"]), job["committed"], job["stores"], job["variables"], job["format_v2"]
+    )
