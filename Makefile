@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test lint typecheck imports view docs pytest proto bench bench-ingest bench-object-store bench-alignment clean
+.PHONY: demo demo-chain test compat compat-venvs lint typecheck imports view docs pytest proto bench bench-ingest bench-object-store bench-alignment clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,14 @@ docs: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The compatibility suite alone (make pytest runs it too): Spark 3.5, 4.0, 4.1, 4.2,
+# each in a virtualenv under $EPOCHSTATE_COMPAT_HOME (~/.cache/epochstate/compat).
+compat: $(STAMP)
+	$(BIN)/python -m pytest tests/compat $(PYTEST_ARGS)
+
+compat-venvs: $(STAMP)
+	$(BIN)/python -m tests.compat.venvs
 
 proto: $(STAMP)
 	$(BIN)/python proto/generate.py

@@ -6,9 +6,11 @@ install resolves that mapping with an import hook, which mypy and import-linter
 cannot follow. They read ``build/view/epochstate/``, a tree of links to the real
 folders, made afresh by this script. Nothing in it is committed.
 
-``package_view.py``           make the view, print its path
-``package_view.py --paths``   copy stdin to stdout with view paths turned back
-                              into repository paths (for mypy's messages)
+``package_view.py``              make the view, print its path
+``package_view.py --into DIR``   make the view in ``DIR`` instead (the compatibility
+                                 suite puts one on other Spark releases' path)
+``package_view.py --paths``      copy stdin to stdout with view paths turned back
+                                 into repository paths (for mypy's messages)
 """
 
 from __future__ import annotations
@@ -51,10 +53,11 @@ def repository_paths() -> int:
 def main() -> int:
     if sys.argv[1:] == ["--paths"]:
         return repository_paths()
+    view = Path(sys.argv[2]).resolve() if sys.argv[1:2] == ["--into"] and len(sys.argv) == 3 else VIEW
     mapping = package_dirs()
-    shutil.rmtree(VIEW, ignore_errors=True)
+    shutil.rmtree(view, ignore_errors=True)
     for package, folder in sorted(mapping.items()):
-        target = VIEW.joinpath(*package.split("."))
+        target = view.joinpath(*package.split("."))
         source = ROOT / folder
         if package == "epochstate":
             target.mkdir(parents=True)
@@ -63,7 +66,7 @@ def main() -> int:
                     (target / file.name).symlink_to(file)
             continue
         target.symlink_to(source, target_is_directory=True)
-    print(VIEW)
+    print(view)
     return 0
 
 

@@ -102,6 +102,25 @@ def test_operators_from_layout_without_metadata(checkpoints: dict[str, Path], tm
         assert derived == OperatorInfo(0, None, recorded.stores)
 
 
+def test_operators_from_layout_of_the_rocksdb_provider(
+    rocksdb_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    """Spark 3.5 writes no operator metadata; a RocksDB partition folder holds the
+    default store's files beside the provider's ``SSTs/``, which is no store. (The
+    layout cannot tell a prefix key, as of session windows: names and partitions only.)"""
+    for name, original in rocksdb_checkpoints.items():
+        copy = tmp_path / name
+        shutil.copytree(original, copy)
+        (copy / "state" / "0" / "_metadata" / "metadata").unlink()
+        assert (copy / "state" / "0" / "0" / "SSTs").is_dir()
+        (derived,) = Checkpoint(copy).operators()
+        (recorded,) = Checkpoint(original).operators()
+        assert derived.name is None
+        assert [(s.name, s.num_partitions) for s in derived.stores] == [
+            (s.name, s.num_partitions) for s in recorded.stores
+        ], name
+
+
 def test_store_schemas(checkpoints: dict[str, Path]) -> None:
     checkpoint = Checkpoint(checkpoints["join"])
     key, value = checkpoint.store_schema(0, "left-keyToNumValues")

@@ -1,9 +1,9 @@
 """Stateful operators of a checkpoint and their stores.
 
-Spark (3.5+) records them in ``state/<operatorId>/_metadata/metadata``: the line
+Spark (4.0+) records them in ``state/<operatorId>/_metadata/metadata``: the line
 ``v1``, then a JSON object ``{"operatorInfo": {"operatorId", "operatorName"},
 "stateStoreInfo": [{"storeName", "numColsPrefixKey", "numPartitions"}, ...]}``.
-Older checkpoints lack the file; the layout of the state directory tells the rest.
+Checkpoints of Spark 3.5 lack the file; the layout of the state directory tells the rest.
 transformWithState operators record themselves in ``_metadata/v2/<batch>`` instead
 and serve one store per state variable (see :mod:`statevars`).
 """
@@ -21,6 +21,11 @@ from epochstate.daemon.sources.errors import CorruptCheckpointFile, UnsupportedC
 
 DEFAULT_STORE = "default"
 METADATA_DIR = "_metadata"
+# The RocksDB provider's table files shared by a store's snapshots: beside them are
+# the store's own files, so a partition folder holding it holds the default store.
+SHARED_FILES_DIR = "SSTs"
+# Files of the default store lying directly in a partition folder.
+STORE_FILE_SUFFIXES = (".delta", ".snapshot", ".changelog", ".zip")
 
 
 VALUE, LIST, MAP, TIMERS = "value", "list", "map", "timers"
@@ -102,7 +107,8 @@ def parse_operator_metadata(operator_id: int, text: str, source: str = "<text>")
 
 def derive_operator(operator_id: int, operator_dir: Location) -> OperatorInfo:
     """Describe an operator from its directory layout: ``<partition>/`` holds the
-    ``default`` store's files directly and every other store in ``<partition>/<store>/``."""
+    ``default`` store's files directly (with the RocksDB provider, its ``SSTs/`` too)
+    and every other store in ``<partition>/<store>/``."""
     partitions = numeric_entries(operator_dir)
     stores: list[StoreInfo] = []
     if partitions:
@@ -111,9 +117,9 @@ def derive_operator(operator_id: int, operator_dir: Location) -> OperatorInfo:
         for entry in first.iterdir():
             if entry.name.startswith("."):
                 continue
-            if entry.is_dir() and entry.name != METADATA_DIR:
+            if entry.is_dir() and entry.name not in (METADATA_DIR, SHARED_FILES_DIR):
                 names.add(entry.name)
-            elif entry.name == METADATA_DIR or entry.suffix in (".delta", ".snapshot"):
+            elif entry.name in (METADATA_DIR, SHARED_FILES_DIR) or entry.suffix in STORE_FILE_SUFFIXES:
                 names.add(DEFAULT_STORE)
         stores = [StoreInfo(n, len(partitions)) for n in sorted(names)]
     return OperatorInfo(operator_id, None, tuple(stores))

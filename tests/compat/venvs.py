@@ -1,0 +1,176 @@
+"""One virtualenv per Spark release, kept outside the clone so that runs on the same
+machine reuse it.
+
+``$EPOCHSTATE_COMPAT_HOME`` (default ``~/.cache/epochstate/compat``) holds
+``pyspark-<version>/``, made when missing: that pyspark, and what the workload
+and the Spark side of epochstate need (taken from ``pyproject.toml``: the client's
+dependencies, the ``zookeeper`` extra, the ``spark`` extra but pyspark, and for
+releases with Python data sources pandas and pyarrow). epochstate itself is not
+installed there: the workload runs with a view of this clone's packages on its
+path (``.ci/package_view.py --into``), so the venv never holds stale code.
+
+Creation holds a file lock (``pyspark-<version>.lock``), so two test processes
+racing for the same venv make it once; a venv is complete only once its stamp
+(``.epochstate-compat.json``) names the same requirements, else it is made again.
+Progress (pip's lines) goes to a callback, since a cold venv downloads 300-450 MB.
+
+Run ``python -m tests.compat.venvs`` to make every release's venv ahead of a run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomllib
+
+from tests.compat.releases import RELEASES, SparkRelease
+
+HOME_VARIABLE = "EPOCHSTATE_COMPAT_HOME"
+ROOT = Path(__file__).resolve().parents[2]
+STAMP = ".epochstate-compat.json"
+# The spark extra's requirements that are the release's own choice, not ours.
+RELEASE_SPECIFIC = ("pyspark", "pandas", "pyarrow", "epochstate")
+PIP_TIMEOUT = 1800.0
+
+Say = Callable[[str], None]
+
+
+class VenvUnavailable(RuntimeError):
+    """A release's virtualenv could not be made; the message says what to do."""
+
+
+def compat_home() -> Path:
+    """Where the releases' virtualenvs live."""
+    configured = os.environ.get(HOME_VARIABLE)
+    return Path(configured) if configured else Path.home() / ".cache" / "epochstate" / "compat"
+
+
+def _name(requirement: str) -> str:
+    for separator in "<>=!~;[ ":
+        requirement = requirement.split(separator, 1)[0]
+    return requirement.strip().lower()
+
+
+def requirements(release: SparkRelease) -> list[str]:
+    """What ``release``'s venv installs, derived from this clone's ``pyproject.toml``."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    wanted = [*project["dependencies"], *extras["zookeeper"]]
+    wanted += [r for r in extras["spark"] if _name(r) not in RELEASE_SPECIFIC]
+    if release.pandas:
+        wanted += [r for r in extras["spark"] if _name(r) in ("pandas", "pyarrow")]
+    return [f"pyspark=={release.pyspark}", *wanted]
+
+
+@dataclass(frozen=True)
+class ReleaseVenv:
+    """A release's complete virtualenv."""
+
+    release: SparkRelease
+    path: Path
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+
+def venv_path(release: SparkRelease, home: Path | None = None) -> Path:
+    return (home or compat_home()) / f"pyspark-{release.pyspark}"
+
+
+@contextmanager
+def _locked(lock_path: Path, say: Say) -> Iterator[None]:
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another process to finish {lock_path.with_suffix('')}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _stamp(release: SparkRelease) -> dict[str, object]:
+    return {
+        "pyspark": release.pyspark,
+        "requirements": requirements(release),
+        "python": ".".join(map(str, sys.version_info[:2])),
+    }
+
+
+def _complete(path: Path, release: SparkRelease) -> bool:
+    try:
+        found = json.loads((path / STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(found == _stamp(release) and (path / "bin" / "python").exists())
+
+
+def _run(command: list[str], say: Say, prefix: str) -> tuple[int, list[str]]:
+    """Run ``command``, passing each output line to ``say``; its exit code and last lines."""
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
+    )
+    assert process.stdout is not None
+    tail: list[str] = []
+    for line in process.stdout:
+        line = line.rstrip()
+        if line:
+            say(f"{prefix}{line}")
+            tail = [*tail[-19:], line]
+    return process.wait(timeout=PIP_TIMEOUT), tail
+
+
+def ensure_venv(release: SparkRelease, say: Say = print, home: Path | None = None) -> ReleaseVenv:
+    """``release``'s virtualenv, made first if missing or incomplete.
+
+    Raises:
+        VenvUnavailable: venv or pip failed (no network and nothing cached, say);
+            the message holds pip's last lines.
+    """
+    path = venv_path(release, home)
+    with _locked(path.with_name(path.name + ".lock"), say):
+        if _complete(path, release):
+            return ReleaseVenv(release, path)
+        started = time.monotonic()
+        say(f"{release}: making {path} (pyspark {release.pyspark}: 300-450 MB if not in the pip cache)")
+        shutil.rmtree(path, ignore_errors=True)
+        prefix = f"{release}: "
+        code, tail = _run([sys.executable, "-m", "venv", str(path)], say, prefix)
+        if code == 0:
+            pip = [str(path / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
+            code, tail = _run([*pip, "--progress-bar", "off", *requirements(release)], say, prefix)
+        if code != 0:
+            shutil.rmtree(path, ignore_errors=True)
+            raise VenvUnavailable(
+                f"could not make the virtualenv of {release} at {path} (exit {code}); it needs "
+                f"PyPI (or a pip cache holding pyspark {release.pyspark}). Last output:\n" + "\n".join(tail)
+            )
+        (path / STAMP).write_text(json.dumps(_stamp(release), indent=1) + "\n")
+        say(f"{release}: ready in {time.monotonic() - started:.0f} s")
+        return ReleaseVenv(release, path)
+
+
+def main() -> int:
+    """Make every release's venv (``python -m tests.compat.venvs``), printing progress."""
+    for release in RELEASES:
+        if not release.pinned:
+            print(ensure_venv(release, say=lambda line: print(line, flush=True)).path, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
