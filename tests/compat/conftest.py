@@ -5,12 +5,15 @@ progress past pytest's capture (a cold venv downloads for minutes)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
+from tests.compat.releases import UNDER_TEST
 from tests.compat.runner import ReleaseRunner, Say, package_view
+from tests.compat.venvs import warm_up
 from tests.fixtures.kafka import KafkaBroker
 
 
@@ -39,3 +42,14 @@ def releases(
     yield ReleaseRunner(
         base / "runs", package_view(base / "view"), spark, zookeeper_server, kafka_broker, say
     )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The compatibility tests run last, and their venvs are made (when missing) in the
+    background from the start: the rest of the session hides the downloads."""
+    here = Path(__file__).parent
+    compat = [item for item in items if here in item.path.parents]
+    if compat:
+        items[:] = [item for item in items if here not in item.path.parents] + compat
+        warm_up(UNDER_TEST)

@@ -15,7 +15,7 @@ import tomllib
 
 from tests.compat import venvs
 from tests.compat.releases import READER_OF_LAST_RESORT, UNDER_TEST, Features, SparkRelease
-from tests.compat.venvs import ROOT, STAMP, VenvUnavailable, ensure_venv, requirements
+from tests.compat.venvs import ROOT, STAMP, VenvUnavailable, ensure_venv, requirements, warm_up
 
 pytestmark = pytest.mark.compat
 
@@ -51,6 +51,20 @@ def test_a_venv_that_cannot_be_made_fails_with_pips_words(
         ensure_venv(release, say=said.append, home=tmp_path)
     assert any("making" in line for line in said), "progress was printed"
     assert not (tmp_path / "pyspark-0.0.1").exists(), "a half-made venv is removed"
+
+
+def test_the_background_warm_up_leaves_a_failure_to_the_test(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "nothing"))
+    monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
+    release = SparkRelease("0.0", "0.0.1", Features(False, False, False, False), pandas=False)
+    warm_up([release], home=tmp_path).join(120)
+    log = venvs.log_path(release, tmp_path).read_text()
+    assert "making" in log and "No matching distribution found for pyspark==0.0.1" in log
+    with pytest.raises(VenvUnavailable):
+        ensure_venv(release, say=lambda line: None, home=tmp_path)
 
 
 def test_a_venv_is_complete_only_with_its_requirements_stamped(tmp_path: Path) -> None:

@@ -13,21 +13,26 @@ Creation holds a file lock (``pyspark-<version>.lock``), so two test processes
 racing for the same venv make it once; a venv is complete only once its stamp
 (``.epochstate-compat.json``) names the same requirements, else it is made again.
 Progress (pip's lines) goes to a callback, since a cold venv downloads 300-450 MB.
+A test session makes the missing venvs in a background thread from its start
+(``warm_up``, progress in ``pyspark-<version>.log``), while its other tests run;
+a test that needs one still being made waits, printing the log's last line.
 
 Run ``python -m tests.compat.venvs`` to make every release's venv ahead of a run.
 """
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +46,7 @@ STAMP = ".epochstate-compat.json"
 # The spark extra's requirements that are the release's own choice, not ours.
 RELEASE_SPECIFIC = ("pyspark", "pandas", "pyarrow", "epochstate")
 PIP_TIMEOUT = 1800.0
+WAIT_NOTE_SECONDS = 15.0
 
 Say = Callable[[str], None]
 
@@ -89,18 +95,34 @@ def venv_path(release: SparkRelease, home: Path | None = None) -> Path:
 
 
 @contextmanager
-def _locked(lock_path: Path, say: Say) -> Iterator[None]:
+def _locked(lock_path: Path, say: Say, progress: Path | None = None) -> Iterator[None]:
+    """Hold ``lock_path``; while another holder makes the venv, say so now and then,
+    with the last line of its ``progress`` log when there is one."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with lock_path.open("a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"waiting for another process to finish {lock_path.with_suffix('')}")
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        said_at = -WAIT_NOTE_SECONDS
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - said_at >= WAIT_NOTE_SECONDS:
+                    said_at = time.monotonic()
+                    making = lock_path.with_suffix("")
+                    say(f"waiting for another process to finish {making}{_last_line(progress)}")
+                time.sleep(0.5)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _last_line(log: Path | None) -> str:
+    try:
+        lines = log.read_text(errors="replace").splitlines() if log else []
+    except OSError:
+        return ""
+    return f" (its log {log}: {lines[-1].strip()})" if lines else ""
 
 
 def _stamp(release: SparkRelease) -> dict[str, object]:
@@ -119,19 +141,32 @@ def _complete(path: Path, release: SparkRelease) -> bool:
     return bool(found == _stamp(release) and (path / "bin" / "python").exists())
 
 
+_running: set[subprocess.Popen[str]] = set()  # pip processes, stopped if the tests exit first
+
+
 def _run(command: list[str], say: Say, prefix: str) -> tuple[int, list[str]]:
     """Run ``command``, passing each output line to ``say``; its exit code and last lines."""
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
     )
-    assert process.stdout is not None
-    tail: list[str] = []
-    for line in process.stdout:
-        line = line.rstrip()
-        if line:
-            say(f"{prefix}{line}")
-            tail = [*tail[-19:], line]
-    return process.wait(timeout=PIP_TIMEOUT), tail
+    _running.add(process)
+    try:
+        assert process.stdout is not None
+        tail: list[str] = []
+        for line in process.stdout:
+            line = line.rstrip()
+            if line:
+                say(f"{prefix}{line}")
+                tail = [*tail[-19:], line]
+        return process.wait(timeout=PIP_TIMEOUT), tail
+    finally:
+        _running.discard(process)
+
+
+@atexit.register
+def _stop_running() -> None:
+    for process in list(_running):
+        process.kill()
 
 
 def ensure_venv(release: SparkRelease, say: Say = print, home: Path | None = None) -> ReleaseVenv:
@@ -142,7 +177,7 @@ def ensure_venv(release: SparkRelease, say: Say = print, home: Path | None = Non
             the message holds pip's last lines.
     """
     path = venv_path(release, home)
-    with _locked(path.with_name(path.name + ".lock"), say):
+    with _locked(path.with_name(path.name + ".lock"), say, log_path(release, home)):
         if _complete(path, release):
             return ReleaseVenv(release, path)
         started = time.monotonic()
@@ -162,6 +197,33 @@ def ensure_venv(release: SparkRelease, say: Say = print, home: Path | None = Non
         (path / STAMP).write_text(json.dumps(_stamp(release), indent=1) + "\n")
         say(f"{release}: ready in {time.monotonic() - started:.0f} s")
         return ReleaseVenv(release, path)
+
+
+def log_path(release: SparkRelease, home: Path | None = None) -> Path:
+    """Where :func:`warm_up` writes the progress of making ``release``'s venv."""
+    path = venv_path(release, home)
+    return path.with_name(f"{path.name}.log")
+
+
+def warm_up(releases: Iterable[SparkRelease], home: Path | None = None) -> threading.Thread:
+    """Make the missing venvs of ``releases`` in a background thread, each one's progress
+    in its :func:`log_path`, so that a test session's other tests hide the download.
+
+    A venv it cannot make is left to the test that needs it, which tries again and
+    fails with pip's words; one still being made makes that test wait, naming the log.
+    """
+    wanted = list(releases)
+
+    def make() -> None:
+        for release in wanted:
+            log = log_path(release, home)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a") as output, suppress(VenvUnavailable):
+                ensure_venv(release, lambda line: print(line, file=output, flush=True), home)
+
+    thread = threading.Thread(target=make, name="compat-venvs", daemon=True)
+    thread.start()
+    return thread
 
 
 def main() -> int:
