@@ -72,7 +72,7 @@ def served(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
     root = tmp_path_factory.mktemp("grpc-fuzz")
     stream = FileStream(spark, root / "in", root / "cp", buffers, SCHEMA, name=JOB).start()
     try:
-        for batch in range(3):
+        for batch in range(2):
             stream.feed(
                 [
                     {
@@ -315,18 +315,28 @@ def test_scan(
 
 
 @fuzz_settings()
-@given(job=mostly(st.just(JOB), names), from_epoch=int64, limit=int32, after=st.one_of(st.none(), int64))
-def test_discovery(served: Served, job: str, from_epoch: int, limit: int, after: int | None) -> None:
+@given(
+    job=mostly(st.just(JOB), names),
+    from_epoch=int64,
+    limit=int32,
+    after=st.one_of(st.none(), st.integers(-2, 4), int64),
+    watch=st.integers(0, 3),
+)
+def test_discovery(
+    served: Served, job: str, from_epoch: int, limit: int, after: int | None, watch: int
+) -> None:
     assert_answer(lambda: served.stub.ListJobs(pb.ListJobsRequest(), timeout=DEADLINE))
     assert_answer(lambda: served.stub.DescribeJob(pb.DescribeJobRequest(job=job), timeout=DEADLINE))
     request = pb.ListEpochsRequest(job=job, from_epoch=from_epoch, limit=limit)
     assert_answer(lambda: served.stub.ListEpochs(request, timeout=DEADLINE))
-    watch = pb.WatchEpochsRequest(job=job)
+    if watch:  # a quarter of the examples watch: a watch of new epochs waits out its deadline
+        return
+    watching = pb.WatchEpochsRequest(job=job)
     if after is not None:
-        watch.after_epoch = after
+        watching.after_epoch = after
 
     def first_epochs() -> None:
-        stream = served.stub.WatchEpochs(watch, timeout=0.3)
+        stream = served.stub.WatchEpochs(watching, timeout=0.2)
         try:
             for _ in zip(range(3), stream, strict=False):
                 pass
@@ -394,7 +404,7 @@ def test_the_daemon_is_up_and_answers_as_before(served: Served) -> None:
     (reads that succeeded, keys refused for their shape, epochs not there)."""
     print(f"outcomes of the generated calls: {dict(OUTCOMES.most_common())}")
     if sum(OUTCOMES.values()) >= 6 * EXAMPLES:  # the whole module ran
-        for outcome in ("OK", reasons.BAD_KEY, reasons.JOB_NOT_FOUND, reasons.EPOCH_NOT_READY):
+        for outcome in ("OK", reasons.BAD_KEY, reasons.JOB_NOT_FOUND, reasons.BAD_REQUEST):
             assert OUTCOMES[outcome] > 0, (outcome, OUTCOMES)
     assert served.daemon.process is not None and served.daemon.process.poll() is None, (
         served.daemon.log_tail()
