@@ -160,6 +160,7 @@ def collect_files(corpus: Corpus, checkpoint: Path) -> None:
             corpus.add("sst", path.read_bytes())
         elif "_stateSchema" in relative or relative[-2:] == ("_metadata", "schema"):
             corpus.add("schema_file", path.read_bytes())
+            corpus.add("schema_codecs", path.read_bytes())
         elif relative[0] in ("offsets", "commits", "metadata") or "_metadata" in relative:
             corpus.add("checkpoint_log", path.read_bytes())
 
