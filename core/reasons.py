@@ -81,7 +81,7 @@ BAD_REQUEST: Final = _reason(
     "BAD_REQUEST",
     "INVALID_ARGUMENT",
     "The request is malformed apart from its key and selector (a missing name, a limit, "
-    "a page token, a wait, a subject name, a retention to keep).",
+    "a page token, a wait, a subject name, a retention to keep, a checkpoint that cannot be followed).",
     "Fix the request; the message names the field. Do not retry unchanged.",
 )
 EPOCH_NOT_READY: Final = _reason(

@@ -24,6 +24,7 @@ from grpc_status import rpc_status
 
 from epochstate.core import reasons
 from epochstate.core.alignment import errors as alignment
+from epochstate.core.errors import BadRequest as BadRequest  # re-exported: the servicers raise it
 from epochstate.core.errors import EpochStateError
 from epochstate.core.zookeeper.errors import InvalidRecord, RegistryUnavailable
 from epochstate.daemon.server.epochs import (
@@ -37,12 +38,6 @@ from epochstate.daemon.server.epochs import (
 from epochstate.daemon.server.values import BadKey
 from epochstate.daemon.store.catalog import JobNotFound, ShuttingDown, StoreNotFound
 from epochstate.daemon.store.errors import StoreDamaged
-
-
-class BadRequest(EpochStateError):
-    """A request that is malformed apart from its key (limits, tokens, names)."""
-
-    reason = reasons.BAD_REQUEST
 
 
 class NoZooKeeper(EpochStateError):
