@@ -148,27 +148,12 @@ class ReleaseRunner:
             extra_args=["--poll-interval", "60"],
         ).start()
         try:
-            command = [
-                str(python),
-                "-P",
-                "-m",
-                WORKLOAD,
-                "run",
-                "--out",
-                str(out),
-                "--report-to",
-                daemon.target,
-            ]
+            command = [str(python), "-P", "-m", WORKLOAD, "run", "--out", str(out)]
+            command += ["--report-to", daemon.target]
             if release.features.python_data_source:
                 topic = self.broker.create_topic(f"compat-{release.series}-{uuid.uuid4().hex[:8]}", 2)
-                command += [
-                    "--bootstrap",
-                    self.broker.bootstrap,
-                    "--zookeeper",
-                    run.zookeeper,
-                    "--topic",
-                    topic,
-                ]
+                command += ["--bootstrap", self.broker.bootstrap, "--zookeeper", run.zookeeper]
+                command += ["--topic", topic]
             started = time.monotonic()
             self.say(f"{release}: running the workload with pyspark {release.pyspark} (log: {run.log})")
             if self._execute(command, python, run.log):
