@@ -77,9 +77,13 @@ class Storage(ABC):
         """Bytes ``[start, end)`` of the file (fewer at its end)."""
 
     @abstractmethod
-    def local_file(self, path: str) -> Path:
+    def local_file(self, path: str, immutable: bool = False) -> Path:
         """A local file with the file's content: the file itself on local storage, a
-        cached copy otherwise (valid until the next call for another file may evict it)."""
+        cached copy otherwise (valid until the next call for another file may evict it).
+
+        ``immutable``: the caller knows the file is never rewritten under its name
+        (a name with a unique id), so a cached copy is used without asking the
+        storage whether the file changed."""
 
     def join(self, path: str, name: str) -> str:
         return f"{path.rstrip('/')}/{name}" if path else name

@@ -102,6 +102,12 @@ class Location:
     def exists(self) -> bool:
         return self.is_file() or self.is_dir()
 
+    @property
+    def listed_stat(self) -> FileStat | None:
+        """What the listing this location came from said of the file (object stores
+        give size, time and tag for free); ``None`` otherwise. Costs no request."""
+        return self._entry.stat if self._entry is not None else None
+
     def stat(self) -> FileStat:
         if self._entry is not None and self._entry.stat is not None:
             return self._entry.stat
@@ -116,9 +122,9 @@ class Location:
     def read_range(self, start: int, end: int) -> bytes:
         return self.storage.read_range(self.path, start, end)
 
-    def local_path(self) -> Path:
+    def local_path(self, immutable: bool = False) -> Path:
         """A local file with this file's content (see :meth:`Storage.local_file`)."""
-        return self.storage.local_file(self.path)
+        return self.storage.local_file(self.path, immutable)
 
 
 class StorageFactory:

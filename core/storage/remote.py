@@ -63,7 +63,7 @@ class RemoteStorage(Storage):
 
     def _call(self, op: str, path: str, call: Callable[[], T]) -> T:
         def counted() -> T:
-            self.stats.add(op)
+            self.stats.request(op, path)
             return call()
 
         def retried(error: BaseException) -> None:
@@ -132,12 +132,14 @@ class RemoteStorage(Storage):
         self.stats.add("bytes", len(data))
         return data
 
-    def local_file(self, path: str) -> Path:
+    def local_file(self, path: str, immutable: bool = False) -> Path:
         if self.cache is None:
             raise UnreadableFile(f"{self.display(path)}: no local cache to fetch it into")
-        info = self._info(path)
-        stat = _stat(info)
-        key = f"{self.display(path)}|{stat.st_size}|{stat.tag}"
+        if immutable:
+            key = self.display(path)
+        else:
+            stat = _stat(self._info(path))
+            key = f"{self.display(path)}|{stat.st_size}|{stat.tag}"
 
         def fetch(target: Path) -> None:
             target.write_bytes(self.read(path))

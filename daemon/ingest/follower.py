@@ -12,6 +12,15 @@ Guarantees:
   difference to the newest ingested one, removals included) and the epochs in
   between are recorded, in the same batch, as unavailable for good.
 * Each epoch is decoded with the store schema in force at it (see :mod:`schemas`).
+
+Requests: operator metadata and schema files are read again (and compared by
+content) only when they may have changed: always on a local disk (free there); on
+an object store when a listener report names a query run not seen before, after
+an epoch failed, and at least every :data:`METADATA_RECHECK_SECONDS`. Whether
+the checkpoint was recreated (``metadata``'s query id) is asked only when the
+commit log went back or rewrote an entry already seen, or a report named another
+query. So a later epoch costs the commit log listing, its offset log entry and
+its state files.
 """
 
 from __future__ import annotations
@@ -38,6 +47,10 @@ from epochstate.daemon.store.placement import StoreChanges
 from epochstate.daemon.store.versioned import VersionedStore
 
 log = logging.getLogger(__name__)
+
+# How stale operator metadata and schemas read from an object store may get
+# without any sign of a new run (a query restarted without the listener).
+METADATA_RECHECK_SECONDS = 60.0
 
 
 class EpochPublisher(Protocol):
@@ -80,6 +93,7 @@ class JobFollower:
         scratch_dir: Path | None = None,
     ) -> None:
         self.name = name
+        self._uri = checkpoint
         self.checkpoint = Checkpoint(checkpoint)
         self._location = _normalize(checkpoint)
         self._store = store
@@ -91,6 +105,13 @@ class JobFollower:
         self._readers: dict[tuple[int, int], StoreReader] = {}
         self._codecs: dict[tuple[int, int], StoreCodec] = {}
         self._schemas = SchemaWatch(self.checkpoint)
+        # When operators and schemas were last read, under which query run, whether
+        # they must be read again before the next epoch, and the runs reports named.
+        self._validated_at = time.monotonic()
+        self._validated_run: str | None = None
+        self._revalidate = False
+        self._runs: dict[int, str] = {}
+        self._other_query_reported = False
         self.entry = self._open()
 
     # -- set-up ----------------------------------------------------------------
@@ -124,8 +145,9 @@ class JobFollower:
         entry.committed = -1 if latest is None else latest
         return entry
 
-    def _discover_stores(self, epoch: int) -> None:
-        """Register stores that appeared in the checkpoint since the last look."""
+    def _discover_stores(self, epoch: int) -> set[tuple[int, str]]:
+        """Register stores that appeared in the checkpoint since the last look; returns them."""
+        found: set[tuple[int, str]] = set()
         for operator in self.checkpoint.operators():
             for info in operator.stores:
                 if (operator.operator_id, info.name) in self.entry.stores:
@@ -144,6 +166,8 @@ class JobFollower:
                 )
                 self.entry.stores[(operator.operator_id, info.name)] = StoreHandle.of(descriptor)
                 self.entry.operator_names[operator.operator_id] = operator.name or "unknown"
+                found.add((operator.operator_id, info.name))
+        return found
 
     def _learn_provider(self, epoch: int) -> None:
         # A job followed before its first commit could not tell its provider yet.
@@ -176,15 +200,42 @@ class JobFollower:
             self._codecs[cache_key] = codec
         return codec
 
+    def reported(self, epoch: int, run_id: str = "", query_id: str = "") -> None:
+        """The listener reported ``epoch`` committed by query run ``run_id`` of query
+        ``query_id`` (either may be empty: unknown)."""
+        if query_id and query_id != self.entry.descriptor.query_id:
+            self._other_query_reported = True
+        if run_id and epoch > self.entry.progress.newest:
+            if len(self._runs) > 10_000:  # reports far ahead of ingest
+                self._runs.clear()
+            self._runs[epoch] = run_id
+
+    def may_be_recreated(self) -> bool:
+        """Whether the checkpoint may hold another query now (see :meth:`reopen_if_recreated`):
+        always on a local disk (asking costs nothing); elsewhere when the commit log
+        went back or rewrote an entry, or a report named another query."""
+        return (
+            self.checkpoint.root.is_local
+            or self.log_went_back()
+            or self.checkpoint.commits_rewritten
+            or self._other_query_reported
+        )
+
     def reopen_if_recreated(self) -> bool:
         """Start over when the checkpoint now holds another query (it was deleted and
         recreated): that query's epochs restart at 0, so the old query's epochs are
-        dropped. Returns True when it did; ``entry`` is then a new object."""
+        dropped and nothing read from the old one is kept. Returns True when it did;
+        ``entry`` is then a new object."""
+        self._other_query_reported = False
+        self.checkpoint.commits_rewritten = False
         if self.checkpoint.query_id() == self.entry.descriptor.query_id:
             return False
+        self.checkpoint = Checkpoint(self._uri)
+        self._schemas = SchemaWatch(self.checkpoint)
         self._readers.clear()
         self._codecs.clear()
-        self._schemas.forget()
+        self._runs.clear()
+        self._validated_run = None
         self.entry = self._open()
         return True
 
@@ -216,7 +267,7 @@ class JobFollower:
         if epoch is None:
             return None
         mode = ReadMode.FULL if self.entry.progress.empty else ReadMode.DELTA
-        return self._ingest(epoch, mode, {})
+        return self._ingest_checked(epoch, mode, {})
 
     def skip_ahead(self, blocked: int, reason: str) -> IngestStats | None:
         """Give up on ``blocked`` (failing with ``reason``): ingest the first later
@@ -233,7 +284,7 @@ class JobFollower:
                 for e in range(blocked + 1, candidate):
                     gap[e] = f"skipped: epoch {blocked} before it cannot be read ({reason})"
                 mode = ReadMode.FULL if self.entry.progress.empty else ReadMode.REBASE
-                return self._ingest(candidate, mode, gap)
+                return self._ingest_checked(candidate, mode, gap)
             except (SourceError, UnreadableFile) as error:
                 log.warning("job %s: cannot load epoch %d in full either: %s", self.name, candidate, error)
         return None
@@ -241,30 +292,52 @@ class JobFollower:
     def _loads_in_full(self, handle: StoreHandle, epoch: int) -> bool:
         return self._reader(handle, handle.latest, epoch).has_full(epoch + 1)
 
+    def _metadata_due(self, epoch: int) -> bool:
+        if self._revalidate or self.checkpoint.root.is_local:
+            return True
+        run = self._runs.get(epoch)
+        if run is not None and run != self._validated_run:
+            return True
+        return time.monotonic() - self._validated_at >= METADATA_RECHECK_SECONDS
+
+    def _ingest_checked(self, epoch: int, mode: ReadMode, skipped: dict[int, str]) -> IngestStats:
+        if self._metadata_due(epoch):
+            self.checkpoint.forget_metadata()
+            self._validated_at = time.monotonic()
+            self._validated_run = self._runs.get(epoch, self._validated_run)
+        try:
+            stats = self._ingest(epoch, mode, skipped)
+        except BaseException:
+            self._revalidate = True  # the failure may come from a changed schema
+            raise
+        self._revalidate = False
+        for old in [e for e in self._runs if e <= epoch]:
+            del self._runs[old]
+        return stats
+
     def _ingest(self, epoch: int, mode: ReadMode, skipped: dict[int, str]) -> IngestStats:
         started = time.perf_counter()
-        self._discover_stores(epoch)
+        new_stores = self._discover_stores(epoch)
         self._learn_provider(epoch)
         view = self._store.view()
         newest = self.entry.progress.newest
         changes: dict[int, StoreChanges] = {}
         introduced: list[tuple[int, SchemaVersion]] = []
-        settled: list[tuple[int, int]] = []
         handles: dict[tuple[int, str], StoreHandle] = {}
         for key, handle in self.entry.stores.items():
-            change = self._schemas.change_at(handle, epoch)
-            if change is not None:
-                version, written = change
+            version = self._schemas.change_at(handle, epoch)
+            if version is not None:
                 log.info("job %s: store %s/%s has a new schema from epoch %d", self.name, *key, epoch)
                 handle = handle.with_schema(version)
                 introduced.append((handle.descriptor.store_id, version))
-                settled.append((handle.descriptor.store_id, written))
             handles[key] = handle
             schema = handle.schema_at(epoch)
             reader = self._reader(handle, schema, epoch)
             store_id = handle.descriptor.store_id
+            # A store first seen now may have versions before this one (noticed late).
+            store_mode = ReadMode.REBASE if key in new_stores and mode is ReadMode.DELTA else mode
             changes[store_id] = store_changes(
-                reader, self._codec(handle, schema, reader), epoch + 1, mode, view, store_id, newest
+                reader, self._codec(handle, schema, reader), epoch + 1, store_mode, view, store_id, newest
             )
         record = self._record(epoch)
         # Readers must see the new schemas and the skipped epochs no later than the
@@ -287,8 +360,6 @@ class JobFollower:
             for e in skipped:
                 self.entry.unavailable.pop(e, None)
             raise
-        for store_id, written in settled:
-            self._schemas.settle(store_id, written)
         self.entry.problems.update(skipped)
         self.entry.problems.pop(epoch, None)
         self.entry.progress = result.progress
