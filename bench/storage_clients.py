@@ -113,7 +113,12 @@ def main(argv: list[str] | None = None) -> None:
         s3 = server.client()
         s3.put_bucket_acl(Bucket=bucket, ACL="public-read")  # the floor's requests are unsigned
         for n in range(args.entries):
-            s3.put_object(Bucket=bucket, Key=f"cp/commits/{n}", Body=b'v1\n{"nextBatchWatermarkMs":0}', ACL="public-read")
+            s3.put_object(
+                Bucket=bucket,
+                Key=f"cp/commits/{n}",
+                Body=b'v1\n{"nextBatchWatermarkMs":0}',
+                ACL="public-read",
+            )
         s3.put_object(Bucket=bucket, Key="cp/offsets/7", Body=b"v1\n" + b"x" * 1500, ACL="public-read")
         size = int(args.big_mb * (1 << 20))
         s3.put_object(Bucket=bucket, Key="cp/state/0/0/9.zip", Body=os.urandom(size), ACL="public-read")
@@ -152,7 +157,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     print_table(("request", "client", "p50 ms", "p99 ms", "throughput"), rows)
     print()
-    print("CPU seconds of this process per client, all rounds: " + ", ".join(f"{c} {s:.2f}" for c, s in cpu.items()))
+    print(
+        "CPU seconds of this process per client, all rounds: "
+        + ", ".join(f"{c} {s:.2f}" for c, s in cpu.items())
+    )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ from epochstate.core.storage.base import Entry, FileStat, Storage
 from epochstate.core.storage.cache import FileCache
 from epochstate.core.storage.errors import UnsupportedLocation
 from epochstate.core.storage.local import LocalStorage
+from epochstate.core.storage.objectstore import DEFAULT_S3_OPTIONS, ObjectStoreStorage
+from epochstate.core.storage.objectstore import available as obstore_available
 from epochstate.core.storage.remote import RemoteStorage
 from epochstate.core.storage.retry import RetryPolicy
 from epochstate.core.storage.stats import StorageStats
@@ -188,6 +190,20 @@ class StorageFactory:
         key = (protocol, scheme + "|" + "|".join(f"{k}={v}" for k, v in sorted(extra.items())))
         with self._lock:
             storage = self._remote.get(key)
+            if storage is None and protocol == "s3":
+                # S3 through obstore (see objectstore for the measurement behind it).
+                if not obstore_available():
+                    raise UnsupportedLocation(
+                        f"{scheme}:// checkpoints need obstore: pip install 'epochstate[s3]'"
+                    )
+                storage = ObjectStoreStorage(
+                    scheme,
+                    options=self._options.get("s3", DEFAULT_S3_OPTIONS),
+                    stats=self.stats,
+                    retry=self.retry,
+                    cache=self._file_cache(),
+                )
+                self._remote[key] = storage
             if storage is None:
                 storage = RemoteStorage(
                     _filesystem(protocol, {**self._options.get(protocol, {}), **extra}),
@@ -214,11 +230,7 @@ def _filesystem(protocol: str, options: dict[str, Any]) -> Any:
         raise UnsupportedLocation(f"{protocol}:// checkpoints: {error}") from None
 
 
-_CLIENT_DEFAULTS: dict[str, dict[str, Any]] = {
-    "s3": {
-        "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 5, "read_timeout": 30},
-    },
-}
+_CLIENT_DEFAULTS: dict[str, dict[str, Any]] = {"s3": DEFAULT_S3_OPTIONS}
 
 _default = StorageFactory()
 

@@ -27,21 +27,24 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Errors that say something about the file, not about the storage's health.
-_REFUSALS = (PermissionError, IsADirectoryError, NotADirectoryError, ValueError)
+REFUSALS: tuple[type[BaseException], ...] = (
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+    ValueError,
+)
 
 
 # Our own mistakes: never retried, never reported as the storage's fault.
 _BUGS = (TypeError, AttributeError, NameError, ImportError, AssertionError, NotImplementedError)
 
 
-def _transient(error: BaseException) -> bool:
-    return not isinstance(error, (FileNotFoundError, *_REFUSALS, *_BUGS))
-
-
 class RemoteStorage(Storage):
     """One fsspec filesystem (``protocol``) and the URI prefix its paths display with."""
 
     mtime_resolution_ns = 1_000_000_000
+    #: Errors that refuse the file (not retried; reported as UnreadableFile).
+    refusals: tuple[type[BaseException], ...] = REFUSALS
 
     def __init__(
         self,
@@ -70,11 +73,14 @@ class RemoteStorage(Storage):
             self.stats.add("retries")
             log.debug("%s %s: %s; retrying", op, self.display(path), type(error).__name__)
 
+        def transient(error: BaseException) -> bool:
+            return not isinstance(error, (FileNotFoundError, *self.refusals, *_BUGS))
+
         try:
-            return with_retries(counted, _transient, self.retry, on_retry=retried)
+            return with_retries(counted, transient, self.retry, on_retry=retried)
         except (FileNotFoundError, *_BUGS):
             raise
-        except _REFUSALS as error:
+        except self.refusals as error:
             self.stats.add("refused")
             raise UnreadableFile(f"{self.display(path)}: {type(error).__name__}: {error}") from None
         except Exception as error:
@@ -138,7 +144,7 @@ class RemoteStorage(Storage):
         if immutable:
             key = self.display(path)
         else:
-            stat = _stat(self._info(path))
+            stat = self.stat(path)
             key = f"{self.display(path)}|{stat.st_size}|{stat.tag}"
 
         def fetch(target: Path) -> None:

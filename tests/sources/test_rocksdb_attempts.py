@@ -35,7 +35,7 @@ def _snapshot(directory: Path, writes: Rows) -> tuple[Manifest, dict[str, Path],
         else:
             db[key] = value
     db.flush()
-    state = dict(db.items())
+    state: dict[bytes, bytes] = {k: v for k, v in db.items() if isinstance(k, bytes) and isinstance(v, bytes)}
     db.close()
     manifest = parse_manifest((directory / (directory / "CURRENT").read_text().strip()).read_bytes())
     tables = {f.local_name: directory / f.local_name for f in manifest.files.values()}
