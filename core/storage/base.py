@@ -72,6 +72,12 @@ class Storage(ABC):
     def read(self, path: str) -> bytes:
         """The whole file."""
 
+    def read_ahead(self, path: str) -> None:
+        """Start reading the whole file now: a later :meth:`read` of it takes what was
+        read. Only for files that never change once written. A no-op where reads are
+        cheap (the local disk)."""
+        return None
+
     @abstractmethod
     def read_range(self, path: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the file (fewer at its end)."""

@@ -113,7 +113,7 @@ class ObjectStoreStorage(RemoteStorage):
             return False
         return True
 
-    def read(self, path: str) -> bytes:
+    def _read_whole(self, path: str) -> bytes:
         store, key = self._store(path)
         data = self._call("get", path, lambda: bytes(obstore.get(store, key).bytes()))
         self.stats.add("bytes", len(data))

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from epochstate.core.storage.base import Entry, FileStat, Storage
 from epochstate.core.storage.cache import FileCache
 from epochstate.core.storage.errors import StorageUnavailable, UnreadableFile
+from epochstate.core.storage.readahead import ReadAhead
 from epochstate.core.storage.retry import RetryPolicy, with_retries
 from epochstate.core.storage.stats import StorageStats
 
@@ -60,6 +61,7 @@ class RemoteStorage(Storage):
         self.stats = stats or StorageStats()
         self.retry = retry or RetryPolicy()
         self.cache = cache
+        self._ahead = ReadAhead(self._read_whole)
 
     def display(self, path: str) -> str:
         return f"{self.scheme}://{path}"
@@ -129,6 +131,13 @@ class RemoteStorage(Storage):
         return bool(self.listdir(path))
 
     def read(self, path: str) -> bytes:
+        early = self._ahead.take(path)
+        return early if early is not None else self._read_whole(path)
+
+    def read_ahead(self, path: str) -> None:
+        self._ahead.start(path)
+
+    def _read_whole(self, path: str) -> bytes:
         data: bytes = self._call("get", path, lambda: self.fs.cat_file(path))
         self.stats.add("bytes", len(data))
         return data

@@ -13,14 +13,16 @@ Guarantees:
   between are recorded, in the same batch, as unavailable for good.
 * Each epoch is decoded with the store schema in force at it (see :mod:`schemas`).
 
-Requests: operator metadata and schema files are read again (and compared by
-content) only when they may have changed: always on a local disk (free there); on
-an object store when a listener report names a query run not seen before, after
-an epoch failed, and at least every :data:`METADATA_RECHECK_SECONDS`. Whether
-the checkpoint was recreated (``metadata``'s query id) is asked only when the
-commit log went back or rewrote an entry already seen, or a report named another
-query. So a later epoch costs the commit log listing, its offset log entry and
-its state files.
+Requests: operator metadata and schema files change only when a new run of the
+query starts, so they are read again (and compared by content) only when one may
+have: always on a local disk (free there); on an object store when a listener
+report names a query run not seen before, after an epoch failed, for the first
+epoch after a pause of :data:`RUN_PAUSE_SECONDS` in ingest (a restart takes
+longer than that), and at least every :data:`METADATA_RECHECK_SECONDS`. Whether the checkpoint was recreated
+(``metadata``'s query id) is asked only when the commit log went back or rewrote
+an entry already seen, or a report named another query. So a later epoch of a
+running query costs the commit log listing, its offset log entry and its state
+files.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from epochstate.daemon.ingest.epoch_record import epoch_record
 from epochstate.daemon.ingest.schemas import SchemaWatch
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import SourceError
-from epochstate.daemon.sources.readers import StoreReader, open_store_reader
+from epochstate.daemon.sources.readers import ReadsAhead, StoreReader, open_store_reader
 from epochstate.daemon.store.catalog import JobEntry, StoreHandle, StoreSchema
 from epochstate.daemon.store.descriptors import EpochRecord, JobProgress, SchemaVersion
 from epochstate.daemon.store.placement import StoreChanges
@@ -48,8 +50,12 @@ from epochstate.daemon.store.versioned import VersionedStore
 
 log = logging.getLogger(__name__)
 
-# How stale operator metadata and schemas read from an object store may get
-# without any sign of a new run (a query restarted without the listener).
+# Operator metadata and schemas read from an object store are read again for the
+# first epoch after a pause in ingest this long: a query restarted without the
+# listener (whose reports name the run) is noticed at its first epoch, since a
+# restart, from the old run's last commit to the new run's first, takes longer.
+RUN_PAUSE_SECONDS = 5.0
+# ... and at least this often while epochs keep coming (a daemon catching up).
 METADATA_RECHECK_SECONDS = 60.0
 
 
@@ -107,7 +113,7 @@ class JobFollower:
         self._schemas = SchemaWatch(self.checkpoint)
         # When operators and schemas were last read, under which query run, whether
         # they must be read again before the next epoch, and the runs reports named.
-        self._validated_at = time.monotonic()
+        self._validated_at = self._ingested_at = time.monotonic()
         self._validated_run: str | None = None
         self._revalidate = False
         self._runs: dict[int, str] = {}
@@ -298,7 +304,11 @@ class JobFollower:
         run = self._runs.get(epoch)
         if run is not None and run != self._validated_run:
             return True
-        return time.monotonic() - self._validated_at >= METADATA_RECHECK_SECONDS
+        now = time.monotonic()
+        return (
+            now - self._ingested_at >= RUN_PAUSE_SECONDS
+            or now - self._validated_at >= METADATA_RECHECK_SECONDS
+        )
 
     def _ingest_checked(self, epoch: int, mode: ReadMode, skipped: dict[int, str]) -> IngestStats:
         if self._metadata_due(epoch):
@@ -311,14 +321,31 @@ class JobFollower:
             self._revalidate = True  # the failure may come from a changed schema
             raise
         self._revalidate = False
+        self._ingested_at = time.monotonic()
         for old in [e for e in self._runs if e <= epoch]:
             del self._runs[old]
         return stats
+
+    def _read_ahead(self, epoch: int, mode: ReadMode) -> None:
+        """On an object store, start reading the files this epoch's changes and record
+        need, and the next epoch's once committed: their round trips overlap each
+        other and this epoch's decoding."""
+        if self.checkpoint.root.is_local or mode is not ReadMode.DELTA:
+            return
+        for e in (epoch, epoch + 1):
+            if e > epoch and not self.checkpoint.listed(e):
+                break
+            self.checkpoint.read_ahead_epoch_log(e)
+            for handle in self.entry.stores.values():
+                reader = self._readers.get((handle.descriptor.store_id, handle.schema_at(e).first_epoch))
+                if isinstance(reader, ReadsAhead):
+                    reader.read_ahead(e + 1)
 
     def _ingest(self, epoch: int, mode: ReadMode, skipped: dict[int, str]) -> IngestStats:
         started = time.perf_counter()
         new_stores = self._discover_stores(epoch)
         self._learn_provider(epoch)
+        self._read_ahead(epoch, mode)
         view = self._store.view()
         newest = self.entry.progress.newest
         changes: dict[int, StoreChanges] = {}

@@ -97,6 +97,16 @@ class Checkpoint(QueryLog):
         self._listed = listed
         return sorted(listed)
 
+    def listed(self, epoch: int) -> bool:
+        """Whether the newest listing of ``commits/`` had ``epoch``."""
+        return epoch in self._listed
+
+    def read_ahead_epoch_log(self, epoch: int) -> None:
+        """Start reading ``offsets/<epoch>`` unless it was read (see :meth:`Storage.read_ahead`)."""
+        if epoch not in self._epoch_logs:
+            path = self.root / "offsets" / str(epoch)
+            path.storage.read_ahead(path.path)
+
     def commit_size(self, epoch: int) -> int | None:
         """The size of ``commits/<epoch>`` as last listed, if the listing gave it."""
         stat = self._listed.get(epoch)

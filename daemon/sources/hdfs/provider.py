@@ -109,6 +109,13 @@ class HdfsStoreReader:
         """Whether every partition has its ``<version>.delta`` (so :meth:`changes` can run)."""
         return all(self._path(p, version, DELTA).is_file() for p in range(self.num_partitions))
 
+    def read_ahead(self, version: int) -> None:
+        """Start reading what :meth:`changes` of ``version`` reads (every partition's
+        delta), on an object store (see :meth:`Storage.read_ahead`)."""
+        for p in range(self.num_partitions):
+            path = self._path(p, version, DELTA)
+            path.storage.read_ahead(path.path)
+
     def has_full(self, version: int) -> bool:
         """Whether every partition has a usable ``<version>.snapshot`` (one that agrees
         with its delta: see :meth:`_committed_snapshot`); reads them to tell."""

@@ -133,6 +133,18 @@ class RocksDBStoreReader:
         (none needed for version 1) and ``version``."""
         return self._files.has_delta(version, self.num_partitions)
 
+    def read_ahead(self, version: int) -> None:
+        """Start reading what :meth:`changes` of ``version`` reads first: every
+        partition's changelog, or zip where the last version had none (see
+        :meth:`Storage.read_ahead`)."""
+        for p in range(self.num_partitions):
+            zips_first = p in self._zips_first or p in self._files.without_changelogs
+            try:
+                path = self._files.path(p, version, ZIP if zips_first else CHANGELOG)
+            except MissingStateFile:  # which files cannot be told yet: read when asked
+                continue
+            path.storage.read_ahead(path.path)
+
     def has_full(self, version: int) -> bool:
         """Whether every partition has a usable ``<version>.zip``."""
         return self._files.has_full(version, self.num_partitions)
@@ -160,6 +172,9 @@ class RocksDBStoreReader:
         # a request each): the changelog, or, in a partition that had none last time,
         # the zip.
         files = self._files
+        if partition in files.without_changelogs:  # a full load found none
+            files.without_changelogs.discard(partition)
+            self._zips_first.add(partition)
         zips_first = partition in self._zips_first
         if not zips_first:
             found_changelog = files.changelog_rows_if_any(partition, version)
@@ -179,8 +194,10 @@ class RocksDBStoreReader:
         before_read = self._previous.take(before_zip) if version > 1 else None
         self._previous.record(after_zip, after_read)
         if before_read is None and version > 1:
+            recent = files.last_zip.get(partition)  # the zip a full load just read
+            content = recent[1] if recent is not None and recent[0] == version - 1 else None
             with contextlib.suppress(MissingStateFile):  # no earlier zip: compare whole states
-                before_read = read_for_diff(before_zip)
+                before_read = read_for_diff(before_zip, content)
         if before_read is not None and before_read.opened is not None:
             # Only the earlier zip's sequence number and file names are used, never its
             # keys: whether it is the committed attempt's does not matter here.

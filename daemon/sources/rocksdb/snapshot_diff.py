@@ -75,17 +75,19 @@ class PreviousZips:
         self._known[str(zip_path)] = read
 
 
-def read_for_diff(zip_path: Location) -> ZipRead:
-    """A snapshot's zip (one read) and, unless the diff does not take it (WAL files,
-    a MANIFEST the reader does not take), its last sequence number and table files.
+def read_for_diff(zip_path: Location, content: bytes | None = None) -> ZipRead:
+    """A snapshot's zip (one read, unless ``content`` is its bytes) and, unless the
+    diff does not take it (WAL files, a MANIFEST the reader does not take), its last
+    sequence number and table files.
 
     Raises:
         MissingStateFile: no such zip.
         CorruptStateFile: a damaged zip.
         UnsupportedCheckpoint: a store with column families.
     """
-    with zip_errors(zip_path):
-        content = zip_path.read_bytes()
+    if content is None:
+        with zip_errors(zip_path):
+            content = zip_path.read_bytes()
     try:
         metadata, manifest = read_snapshot_manifest(zip_path, content)
     except ManifestFormatError as err:

@@ -52,7 +52,7 @@ from epochstate.daemon.sources.rocksdb.changelog import (
 )
 from epochstate.daemon.sources.rocksdb.conf import LZ4_CODECS
 from epochstate.daemon.sources.rocksdb.manifest import ManifestFormatError, parse_manifest
-from epochstate.daemon.sources.rocksdb.snapshot import SnapshotMetadata, SnapshotReader
+from epochstate.daemon.sources.rocksdb.snapshot import SnapshotMetadata, SnapshotReader, zip_errors
 from epochstate.daemon.sources.rocksdb.unique_ids import CommittedIds
 from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream
 
@@ -116,6 +116,11 @@ class StoreDirectory:
         self.merge_delimiter = merge_delimiter
         self.scratch_dir = scratch_dir
         self.ids = CommittedIds(checkpoint, operator_id, store_name, single_store=column_families)
+        # Per partition: the version and bytes of the newest zip a whole state was read
+        # from (format 1), so the next version's diff need not read it again.
+        self.last_zip: dict[int, tuple[int, bytes]] = {}
+        # Partitions whose directory held no changelog when last listed.
+        self.without_changelogs: set[int] = set()
 
     def dir(self, partition: int) -> Location:
         return self.checkpoint.store_dir(self.operator_id, partition, self.store_name)
@@ -304,7 +309,10 @@ class StoreDirectory:
                 :meth:`snapshot`, or a damaged changelog.
         """
         path = self.path(partition, version, ZIP)
-        with SnapshotReader(path, self.scratch_dir, self.merge_delimiter) as snapshot:
+        with zip_errors(path):
+            content = path.local_path().read_bytes()
+        self.last_zip[partition] = (version, content)
+        with SnapshotReader(path, self.scratch_dir, self.merge_delimiter, content) as snapshot:
             self._check_families(path, snapshot.metadata)
             state = dict(snapshot.items())
             if not has_changelog:
@@ -336,6 +344,8 @@ class StoreDirectory:
         """
         names = self._names(partition)
         changelogs = set(self._versions_in(names, CHANGELOG))
+        if not changelogs:
+            self.without_changelogs.add(partition)
         for candidate in reversed([v for v in self._versions_in(names, ZIP) if v <= version]):
             state = self.committed_snapshot(partition, candidate, candidate in changelogs)
             if state is not None:
