@@ -23,10 +23,16 @@ from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.changes import RawRows, RowFraming, StateChange, decode_changes
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.checkpoint.operators import DEFAULT_STORE, StoreInfo
-from epochstate.daemon.sources.errors import MissingCheckpointFile, MissingStateFile
+from epochstate.daemon.sources.errors import MissingCheckpointFile, MissingStateFile, SourceError
 from epochstate.daemon.sources.rocksdb.conf import check_rocksdb_conf
 from epochstate.daemon.sources.rocksdb.rows import StateRowDecoder
-from epochstate.daemon.sources.rocksdb.snapshot_diff import PreviousZips, newest_writes_changes, read_for_diff
+from epochstate.daemon.sources.rocksdb.snapshot_diff import (
+    PreviousZips,
+    ZipRead,
+    added_tables,
+    newest_writes_changes,
+    read_for_diff,
+)
 from epochstate.daemon.sources.rocksdb.store_dir import CHANGELOG, ZIP, StoreDirectory
 
 
@@ -82,6 +88,8 @@ class RocksDBStoreReader:
         # Partitions whose newest version read had no changelog (changelog
         # checkpointing off): their next version's zip is looked for first.
         self._zips_first: set[int] = set()
+        # Zips read by raw_changes before the partitions' diffs: partition -> (version, read).
+        self._zips_read: dict[int, tuple[int, ZipRead]] = {}
         self.decode_key = self._keys.decode
         self.decode_value = self._values.decode
 
@@ -182,8 +190,9 @@ class RocksDBStoreReader:
                 # The last record of a key wins.
                 return RawRows(partition, dict(found_changelog[1]).items(), found_changelog[0])
         after_zip = files.path(partition, version, ZIP)
+        ready = self._zips_read.pop(partition, None)
         try:
-            after_read = read_for_diff(after_zip)
+            after_read = ready[1] if ready is not None and ready[0] == version else read_for_diff(after_zip)
         except MissingStateFile:
             if zips_first:
                 self._zips_first.discard(partition)
@@ -235,7 +244,28 @@ class RocksDBStoreReader:
             MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as for
                 :meth:`partition_changes`.
         """
+        self._read_tables_ahead(version)
         return [self._raw_partition_changes(p, version) for p in range(self.num_partitions)]
+
+    def _read_tables_ahead(self, version: int) -> None:
+        """Partitions read from zips: read each one's zip now and start reading the
+        table files it adds (see :meth:`Storage.read_ahead`), so that on an object
+        store they arrive together rather than partition after partition."""
+        if self._files.checkpoint.root.is_local or version < 2:
+            return
+        self._zips_read.clear()
+        for p in sorted(self._zips_first):
+            after_zip = self._files.path(p, version, ZIP)
+            before = self._previous.peek(self._files.path(p, version - 1, ZIP))
+            try:
+                read = read_for_diff(after_zip)
+            except SourceError:
+                continue  # read again, and its error raised, in order
+            self._zips_read[p] = (version, read)
+            if before is not None and before.opened is not None:
+                for table in added_tables(before.opened, read):
+                    path = after_zip.parent / table
+                    path.storage.read_ahead(path.path)
 
     def raw_state(self, version: int) -> Iterator[RawRows]:
         """:meth:`full_state`, undecoded, partition by partition.

@@ -69,6 +69,10 @@ class PreviousZips:
         """What was recorded for ``zip_path``, forgotten (each is asked for once)."""
         return self._known.pop(str(zip_path), None)
 
+    def peek(self, zip_path: Location) -> ZipRead | None:
+        """What was recorded for ``zip_path``, kept."""
+        return self._known.get(str(zip_path))
+
     def record(self, zip_path: Location, read: ZipRead) -> None:
         if len(self._known) > 4096:  # a store that is no longer followed in order
             self._known.clear()
@@ -106,6 +110,11 @@ def read_for_diff(zip_path: Location, content: bytes | None = None) -> ZipRead:
         return ZipRead(content, None, {}, {})
     opened = Opened(manifest.last_sequence, frozenset(f.dfs_path for f in metadata.files))
     return ZipRead(content, opened, live, named)
+
+
+def added_tables(before: Opened, after: ZipRead) -> list[str]:
+    """The table files (``dfs_path``) ``after`` names that ``before`` does not."""
+    return [f.dfs_path for f in after.named.values() if f.dfs_path not in before.files]
 
 
 def newest_writes_changes(
