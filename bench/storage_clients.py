@@ -14,19 +14,27 @@ ranged GET of its last 64 KiB. Clients:
   (retries and request counting included), as the daemon uses it;
 * ``obstore``: the Rust ``object_store`` crate's Python binding, called directly.
 
-p50 and p99 of each request in ms, and the big GET's throughput.
+p50 and p99 of each request in ms, and the big GET's throughput. Then, with
+obstore, what reading a snapshot zip as Spark writes it (about 4 KiB: MANIFEST,
+CURRENT, an empty WAL, OPTIONS, metadata) costs whole against ranged: the end of
+the zip for its central directory, then only the entries the diff needs
+(MANIFEST, CURRENT, metadata), one range each or all in one ``get_ranges`` call.
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import io
 import os
 import statistics
+import struct
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from table import print_table
 
@@ -73,11 +81,10 @@ def _s3fs(bucket: str, size: int, cache: Path) -> dict[str, Callable[[], object]
     }
 
 
-def _obstore(server: S3Server, bucket: str, size: int) -> dict[str, Callable[[], object]]:
-    import obstore
+def _obstore_store(server: S3Server, bucket: str) -> object:
     from obstore.store import S3Store
 
-    store = S3Store(
+    return S3Store(
         bucket,
         endpoint=server.endpoint,
         region=server.env["AWS_DEFAULT_REGION"],
@@ -85,6 +92,20 @@ def _obstore(server: S3Server, bucket: str, size: int) -> dict[str, Callable[[],
         secret_access_key=server.env["AWS_SECRET_ACCESS_KEY"],
         client_options={"allow_http": True},
     )
+
+
+def _read_whole_zip(store: object) -> object:
+    import obstore
+
+    data = bytes(obstore.get(store, "cp/state/0/0/8.zip").bytes())  # type: ignore[arg-type]
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return [archive.read(n) for n in ("CURRENT", "metadata", "MANIFEST-000005")]
+
+
+def _obstore(server: S3Server, bucket: str, size: int) -> dict[str, Callable[[], object]]:
+    import obstore
+
+    store: Any = _obstore_store(server, bucket)
     return {
         "LIST commits/": lambda: obstore.list_with_delimiter(store, "cp/commits/"),
         "GET small entry": lambda: obstore.get(store, "cp/offsets/7").bytes(),
@@ -94,6 +115,44 @@ def _obstore(server: S3Server, bucket: str, size: int) -> dict[str, Callable[[],
             store, "cp/state/0/0/9.zip", start=size - 65536, end=size
         ),
     }
+
+
+def _spark_like_zip() -> bytes:
+    """A zip laid out as Spark's snapshot zips are, with entries of their sizes."""
+    buffer = io.BytesIO()
+    rng = os.urandom
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("MANIFEST-000005", rng(600) * 6 + bytes(227))
+        archive.writestr("CURRENT", b"MANIFEST-000005\n")
+        archive.writestr("000004.log", b"")
+        archive.writestr("OPTIONS-000007", (b"  option_name=value\n" * 380)[:7597])
+        archive.writestr("metadata", b'v1\n{"sstFiles":[' + rng(120).hex().encode() + b"]}")
+    return buffer.getvalue()
+
+
+def _zip_entries_ranged(store: object, key: str, size: int, together: bool) -> int:
+    """The zip's MANIFEST, CURRENT and metadata by ranges; returns the requests made."""
+    import obstore
+
+    tail = bytes(obstore.get_range(store, key, start=max(0, size - 1024), end=size))  # type: ignore[arg-type]
+    eocd = tail.rfind(b"PK\x05\x06")
+    cd_size, cd_offset = struct.unpack_from("<II", tail, eocd + 12)
+    directory = tail[len(tail) - (size - cd_offset) : len(tail) - (size - cd_offset) + cd_size]
+    wanted: list[tuple[int, int]] = []
+    pos = 0
+    while pos < len(directory):
+        compressed, _, name_len, extra_len, comment_len = struct.unpack_from("<IIHHH", directory, pos + 20)
+        offset = struct.unpack_from("<I", directory, pos + 42)[0]
+        name = directory[pos + 46 : pos + 46 + name_len].decode()
+        if name in ("CURRENT", "metadata") or name.startswith("MANIFEST-"):
+            wanted.append((offset, offset + 30 + name_len + 64 + compressed))
+        pos += 46 + name_len + extra_len + comment_len
+    if together:
+        obstore.get_ranges(store, key, starts=[a for a, _ in wanted], ends=[min(b, size) for _, b in wanted])  # type: ignore[arg-type]
+        return 2
+    for start, end in wanted:
+        obstore.get_range(store, key, start=start, end=min(end, size))  # type: ignore[arg-type]
+    return 1 + len(wanted)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -122,11 +181,25 @@ def main(argv: list[str] | None = None) -> None:
         s3.put_object(Bucket=bucket, Key="cp/offsets/7", Body=b"v1\n" + b"x" * 1500, ACL="public-read")
         size = int(args.big_mb * (1 << 20))
         s3.put_object(Bucket=bucket, Key="cp/state/0/0/9.zip", Body=os.urandom(size), ACL="public-read")
+        snapshot_zip = _spark_like_zip()
+        s3.put_object(Bucket=bucket, Key="cp/state/0/0/8.zip", Body=snapshot_zip)
         clients = {
             "http.client (floor)": _http_client(server, bucket),
             "s3fs (RemoteStorage)": _s3fs(bucket, size, workdir / "cache"),
             "obstore": _obstore(server, bucket, size),
         }
+        store = _obstore_store(server, bucket)
+        zip_size = len(snapshot_zip)
+        zip_reads: dict[str, Callable[[], object]] = {
+            "whole (1 request)": lambda: _read_whole_zip(store),
+            "ranged, one request per entry (4 requests)": lambda: _zip_entries_ranged(
+                store, "cp/state/0/0/8.zip", zip_size, together=False
+            ),
+            "ranged, entries in one get_ranges (2 calls)": lambda: _zip_entries_ranged(
+                store, "cp/state/0/0/8.zip", zip_size, together=True
+            ),
+        }
+        clients["snapshot zip"] = zip_reads
         samples: dict[tuple[str, str], list[float]] = {}
         cpu: dict[str, float] = dict.fromkeys(clients, 0.0)
         for calls in clients.values():  # warm up: connections, credentials, the event loop
@@ -142,14 +215,16 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         server.stop()
 
-    rows: list[tuple[str, ...]] = []
+    order = [*clients["obstore"], *clients["snapshot zip"]]
+    keyed: list[tuple[tuple[int, str], tuple[str, ...]]] = []
     for (client, op), seconds in samples.items():
         ordered = sorted(seconds)
         p50 = statistics.median(ordered) * 1000
         p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
         extra = f"{size / (1 << 20) / statistics.median(ordered):,.0f} MiB/s" if op.endswith("whole") else ""
-        rows.append((op, client, f"{p50:.2f}", f"{p99:.2f}", extra))
-    rows.sort(key=lambda r: (list(clients["obstore"]).index(r[0]), r[1]))
+        shown = (f"snapshot zip ({zip_size:,} B)", op) if client == "snapshot zip" else (op, client)
+        keyed.append(((order.index(op), client), (*shown, f"{p50:.2f}", f"{p99:.2f}", extra)))
+    rows = [row for _, row in sorted(keyed)]
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"moto server on loopback; {args.rounds} interleaved rounds; LIST of {args.entries} entries; "
