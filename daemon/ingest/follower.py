@@ -14,15 +14,17 @@ Guarantees:
 * Each epoch is decoded with the store schema in force at it (see :mod:`schemas`).
 
 Requests: operator metadata and schema files change only when a new run of the
-query starts, so they are read again (and compared by content) only when one may
-have: always on a local disk (free there); on an object store when a listener
-report names a query run not seen before, after an epoch failed, for the first
-epoch after a pause of :data:`RUN_PAUSE_SECONDS` in ingest (a restart takes
-longer than that), and at least every :data:`METADATA_RECHECK_SECONDS`. Whether the checkpoint was recreated
-(``metadata``'s query id) is asked only when the commit log went back or rewrote
-an entry already seen, or a report named another query. So a later epoch of a
-running query costs the commit log listing, its offset log entry and its state
-files.
+query starts. They are read again (and compared by content) on a local disk for
+every epoch (free there); on an object store when a listener report names a query
+run not seen before, after an epoch failed, and at least every
+:data:`METADATA_RECHECK_SECONDS`. In between, an epoch the listener has not
+vouched for (reported by the run last checked) costs one HEAD per store's schema
+file (or one listing per transformWithState operator; see
+:meth:`Checkpoint.metadata_changed`): a query restarted without the listener can
+be quick. Whether the checkpoint was recreated (``metadata``'s query id) is asked
+only when the commit log went back or rewrote an entry already seen, or a report
+named another query. So a later epoch costs the commit log listing, its offset
+log entry and its state files, and without the listener that check.
 """
 
 from __future__ import annotations
@@ -50,12 +52,8 @@ from epochstate.daemon.store.versioned import VersionedStore
 
 log = logging.getLogger(__name__)
 
-# Operator metadata and schemas read from an object store are read again for the
-# first epoch after a pause in ingest this long: a query restarted without the
-# listener (whose reports name the run) is noticed at its first epoch, since a
-# restart, from the old run's last commit to the new run's first, takes longer.
-RUN_PAUSE_SECONDS = 5.0
-# ... and at least this often while epochs keep coming (a daemon catching up).
+# Operator metadata and schemas read from an object store are read again in full
+# at least this often while epochs keep coming.
 METADATA_RECHECK_SECONDS = 60.0
 
 
@@ -113,7 +111,7 @@ class JobFollower:
         self._schemas = SchemaWatch(self.checkpoint)
         # When operators and schemas were last read, under which query run, whether
         # they must be read again before the next epoch, and the runs reports named.
-        self._validated_at = self._ingested_at = time.monotonic()
+        self._validated_at = time.monotonic()
         self._validated_run: str | None = None
         self._revalidate = False
         self._runs: dict[int, str] = {}
@@ -299,19 +297,25 @@ class JobFollower:
         return self._reader(handle, handle.latest, epoch).has_full(epoch + 1)
 
     def _metadata_due(self, epoch: int) -> bool:
+        """Whether operators and schemas must be read again in full before ``epoch``."""
         if self._revalidate or self.checkpoint.root.is_local:
             return True
         run = self._runs.get(epoch)
         if run is not None and run != self._validated_run:
             return True
-        now = time.monotonic()
-        return (
-            now - self._ingested_at >= RUN_PAUSE_SECONDS
-            or now - self._validated_at >= METADATA_RECHECK_SECONDS
-        )
+        return time.monotonic() - self._validated_at >= METADATA_RECHECK_SECONDS
+
+    def _vouched(self, epoch: int) -> bool:
+        """Whether the listener reported ``epoch`` from the run the metadata was read under."""
+        run = self._runs.get(epoch)
+        return run is not None and run == self._validated_run
 
     def _ingest_checked(self, epoch: int, mode: ReadMode, skipped: dict[int, str]) -> IngestStats:
-        if self._metadata_due(epoch):
+        due = self._metadata_due(epoch)
+        if not due and not self._vouched(epoch) and self.checkpoint.metadata_changed():
+            log.info("job %s: a schema changed before epoch %d", self.name, epoch)
+            due = True
+        if due:
             self.checkpoint.forget_metadata()
             self._validated_at = time.monotonic()
             self._validated_run = self._runs.get(epoch, self._validated_run)
@@ -321,7 +325,6 @@ class JobFollower:
             self._revalidate = True  # the failure may come from a changed schema
             raise
         self._revalidate = False
-        self._ingested_at = time.monotonic()
         for old in [e for e in self._runs if e <= epoch]:
             del self._runs[old]
         return stats

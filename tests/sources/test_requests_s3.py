@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from epochstate.core.storage.location import Location, StorageFactory
+from epochstate.core.storage.location import Location, StorageFactory, configure, default_factory
 from epochstate.daemon.ingest.follower import JobFollower
 from epochstate.daemon.runtime import NoRegistry
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
@@ -113,9 +113,13 @@ def test_a_commit_entry_written_again_is_noticed_from_the_listing(
     assert _requests(factory, root) == Counter({("list", "commits"): 3})
 
 
-@pytest.mark.parametrize("name", ["hdfs", "rocksdb-changelog", "rocksdb-zip"])
+@pytest.mark.parametrize(
+    ("name", "listener"),
+    [("hdfs", False), ("hdfs", True), ("rocksdb-changelog", True), ("rocksdb-zip", True)],
+)
 def test_a_later_epoch_costs_the_listing_its_offsets_and_its_state_files(
     name: str,
+    listener: bool,
     s3_server: S3Server,
     checkpoints: dict[str, Path],
     rocksdb_checkpoints: dict[str, Path],
@@ -129,10 +133,15 @@ def test_a_later_epoch_costs_the_listing_its_offsets_and_its_state_files(
     _, uri = _upload(s3_server, local)
     factory, root = _traced(tmp_path, uri)
     store = VersionedStore(tmp_path / "store")
+    before = default_factory()
+    configure(factory)  # the follower opens its checkpoint through the traced storage
     try:
         follower = JobFollower("job", uri, store, NoRegistry(), 1000, scratch_dir=tmp_path)
-        follower.checkpoint = Checkpoint(root)  # the traced storage
-        follower._schemas._checkpoint = follower.checkpoint
+        newest = follower.checkpoint.latest_committed()
+        assert newest is not None and newest >= 4
+        if listener:  # the listener reported every epoch, of one run
+            for epoch in range(newest + 1):
+                follower.reported(epoch, run_id="run-1", query_id=follower.entry.descriptor.query_id)
         assert follower.step() is not None  # epoch 0, in full
         _requests(factory, root)
         # Later epochs, read ahead of each other: every request over them all.
@@ -140,21 +149,31 @@ def test_a_later_epoch_costs_the_listing_its_offsets_and_its_state_files(
         while (epoch := follower.next_epoch()) is not None:
             follower.step(epoch)
             later.append(epoch)
-        assert len(later) >= 3
+        assert later == list(range(1, newest + 1))
         spent = _requests(factory, root)
         suffix = {"hdfs": "delta", "rocksdb-changelog": "changelog", "rocksdb-zip": "zip"}[name]
         partitions = len(list((local / "state" / "0").glob("[0-9]*")))
         # A listing per step, and one finding nothing newer.
         expected = Counter({("list", "commits"): len(later) + 1})
         for epoch in later:
-            if epoch != later[-1]:  # the newest entry was read when the job was opened
+            if epoch != newest:  # the newest entry was read when the job was opened
                 expected[("get", f"offsets/{epoch}")] = 1
             for p in range(partitions):
                 expected[("get", f"state/0/{p}/{epoch + 1}.{suffix}")] = 1
+        if not listener:
+            # Unvouched epochs: the schema file's tag (its content once, to compare).
+            expected[("head", "state/0/0/_metadata/schema")] = len(later)
+            expected[("get", "state/0/0/_metadata/schema")] = 1
         tables = Counter({k: v for k, v in spent.items() if "/SSTs/" in k[1]})
         # Each state file of each version once (deltas, changelogs, or zips and the
-        # table files they add), its offset entry and a listing: no HEAD, nothing else.
+        # table files they add), its offset entry and a listing: nothing else.
         assert spent - tables == expected
         assert all(n == 1 for n in tables.values()) and (name == "rocksdb-zip") == bool(tables)
+
+        # A report of a new query run: the next epoch reads operators and schemas again.
+        follower.reported(newest + 1, run_id="run-2")
+        assert follower._metadata_due(newest + 1)
+        assert not follower._metadata_due(newest + 2)
     finally:
+        configure(before)
         store.close()

@@ -74,6 +74,10 @@ class Checkpoint(QueryLog):
         self.commits_rewritten = False
         self._operators: list[OperatorInfo] | None = None
         self._schemas: dict[tuple[int, str], tuple[StructType, StructType]] = {}
+        # What the kept schemas were read from: a schema file's tag (once compared),
+        # and per transformWithState operator its newest _metadata/v2 entry.
+        self._schema_tags: dict[tuple[int, str], str] = {}
+        self._v2_newest: dict[int, int] = {}
 
     # Logs, read once.
 
@@ -135,6 +139,38 @@ class Checkpoint(QueryLog):
         may have changed them)."""
         self._operators = None
         self._schemas.clear()
+        self._schema_tags.clear()
+        self._v2_newest.clear()
+
+    def metadata_changed(self) -> bool:
+        """Whether a kept schema may be out of date, told cheaply and by content: one
+        HEAD per store's schema file (a tag not seen before: its content is read and
+        compared) and, per transformWithState operator, one listing of its
+        ``_metadata/v2`` (a new run writes a new entry there). A schema file that is
+        gone (removed for the next run to write anew) changes nothing yet.
+
+        Raises:
+            CorruptCheckpointFile, UnsupportedCheckpoint: a malformed schema file.
+        """
+        for op_id, newest in self._v2_newest.items():
+            batches = numeric_entries(self.root / "state" / str(op_id) / METADATA_DIR / "v2")
+            if batches[-1:] != [newest]:
+                return True
+        for (op_id, store), schema in list(self._schemas.items()):
+            if op_id in self._v2_newest:
+                continue
+            path = self.store_dir(op_id, 0, store) / METADATA_DIR / "schema"
+            try:
+                tag = path.stat().tag
+                if self._schema_tags.get((op_id, store)) == tag:
+                    continue
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            if parse_schema_file(data, str(path)) != schema:
+                return True
+            self._schema_tags[(op_id, store)] = tag
+        return False
 
     # Configuration.
 
@@ -250,7 +286,9 @@ class Checkpoint(QueryLog):
 
     def _read_store_schema(self, operator_id: int, store: str) -> tuple[StructType, StructType]:
         op_dir = self.root / "state" / str(operator_id)
-        if has_v2_metadata(op_dir):
+        batches = numeric_entries(op_dir / METADATA_DIR / "v2")
+        if batches:
+            self._v2_newest[operator_id] = batches[-1]
             for info in read_v2_operator(operator_id, op_dir).stores:
                 if info.name == store and info.variable is not None:
                     return info.variable.key_schema, info.variable.value_schema
