@@ -11,7 +11,9 @@ ranged GET of its last 64 KiB. Clients:
 * ``http.client``: unsigned requests on one kept-alive connection, the server's own
   cost per request (the floor every client stands on);
 * ``s3fs``: fsspec's S3 implementation, through the daemon's :class:`RemoteStorage`
-  (retries and request counting included), as the daemon uses it;
+  (retries and request counting included), as the daemon used it before obstore;
+* ``obstore (ObjectStoreStorage)``: obstore through the daemon's storage layer, as
+  the daemon uses it now;
 * ``obstore``: the Rust ``object_store`` crate's Python binding, called directly.
 
 p50 and p99 of each request in ms, and the big GET's throughput. Then, with
@@ -38,7 +40,8 @@ from typing import Any
 
 from table import print_table
 
-from epochstate.core.storage.location import StorageFactory
+from epochstate.core.storage.location import Location, StorageFactory
+from epochstate.core.storage.remote import RemoteStorage
 from epochstate.devtools.object_store import S3Server
 
 
@@ -68,8 +71,7 @@ def _http_client(server: S3Server, bucket: str) -> dict[str, Callable[[], object
     }
 
 
-def _s3fs(bucket: str, size: int, cache: Path) -> dict[str, Callable[[], object]]:
-    root = StorageFactory(cache_dir=cache).open(f"s3://{bucket}/cp")
+def _through_storage(root: Location, size: int) -> dict[str, Callable[[], object]]:
     big = root / "state" / "0" / "0" / "9.zip"
     entry = root / "offsets" / "7"
     return {
@@ -79,6 +81,23 @@ def _s3fs(bucket: str, size: int, cache: Path) -> dict[str, Callable[[], object]
         "GET big object, whole": big.read_bytes,
         "GET big object, last 64 KiB": lambda: big.read_range(size - 65536, size),
     }
+
+
+def _s3fs(bucket: str, size: int) -> dict[str, Callable[[], object]]:
+    """s3fs as the daemon used it before obstore: our retries, its own off."""
+    import fsspec
+
+    fs = fsspec.filesystem(
+        "s3",
+        skip_instance_cache=True,
+        use_listings_cache=False,
+        config_kwargs={"retries": {"max_attempts": 1}, "connect_timeout": 5, "read_timeout": 30},
+    )
+    return _through_storage(Location(RemoteStorage(fs, "s3"), f"{bucket}/cp"), size)
+
+
+def _obstore_storage(bucket: str, size: int, cache: Path) -> dict[str, Callable[[], object]]:
+    return _through_storage(StorageFactory(cache_dir=cache).open(f"s3://{bucket}/cp"), size)
 
 
 def _obstore_store(server: S3Server, bucket: str) -> object:
@@ -185,7 +204,8 @@ def main(argv: list[str] | None = None) -> None:
         s3.put_object(Bucket=bucket, Key="cp/state/0/0/8.zip", Body=snapshot_zip)
         clients = {
             "http.client (floor)": _http_client(server, bucket),
-            "s3fs (RemoteStorage)": _s3fs(bucket, size, workdir / "cache"),
+            "s3fs (RemoteStorage)": _s3fs(bucket, size),
+            "obstore (ObjectStoreStorage)": _obstore_storage(bucket, size, workdir / "cache"),
             "obstore": _obstore(server, bucket, size),
         }
         store = _obstore_store(server, bucket)

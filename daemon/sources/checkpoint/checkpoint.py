@@ -25,6 +25,7 @@ new object.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Literal
 
@@ -67,16 +68,18 @@ class Checkpoint(QueryLog):
         super().__init__(root)
         self._epoch_logs: dict[int, EpochLog] = {}
         self._commit_entries: dict[int, CommitEntry] = {}
-        # The newest listing of commits/ (stats only from object stores), and every
-        # entry's stat as first listed.
+        # The newest listing of commits/ (stats only from object stores), and its
+        # stats, which the next listing is compared with.
         self._listed: dict[int, FileStat | None] = {}
-        self._first_seen: dict[int, FileStat] = {}
+        self._previous_listing: dict[int, FileStat] = {}
         self.commits_rewritten = False
         self._operators: list[OperatorInfo] | None = None
         self._schemas: dict[tuple[int, str], tuple[StructType, StructType]] = {}
-        # What the kept schemas were read from: a schema file's tag (once compared),
-        # and per transformWithState operator its newest _metadata/v2 entry.
+        # What the kept schemas were read from: a schema file's tag (once compared)
+        # and MD5 (S3 tags a file written in one piece with it), and per
+        # transformWithState operator its newest _metadata/v2 entry.
         self._schema_tags: dict[tuple[int, str], str] = {}
+        self._schema_md5: dict[tuple[int, str], str] = {}
         self._v2_newest: dict[int, int] = {}
 
     # Logs, read once.
@@ -90,14 +93,14 @@ class Checkpoint(QueryLog):
             if entry.name.isdigit() and entry.name.isascii():
                 listed[int(entry.name)] = entry.listed_stat
         oldest = min(listed, default=None)
-        for epoch, seen in self._first_seen.items():
+        for epoch, seen in self._previous_listing.items():
             now = listed.get(epoch)
             if now is None:
                 gone = oldest is not None and epoch > oldest  # purged entries go oldest first
                 self.commits_rewritten |= gone
             elif (now.st_size, now.tag, now.st_mtime_ns) != (seen.st_size, seen.tag, seen.st_mtime_ns):
                 self.commits_rewritten = True
-        self._first_seen = {e: s for e, s in listed.items() if s is not None}
+        self._previous_listing = {e: s for e, s in listed.items() if s is not None}
         self._listed = listed
         return sorted(listed)
 
@@ -140,6 +143,7 @@ class Checkpoint(QueryLog):
         self._operators = None
         self._schemas.clear()
         self._schema_tags.clear()
+        self._schema_md5.clear()
         self._v2_newest.clear()
 
     def metadata_changed(self) -> bool:
@@ -162,7 +166,9 @@ class Checkpoint(QueryLog):
             path = self.store_dir(op_id, 0, store) / METADATA_DIR / "schema"
             try:
                 tag = path.stat().tag
-                if self._schema_tags.get((op_id, store)) == tag:
+                known = (self._schema_tags.get((op_id, store)), f'"{self._schema_md5.get((op_id, store))}"')
+                if tag in known:
+                    self._schema_tags[(op_id, store)] = tag
                     continue
                 data = path.read_bytes()
             except FileNotFoundError:
@@ -297,4 +303,5 @@ class Checkpoint(QueryLog):
             data = path.read_bytes()
         except FileNotFoundError:
             raise MissingCheckpointFile(f"{path}: no schema for store {store!r}") from None
+        self._schema_md5[(operator_id, store)] = hashlib.md5(data, usedforsecurity=False).hexdigest()
         return parse_schema_file(data, str(path))

@@ -30,7 +30,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from epochstate.daemon.sources.rocksdb.changelog import DELETE, MERGE, PUT, ChangelogRecord
-from epochstate.daemon.sources.rocksdb.manifest import Manifest
+from epochstate.daemon.sources.rocksdb.manifest import Manifest, ManifestFormatError, parse_manifest
+from epochstate.daemon.sources.rocksdb.snapshot import SnapshotReader
 from epochstate.daemon.sources.rocksdb.sst import SstFormatError, sst_writes_after
 
 RawState = dict[bytes, bytes]
@@ -99,3 +100,18 @@ def sequence_disagreement(
             if (record.op == PUT and value != record.value) or (record.op == DELETE and value is not None):
                 return f"sequence number {sequence} wrote another value than the changelog's record {index}"
     return None
+
+
+def snapshot_sequence_disagreement(
+    snapshot: SnapshotReader, records: Sequence[ChangelogRecord]
+) -> str | None:
+    """:func:`sequence_disagreement` of an opened snapshot (its extracted MANIFEST and
+    local table files); ``None`` too for a MANIFEST the reader does not take (the
+    values then decide alone)."""
+    try:
+        current = snapshot.extracted("CURRENT").read_text(encoding="ascii").strip()
+        manifest = parse_manifest(snapshot.extracted(current).read_bytes())
+    except (OSError, UnicodeDecodeError, ManifestFormatError):
+        return None
+    files = {f.local_name: snapshot.extracted(f.local_name) for f in snapshot.metadata.files}
+    return sequence_disagreement(manifest, files, records)

@@ -41,7 +41,11 @@ from epochstate.daemon.sources.errors import (
     SourceError,
     UnsupportedCheckpoint,
 )
-from epochstate.daemon.sources.rocksdb.attempts import as_records, sequence_disagreement, value_disagreement
+from epochstate.daemon.sources.rocksdb.attempts import (
+    as_records,
+    snapshot_sequence_disagreement,
+    value_disagreement,
+)
 from epochstate.daemon.sources.rocksdb.changelog import (
     DELETE,
     MERGE,
@@ -51,7 +55,6 @@ from epochstate.daemon.sources.rocksdb.changelog import (
     iter_changelog_ops,
 )
 from epochstate.daemon.sources.rocksdb.conf import LZ4_CODECS
-from epochstate.daemon.sources.rocksdb.manifest import ManifestFormatError, parse_manifest
 from epochstate.daemon.sources.rocksdb.snapshot import SnapshotMetadata, SnapshotReader, zip_errors
 from epochstate.daemon.sources.rocksdb.unique_ids import CommittedIds
 from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream
@@ -225,13 +228,11 @@ class StoreDirectory:
             MissingStateFile: the commit entry naming the file is gone (format 2).
             UnsupportedCheckpoint, CorruptStateFile: as for :meth:`changelog`.
         """
-        path = self.path(partition, version, CHANGELOG)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
+        found = self._content_if_any(partition, version)
+        if found is None:
             return None
-        header, records = iter_changelog_ops(self._decompress(path, data), str(path))
-        self._check_header(path, header)
+        header, records = iter_changelog_ops(found[1], str(found[0]))
+        self._check_header(found[0], header)
         return list(records)
 
     def changelog_rows_if_any(
@@ -244,15 +245,20 @@ class StoreDirectory:
             MissingStateFile: the commit entry naming the file is gone (format 2).
             UnsupportedCheckpoint, CorruptStateFile: as for :meth:`changelog`.
         """
+        found = self._content_if_any(partition, version)
+        if found is None:
+            return None
+        header, records = iter_changelog(found[1], str(found[0]))
+        self._check_header(found[0], header)
+        return found[0], list(records)
+
+    def _content_if_any(self, partition: int, version: int) -> tuple[Location, bytes] | None:
         path = self.path(partition, version, CHANGELOG)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             return None
-        content = self._decompress(path, data)
-        header, records = iter_changelog(content, str(path))
-        self._check_header(path, header)
-        return path, list(records)
+        return path, self._decompress(path, data)
 
     def _changelog_content(
         self, partition: int, version: int, unique_id: str | None = None
@@ -327,7 +333,7 @@ class StoreDirectory:
                 return state  # purged meanwhile: nothing to disagree with
             reason = value_disagreement(state, records, self.merge_delimiter)
             if reason is None:
-                reason = _sequence_disagreement(snapshot, records)
+                reason = snapshot_sequence_disagreement(snapshot, records)
         if reason is not None:
             log.warning("%s is not the committed attempt's snapshot (%s); not used", path, reason)
             return None
@@ -467,13 +473,3 @@ class StoreDirectory:
         except MissingStateFile:  # a commit entry naming the files is gone
             return False
         return True
-
-
-def _sequence_disagreement(snapshot: SnapshotReader, records: list[ChangelogRecord]) -> str | None:
-    try:
-        current = snapshot.extracted("CURRENT").read_text(encoding="ascii").strip()
-        manifest = parse_manifest(snapshot.extracted(current).read_bytes())
-    except (OSError, UnicodeDecodeError, ManifestFormatError):
-        return None  # a MANIFEST the reader does not take: the values decide alone
-    files = {f.local_name: snapshot.extracted(f.local_name) for f in snapshot.metadata.files}
-    return sequence_disagreement(manifest, files, records)
