@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -135,6 +136,11 @@ def ingest(
         store.close()
 
 
+def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the rounds."""
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
 def print_trace(location: str, epoch: int, requests: list[tuple[str, str]]) -> None:
     root = location.split("://", 1)[-1]
     print(f"  epoch {epoch}: {len(requests)} requests", file=sys.stderr)
@@ -199,6 +205,9 @@ def main(argv: list[str] | None = None) -> None:
         "--trace", action="store_true", help="print every S3 request of each later epoch (stderr)"
     )
     parser.add_argument("--no-freshness", action="store_true", help="skip (e)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="rounds of (b) and (c), medians reported (default 3)"
+    )
     args = parser.parse_args(argv)
 
     workdir = Path(tempfile.mkdtemp(prefix="epochstate-bench-s3-"))
@@ -229,15 +238,37 @@ def main(argv: list[str] | None = None) -> None:
             checkpoint, uri = built[name]
             print(f"ingesting: {name}, local then s3 ...", file=sys.stderr)
             base = workdir / name.replace(" ", "-")
-            local = ingest(
-                base / "local", str(checkpoint), StorageFactory(cache_dir=base / "c1"), args.epochs
-            )
-            remote = ingest(
-                base / "s3", uri, StorageFactory(cache_dir=base / "c2"), args.epochs, trace=args.trace
-            )
-            polling = ingest(
-                base / "s3-polling", uri, StorageFactory(cache_dir=base / "c3"), args.epochs, listener=False
-            )
+            # Rounds of local, S3 and S3 polling, one after the other: the medians of
+            # each compare the same stretch of time on a machine whose speed drifts.
+            runs: dict[str, list[dict[str, float]]] = {"local": [], "s3": [], "polling": []}
+            for r in range(args.repeat):
+                runs["local"].append(
+                    ingest(
+                        base / f"local-{r}",
+                        str(checkpoint),
+                        StorageFactory(cache_dir=base / f"c1-{r}"),
+                        args.epochs,
+                    )
+                )
+                runs["s3"].append(
+                    ingest(
+                        base / f"s3-{r}",
+                        uri,
+                        StorageFactory(cache_dir=base / f"c2-{r}"),
+                        args.epochs,
+                        trace=args.trace and r == 0,
+                    )
+                )
+                runs["polling"].append(
+                    ingest(
+                        base / f"polling-{r}",
+                        uri,
+                        StorageFactory(cache_dir=base / f"c3-{r}"),
+                        args.epochs,
+                        listener=False,
+                    )
+                )
+            local, remote, polling = (median_run(runs[k]) for k in ("local", "s3", "polling"))
             files = sum(changed_files(checkpoint, v) for v in range(2, args.epochs + 1)) / (args.epochs - 1)
             share = remote["rate"] / local["rate"]
             rows.append(
@@ -300,7 +331,8 @@ def main(argv: list[str] | None = None) -> None:
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"state: {args.keys:,} string keys, {args.epochs} epochs, {args.changed:,} keys changed per later "
-        f"epoch; one thread; {os.cpu_count()} cores; load average {load}; S3: moto server on loopback"
+        f"epoch; one thread; {os.cpu_count()} cores; load average {load}; S3: moto server on loopback; "
+        f"medians of {args.repeat} rounds"
     )
     print_table(("provider", "measurement", "local", "s3", "s3 / local"), rows)
     if lags:
