@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 # Operator metadata and schemas read from an object store are read again in full
 # at least this often while epochs keep coming.
 METADATA_RECHECK_SECONDS = 60.0
+# A backlog of committed epochs is worked off from a listing at most this old.
+LISTING_REUSE_SECONDS = 1.0
 
 
 class EpochPublisher(Protocol):
@@ -116,6 +118,9 @@ class JobFollower:
         self._revalidate = False
         self._runs: dict[int, str] = {}
         self._other_query_reported = False
+        # The newest listing of the commit log and when it was taken.
+        self._committed: list[int] = []
+        self._listed_at = 0.0
         self.entry = self._open()
 
     # -- set-up ----------------------------------------------------------------
@@ -240,18 +245,32 @@ class JobFollower:
         self._codecs.clear()
         self._runs.clear()
         self._validated_run = None
+        self._committed, self._listed_at = [], 0.0
         self.entry = self._open()
         return True
 
     # -- ingest ------------------------------------------------------------------
 
     def next_epoch(self) -> int | None:
-        """The next committed epoch to ingest, or None when caught up."""
-        committed = self.checkpoint.committed_epochs()
+        """The next committed epoch to ingest, or None when caught up. On an object
+        store, a daemon working off a backlog takes it from a listing up to
+        :data:`LISTING_REUSE_SECONDS` old (committed epochs stay committed; a
+        checkpoint recreated meanwhile shows in the next listing)."""
+        newest = self.entry.progress.newest
+        known = self._committed
+        if (
+            newest >= 0
+            and not self.checkpoint.root.is_local
+            and time.monotonic() - self._listed_at < LISTING_REUSE_SECONDS
+        ):
+            ahead = next((e for e in known if e > newest), None)
+            if ahead is not None:
+                return ahead
+        committed = self._committed = self.checkpoint.committed_epochs()
+        self._listed_at = time.monotonic()
         if not committed:
             return None
         self.entry.committed = committed[-1]
-        newest = self.entry.progress.newest
         if newest < 0:
             # Nothing ingested yet: start with the oldest epoch retention would keep.
             first = max(committed[0], committed[-1] - self._retention + 1)
