@@ -103,6 +103,7 @@ def count_until_quiet(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -
         total += float(frame["v"].sum()) / 4
         newest = pd.Timestamp(max(frame["ts"].max(), newest or frame["ts"].min()))
         ids = ",".join(filter(None, [ids, *sorted(frame["id"])]))
+    assert newest is not None  # set by the frames above (there is at least one)
     state.update((n, total, newest.to_pydatetime(), ids))
     state.setTimeoutTimestamp(int(newest.timestamp() * 1000) + 5000)
     yield pd.DataFrame({"user": [key[0]], "n": [n]})
