@@ -176,14 +176,14 @@ class StorageFactory:
         key = (target.protocol, target.scheme, target.authority, repr(sorted(extra.items())))
         with self._lock:
             storage = self._remote.get(key)
-            if storage is None and protocol == "s3":
+            if storage is None and target.protocol == "s3":
                 # S3 through obstore (see objectstore for the measurement behind it).
                 if not obstore_available():
                     raise UnsupportedLocation(
-                        f"{scheme}:// checkpoints need obstore: pip install 'epochstate[s3]'"
+                        f"{target.scheme}:// checkpoints need obstore: pip install 'epochstate[s3]'"
                     )
                 storage = ObjectStoreStorage(
-                    scheme,
+                    target.scheme,
                     options=self._options.get("s3", DEFAULT_S3_OPTIONS),
                     stats=self.stats,
                     retry=self.retry,
