@@ -47,6 +47,17 @@ DEFAULT_S3_OPTIONS: dict[str, Any] = {
 }
 
 
+def _bucket_known(call: Any, *args: Any) -> Any:
+    """``call(*args)``, with S3's ``NoSuchBucket`` (which obstore reports as a generic
+    error) raised as :class:`FileNotFoundError`: a permanent answer, not a fault to retry."""
+    try:
+        return call(*args)
+    except Exception as error:
+        if "<Code>NoSuchBucket</Code>" in str(error):
+            raise FileNotFoundError(f"no such bucket: {error}".splitlines()[0]) from None
+        raise
+
+
 def available() -> bool:
     """Whether obstore is installed."""
     return _AVAILABLE
@@ -96,7 +107,12 @@ class ObjectStoreStorage(RemoteStorage):
     def listdir(self, path: str) -> list[Entry]:
         store, key = self._store(path)
         prefix = key.rstrip("/")
-        found = self._call("list", path, lambda: obstore.list_with_delimiter(store, prefix or None))
+        try:
+            found = self._call(
+                "list", path, lambda: _bucket_known(obstore.list_with_delimiter, store, prefix or None)
+            )
+        except FileNotFoundError:  # no such bucket: nothing under it, as for a missing prefix
+            return []
         start = len(prefix) + 1 if prefix else 0
         entries = [Entry(p[start:].rstrip("/"), True, None) for p in found["common_prefixes"]]
         entries.extend(Entry(meta["path"][start:], False, _stat(meta)) for meta in found["objects"])
@@ -104,7 +120,7 @@ class ObjectStoreStorage(RemoteStorage):
 
     def stat(self, path: str) -> FileStat:
         store, key = self._store(path)
-        return _stat(self._call("head", path, lambda: obstore.head(store, key)))
+        return _stat(self._call("head", path, lambda: _bucket_known(obstore.head, store, key)))
 
     def is_file(self, path: str) -> bool:
         try:
@@ -115,7 +131,7 @@ class ObjectStoreStorage(RemoteStorage):
 
     def _read_whole(self, path: str) -> bytes:
         store, key = self._store(path)
-        data = self._call("get", path, lambda: bytes(obstore.get(store, key).bytes()))
+        data = self._call("get", path, lambda: bytes(_bucket_known(obstore.get, store, key).bytes()))
         self.stats.add("bytes", len(data))
         return data
 

@@ -225,7 +225,7 @@ def test_uniquely_named_files_are_cached_without_asking_again(
 
 
 def test_read_ahead_is_the_file_and_a_missing_file_stays_missing_until_it_appears(
-    s3_server: S3Server, roots: tuple[Location, Location, StorageFactory]
+    request: pytest.FixtureRequest, roots: tuple[Location, Location, StorageFactory]
 ) -> None:
     _, remote, factory = roots
     delta = remote / "state" / "0" / "0" / "1.delta"
@@ -237,8 +237,9 @@ def test_read_ahead_is_the_file_and_a_missing_file_stays_missing_until_it_appear
     remote.storage.read_ahead(later.path)
     with pytest.raises(FileNotFoundError):
         later.read_bytes()
-    bucket, _, key = later.path.partition("/")
-    s3_server.client().put_object(Bucket=bucket, Key=key, Body=b"v1\n{}")
+    store: CheckpointStore = request.getfixturevalue(SCHEMES[request.node.callspec.params["roots"]])
+    bucket, _, key = later.path.lstrip("/").partition("/")
+    store.put(bucket, key, b"v1\n{}")
     assert later.read_bytes() == b"v1\n{}"  # nothing negative is kept
 
 
