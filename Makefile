@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test compat compat-venvs lint typecheck imports view docs pytest proto bench bench-ingest bench-object-store bench-alignment clean
+.PHONY: demo demo-chain test compat compat-venvs lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-ingest bench-object-store bench-alignment clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,22 @@ compat: $(STAMP)
 
 compat-venvs: $(STAMP)
 	$(BIN)/python -m tests.compat.venvs
+
+# Longer fuzzing than the bounded run in `make pytest` (see docs/development.md):
+# every file parser under atheris for FUZZ_SECONDS each, the working corpus and any
+# findings in var/fuzz; then the gRPC API under hypothesis for FUZZ_EXAMPLES examples.
+FUZZ_SECONDS  ?= 60
+FUZZ_EXAMPLES ?= 2000
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz.run --all --seconds $(FUZZ_SECONDS) --work var/fuzz
+	$(MAKE) fuzz-grpc
+
+fuzz-grpc: $(STAMP)
+	FUZZ_GRPC_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/fuzz/test_grpc.py -p no:cacheprovider $(PYTEST_ARGS)
+
+# Rewrite the seed corpus from real Spark queries (minutes).
+fuzz-seeds: $(STAMP)
+	$(BIN)/python -m tests.fuzz.seeds
 
 proto: $(STAMP)
 	$(BIN)/python proto/generate.py

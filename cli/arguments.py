@@ -27,6 +27,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document i
 JsonLinesOpt = Annotated[
     bool, typer.Option("--json", help="print one JSON object per line (NDJSON) instead of a table")
 ]
+RecordLinesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="print one JSON object per record (NDJSON) instead of a table; a key or value is an"
+        " object, or, when a field name repeats, an array of [name, value] pairs in schema order",
+    ),
+]
 EpochOpt = Annotated[str, typer.Option("--epoch", "-e", help="an epoch number, or 'latest'")]
 AtLeastOpt = Annotated[
     int | None, typer.Option("--at-least", help="newest epoch, once it is >= this (waits)")

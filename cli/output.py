@@ -25,6 +25,8 @@ from typing import Any
 
 from rich.console import Console
 
+from epochstate.client.structs import Struct
+
 
 def is_terminal() -> bool:
     """Whether stdout is a terminal (a person reads it) rather than a pipe or file.
@@ -44,7 +46,17 @@ def jsonable(value: Any) -> Any:
     has a rule: bytes as base64, non-finite floats as ``"NaN"``/``"Infinity"``/
     ``"-Infinity"``; decimals as strings (no precision lost); dates and timestamps
     as ISO 8601 strings (naive timestamps are UTC and get a ``Z``); map keys as strings; a map whose keys
-    are not hashable as a list of ``[key, value]`` pairs (as the client gives it)."""
+    are not hashable as a list of ``[key, value]`` pairs (as the client gives it).
+
+    A struct (:class:`~epochstate.client.structs.Struct`) is an object, field name ->
+    value, in schema order, when its names are unique; when a name repeats (Spark's
+    aggregation buffers: ``count``, ``sum``, ``count``) it is an array of
+    ``[name, value]`` pairs in schema order, so that no field is lost. The form
+    depends on the schema only, so every record of a store has the same one."""
+    if isinstance(value, Struct):
+        if value.has_repeated_names():
+            return [[name, jsonable(v)] for name, v in value.fields]
+        return {name: jsonable(v) for name, v in value.fields}
     if isinstance(value, dict):
         return {_key_text(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -9,8 +9,12 @@ a later page fail, the lines before stay written and the exit code says so)::
 
 ``epoch`` is the epoch that answered (all records of one command share it);
 ``value`` and ``partition`` are null when ``found`` is false (a scan lists only
-found keys). Keys and values are objects, field name -> value, converted as
-:func:`epochstate.cli.output.jsonable` says.
+found keys). Keys and values are objects, field name -> value in schema order,
+converted as :func:`epochstate.cli.output.jsonable` says; a struct whose schema
+repeats a field name (an aggregation buffer's ``count``, ``sum``, ``count``) is
+an array of ``[name, value]`` pairs instead, so every field is kept::
+
+    {"job": "orders", ..., "value": [["count", 3], ["sum", 9.5], ["count", 2]], ...}
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from epochstate.cli.arguments import (
     DEFAULT_TARGET,
     AtLeastOpt,
     EpochOpt,
-    JsonLinesOpt,
     OperatorOpt,
+    RecordLinesOpt,
     StoreOpt,
     TargetOpt,
     TimeoutOpt,
@@ -61,7 +65,7 @@ def get(
     operator: OperatorOpt = 0,
     store: StoreOpt = "default",
     timeout: TimeoutOpt = 10.0,
-    as_json: JsonLinesOpt = False,
+    as_json: RecordLinesOpt = False,
 ) -> None:
     """Look up key(s) in a job's state, pinned to one epoch."""
     keys = [parse_json(k, "key") for k in key]
@@ -94,7 +98,7 @@ def scan(
     store: StoreOpt = "default",
     limit: Annotated[int, typer.Option(help="at most this many records")] = 100,
     timeout: TimeoutOpt = 10.0,
-    as_json: JsonLinesOpt = False,
+    as_json: RecordLinesOpt = False,
 ) -> None:
     """List a job's state at one epoch, in key order."""
     parsed = parse_json(prefix, "prefix")

@@ -25,9 +25,11 @@ from epochstate.client.errors import (
     StoreNotFound,
     Unavailable,
 )
+from epochstate.client.structs import AmbiguousField, Struct
 
 __all__ = [
     "AlignedWith",
+    "AmbiguousField",
     "CommandRefused",
     "DataLoss",
     "DeadlineExceeded",
@@ -46,6 +48,7 @@ __all__ = [
     "NotFound",
     "StoreNotFound",
     "StoreSchema",
+    "Struct",
     "Unavailable",
     "selector",
 ]

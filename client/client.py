@@ -20,6 +20,7 @@ import grpc
 
 from epochstate.client.alignment_admin import AlignmentAdmin
 from epochstate.client.errors import DeadlineExceeded, InvalidArgument, from_rpc_error
+from epochstate.client.structs import Struct
 from epochstate.client.values import from_row, to_row
 from epochstate.core.sparktypes import StructType, parse_struct
 from epochstate.v1 import epochstate_pb2 as pb
@@ -42,12 +43,17 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
 
 @dataclass(frozen=True)
 class Lookup:
-    """One key's state at ``epoch``; ``value`` is None when ``found`` is False."""
+    """One key's state at ``epoch``; ``value`` is None when ``found`` is False.
+
+    ``key`` and ``value`` are :class:`~epochstate.client.structs.Struct`: every field
+    of the store's key and value schema, in schema order (``value["count"]`` by
+    name, ``value[0]`` by position; see ``Struct`` for repeated names).
+    """
 
     epoch: int
-    key: dict[str, Any]
+    key: Struct
     found: bool
-    value: dict[str, Any] | None
+    value: Struct | None
     partition: int | None
 
 

@@ -105,7 +105,8 @@ class Unavailable(EpochStateClientError):
 
 
 class DataLoss(EpochStateClientError):
-    """What the answer needs exists but cannot be read (checkpoint files, registry records)."""
+    """What the answer needs exists but cannot be read (checkpoint files, registry records,
+    the daemon's own store)."""
 
     code = grpc.StatusCode.DATA_LOSS
 
@@ -144,6 +145,7 @@ BY_REASON: Mapping[str, type[EpochStateClientError]] = {
     reasons.EPOCH_RETIRED: EpochRetired,
     reasons.EPOCH_UNAVAILABLE: EpochDamaged,
     reasons.CORRUPT_REGISTRY_RECORD: DataLoss,
+    reasons.STORE_DAMAGED: DataLoss,
     reasons.SHUTTING_DOWN: Unavailable,
     reasons.REGISTRY_UNAVAILABLE: Unavailable,
     reasons.INTERNAL: EpochStateClientError,

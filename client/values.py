@@ -3,10 +3,11 @@
 To the daemon: ``tuple``/``list``/``dict`` fill structs (by position or name),
 ``list`` fills arrays, ``dict`` fills maps; ``datetime.date`` and
 ``datetime.datetime`` (naive = UTC) fill dates and timestamps; ISO strings are
-accepted for them too. From the daemon: structs become ``dict`` (field name ->
-value), arrays ``list``, maps ``dict`` (or a list of pairs when keys are not
-hashable), dates ``datetime.date``, timestamps naive UTC ``datetime.datetime``,
-decimals ``decimal.Decimal``.
+accepted for them too. From the daemon: structs become
+:class:`~epochstate.client.structs.Struct` (every field, in schema order, even
+when names repeat), arrays ``list``, maps ``dict`` (or a list of pairs when keys
+are not hashable), dates ``datetime.date``, timestamps naive UTC
+``datetime.datetime``, decimals ``decimal.Decimal``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+from epochstate.client.structs import Struct
 from epochstate.core.sparktypes import (
     ArrayType,
     AtomicType,
@@ -121,5 +123,13 @@ def from_value(v: pb.Value, t: SparkType) -> Any:
     return getattr(v, kind)
 
 
-def from_row(row: pb.Row, schema: StructType) -> dict[str, Any]:
-    return {f.name: from_value(v, f.type) for f, v in zip(schema.fields, row.fields, strict=False)}
+def from_row(row: pb.Row, schema: StructType) -> Struct:
+    """A struct value: one value per field the row holds, named by the schema, in
+    schema order. Values beyond the schema's fields (never sent by a daemon that
+    agrees on the schema) are kept, under the name ``""``."""
+    names = list(schema.names[: len(row.fields)])
+    values = [from_value(v, f.type) for f, v in zip(schema.fields, row.fields, strict=False)]
+    for extra in row.fields[len(names) :]:
+        names.append("")
+        values.append(from_value(extra, AtomicType("null")))
+    return Struct(names, values)

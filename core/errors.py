@@ -30,3 +30,11 @@ class EpochStateError(Exception):
     def __init__(self, *args: object, metadata: Mapping[str, str] | None = None) -> None:
         super().__init__(*args)
         self.metadata: dict[str, str] = dict(metadata or {})
+
+
+class BadRequest(EpochStateError):
+    """A request that is malformed apart from its key and selector (limits, tokens,
+    names, a checkpoint that cannot be followed). Raised by any daemon layer that
+    checks a request's field; sent as BAD_REQUEST (INVALID_ARGUMENT)."""
+
+    reason = reasons.BAD_REQUEST

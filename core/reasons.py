@@ -81,7 +81,7 @@ BAD_REQUEST: Final = _reason(
     "BAD_REQUEST",
     "INVALID_ARGUMENT",
     "The request is malformed apart from its key and selector (a missing name, a limit, "
-    "a page token, a wait, a subject name, a retention to keep).",
+    "a page token, a wait, a subject name, a retention to keep, a checkpoint that cannot be followed).",
     "Fix the request; the message names the field. Do not retry unchanged.",
 )
 EPOCH_NOT_READY: Final = _reason(
@@ -170,4 +170,11 @@ INTERNAL: Final = _reason(
     "INTERNAL",
     "The daemon failed on purpose but has no more precise reason (a damaged store, a bug).",
     "Do not retry blindly; report it with the daemon's log.",
+)
+STORE_DAMAGED: Final = _reason(
+    "STORE_DAMAGED",
+    "DATA_LOSS",
+    "The daemon's own store (its local RocksDB) cannot be read: a file is damaged or unreadable.",
+    "Do not retry on this daemon; read from another replica. An operator must look at the daemon's "
+    "log; deleting its store directory makes it re-ingest the retained epochs from the checkpoints.",
 )

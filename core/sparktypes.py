@@ -22,9 +22,10 @@ any, when null        ``None``
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
+
+from epochstate.core import jsontext
 
 AtomicName = Literal[
     "boolean",
@@ -102,15 +103,36 @@ class MapValue:
 _JSON_ALIASES = {"int": "integer", "timestamp_ltz": "timestamp", "void": "null"}
 
 
-def parse_type(obj: Any) -> SparkType:
-    """Parse Spark's JSON form of a data type (``DataType.json``)."""
+MAX_NESTING = 100
+"""Deepest nesting of structs, arrays and maps accepted (readers and codecs recurse
+once or twice per level; Spark's schemas nest a few levels)."""
+MAX_DECIMAL_PRECISION = 38
+
+
+def _decimal(precision: int, scale: int) -> DecimalType:
+    if not 1 <= precision <= MAX_DECIMAL_PRECISION or not 0 <= scale <= precision:
+        raise SchemaError(f"decimal({precision},{scale}) is not a Spark decimal type")
+    return DecimalType(precision, scale)
+
+
+def parse_type(obj: Any, _depth: int = 0) -> SparkType:
+    """Parse Spark's JSON form of a data type (``DataType.json``).
+
+    Raises:
+        SchemaError: a type that is not a Spark SQL type we understand (also a
+            decimal beyond precision 38, or nesting deeper than :data:`MAX_NESTING`).
+        ValueError, KeyError, TypeError: JSON that is not a data type's form.
+    """
+    if _depth > MAX_NESTING:
+        raise SchemaError(f"data type nested deeper than {MAX_NESTING} levels")
+    nested = _depth + 1
     if isinstance(obj, str):
         name = _JSON_ALIASES.get(obj, obj)
         if name in ATOMIC_NAMES:
             return AtomicType(name)  # type: ignore[arg-type]
         if name.startswith("decimal(") and name.endswith(")"):
             precision, scale = name[len("decimal(") : -1].split(",")
-            return DecimalType(int(precision), int(scale))
+            return _decimal(int(precision), int(scale))
         if name == "decimal":
             return DecimalType(10, 0)
         if name.startswith("char(") or name.startswith("varchar("):
@@ -119,28 +141,30 @@ def parse_type(obj: Any) -> SparkType:
     if isinstance(obj, dict):
         kind = obj.get("type")
         if kind == "struct":
-            return StructType(
-                tuple(
-                    StructField(f["name"], parse_type(f["type"]), bool(f.get("nullable", True)))
-                    for f in obj.get("fields", [])
-                )
-            )
+            return StructType(tuple(_field(f, nested) for f in obj.get("fields", [])))
         if kind == "array":
-            return ArrayType(parse_type(obj["elementType"]), bool(obj.get("containsNull", True)))
+            return ArrayType(parse_type(obj["elementType"], nested), bool(obj.get("containsNull", True)))
         if kind == "map":
             return MapType(
-                parse_type(obj["keyType"]),
-                parse_type(obj["valueType"]),
+                parse_type(obj["keyType"], nested),
+                parse_type(obj["valueType"], nested),
                 bool(obj.get("valueContainsNull", True)),
             )
         if kind == "udt" and "sqlType" in obj:
-            return parse_type(obj["sqlType"])
+            return parse_type(obj["sqlType"], nested)
     raise SchemaError(f"unsupported Spark data type {obj!r}")
+
+
+def _field(obj: Any, depth: int) -> StructField:
+    name = obj["name"]
+    if not isinstance(name, str):
+        raise SchemaError(f"a struct field named {name!r}, not a string")
+    return StructField(name, parse_type(obj["type"], depth), bool(obj.get("nullable", True)))
 
 
 def parse_struct(text_or_obj: str | dict[str, Any]) -> StructType:
     """Parse a Spark struct schema from its JSON text or decoded JSON."""
-    obj = json.loads(text_or_obj) if isinstance(text_or_obj, str) else text_or_obj
+    obj = jsontext.loads(text_or_obj) if isinstance(text_or_obj, str) else text_or_obj
     parsed = parse_type(obj)
     if not isinstance(parsed, StructType):
         raise SchemaError(f"expected a struct schema, got {obj!r}")

@@ -62,6 +62,12 @@ class DaemonSettings(BaseSettings):
         description="keys per store whose newest version ingest remembers (~100 bytes each); "
         "changes to other keys cost a RocksDB seek each",
     )
+    sync_writes: bool = Field(
+        default=True,
+        description="fsync the store's write-ahead log with each ingested epoch before it is queryable "
+        "or announced in ZooKeeper, so a power loss never takes back an epoch; false: faster ingest, "
+        "and a power loss may lose recent epochs (ingested again from the checkpoint)",
+    )
     poll_interval: float = Field(default=0.1, gt=0, description="seconds between looks at a checkpoint")
     poll_max_interval: float = Field(
         default=5.0,

@@ -37,6 +37,7 @@ from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.service import EpochStateService
 from epochstate.daemon.store.catalog import Catalog, JobEntry
 from epochstate.daemon.store.descriptors import EpochRecord
+from epochstate.daemon.store.errors import StoreDamaged
 from epochstate.daemon.store.versioned import StoreOptions, VersionedStore
 from epochstate.v1 import epochstate_pb2 as pb
 
@@ -73,7 +74,8 @@ class Daemon:
         self.metrics = DaemonMetrics()
         self.catalog = Catalog()
         self.store = VersionedStore(
-            settings.data_dir / "store", StoreOptions(newest_keys_per_store=settings.ingest_known_keys)
+            settings.data_dir / "store",
+            StoreOptions(newest_keys_per_store=settings.ingest_known_keys, sync_writes=settings.sync_writes),
         )
         # Where RocksDB snapshots of checkpoints are opened; leftovers of a crash go.
         scratch = settings.data_dir / "scratch"
@@ -132,7 +134,11 @@ class Daemon:
         m.ingest_seconds.labels(job).observe(stats.seconds)
         m.newest_epoch.labels(job).set(stats.epoch)
         entry = self.catalog.get(job)
-        record = self.store.epoch_record(entry.descriptor.job_id, stats.epoch)
+        try:
+            record = self.store.epoch_record(entry.descriptor.job_id, stats.epoch)
+        except StoreDamaged as error:  # reads of it fail with DATA_LOSS; ingest must go on
+            log.error("job %s: %s", job, error)
+            record = None
         if record is not None:
             m.freshness.labels(job).observe(max(0.0, (record.ingested_at_ms - record.committed_at_ms) / 1000))
         m.epoch_problems.labels(job).set(len(entry.problems))

@@ -72,10 +72,8 @@ def _table(title: str, lookups: list[Lookup]) -> Table:
     for column in ("epoch", "user", "orders", "spent"):
         table.add_column(column)
     for lk in lookups:
-        value = lk.value or {}
-        table.add_row(
-            str(lk.epoch), str(lk.key["user"]), str(value.get("count", "-")), str(value.get("sum", "-"))
-        )
+        orders, spent = ("-", "-") if lk.value is None else (lk.value["count"], lk.value["sum"])
+        table.add_row(str(lk.epoch), str(lk.key["user"]), str(orders), str(spent))
     return table
 
 
@@ -194,7 +192,7 @@ def run(options: DemoOptions) -> int:
 
 def _spark_agrees(spark: Any, checkpoint: Path, epoch: int, lookups: list[Lookup]) -> bool:
     rows = spark.read.format("statestore").option("batchId", epoch).load(str(checkpoint)).collect()
-    state = {r.key.user: r.value.asDict() for r in rows}
+    state = {r.key.user: tuple(r.value) for r in rows}  # Spark's Row and the client's Struct are tuples
     return all(state.get(lk.key["user"]) == lk.value for lk in lookups)
 
 

@@ -103,22 +103,29 @@ class AlignedLookup:
 
         The key is the row's ``key_columns`` (in key-schema order); each value
         field becomes a column of its name (None when the key has no state), and
-        ``found_column`` says whether it had state.
+        ``found_column`` says whether it had state. A value schema that repeats a
+        field name (an aggregation buffer's ``count``, ``sum``, ``count``) cannot be
+        columns of a frame: the function raises ``ValueError`` naming the field;
+        read such state with :meth:`get_at`, whose values keep every field.
         """
         columns = list(key_columns)
 
         def add_state(frames: Iterator[Any]) -> Iterator[Any]:
             steady_zip_imports()  # for the next tasks of this Python worker
             with self._client() as client:
-                fields = [
-                    f.name for f in client.describe(self.job).store(self.operator_id, self.store).value.fields
-                ]
+                fields = client.describe(self.job).store(self.operator_id, self.store).value.names
+                repeated = sorted({name for name in fields if fields.count(name) > 1})
+                if repeated:
+                    raise ValueError(
+                        f"the value schema of {self.job!r} repeats field name(s) {repeated}: "
+                        "one column per name would lose fields; use get_at"
+                    )
                 for frame in frames:
                     keys = [list(row) for row in frame[columns].itertuples(index=False, name=None)]
                     found = self._get_at(client, epoch, keys)
                     out = frame.copy()
-                    for name in fields:
-                        out[name] = [None if r.value is None else r.value.get(name) for r in found]
+                    for i, name in enumerate(fields):
+                        out[name] = [None if r.value is None else r.value[i] for r in found]
                     out[found_column] = [r.found for r in found]
                     yield out
 

@@ -12,9 +12,9 @@ keyWithIndexToValue, right keyToNumValues, right keyWithIndexToValue).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
+from epochstate.core import jsontext
 from epochstate.core.checkpoint.errors import CorruptCheckpointFile, UnsupportedCheckpoint
 
 COMMIT_LOG_VERSIONS = frozenset({"v1", "v2", "v3"})
@@ -46,7 +46,7 @@ def parse_commit_entry(epoch: int, text: str, source: str = "<text>") -> CommitE
             raise CorruptCheckpointFile(f"{source}: missing version line")
         raise UnsupportedCheckpoint(f"{source}: commit log version {version!r} (expected v1, v2 or v3)")
     try:
-        meta = json.loads(rest)
+        meta = jsontext.loads(rest)
         if not isinstance(meta, dict):
             raise TypeError(f"commit metadata is {type(meta).__name__}, not an object")
         watermark = int(meta.get("nextBatchWatermarkMs", 0))

@@ -8,10 +8,10 @@ of the query, in source order: the end offset as the source serialized it
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from epochstate.core import jsontext
 from epochstate.core.checkpoint.errors import CorruptCheckpointFile, UnsupportedCheckpoint
 
 _NO_OFFSET = "-"
@@ -58,7 +58,7 @@ def parse_epoch_log(epoch: int, text: str, source: str = "<text>") -> EpochLog:
     if len(lines) < 2:
         raise CorruptCheckpointFile(f"{source}: missing batch metadata line")
     try:
-        meta = json.loads(lines[1])
+        meta = jsontext.loads(lines[1])
         if not isinstance(meta, dict):
             raise TypeError(f"batch metadata is {type(meta).__name__}, not an object")
         conf = meta.get("conf", {})

@@ -13,9 +13,9 @@ writes them; nothing is written.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from epochstate.core import jsontext
 from epochstate.core.checkpoint.commitlog import CommitEntry, parse_commit_entry
 from epochstate.core.checkpoint.epochlog import EpochLog, SourceRange, parse_epoch_log
 from epochstate.core.checkpoint.errors import (
@@ -65,7 +65,7 @@ class QueryLog:
         """
         path = self.root / "metadata"
         try:
-            query_id = json.loads(self._read_text(path))["id"]
+            query_id = jsontext.loads(self._read_text(path))["id"]
         except (ValueError, KeyError, TypeError) as err:
             raise CorruptCheckpointFile(f"{path}: no query id: {err!r}") from err
         return str(query_id)

@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from epochstate.core.errors import EpochStateError
-from epochstate.core.storage.errors import StorageUnavailable, UnreadableFile
+from epochstate.core.errors import BadRequest, EpochStateError
+from epochstate.core.storage.errors import StorageError, StorageUnavailable, UnreadableFile
 from epochstate.core.storage.location import redact
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats, JobFollower
 from epochstate.daemon.sources.errors import SourceError
@@ -40,8 +40,10 @@ class IngestError(EpochStateError):
     """Root of the ingest loop's errors."""
 
 
-class CheckpointNotFound(IngestError):
-    pass
+class CheckpointNotFound(IngestError, BadRequest):
+    """FollowJob (or a report) names a checkpoint that cannot be read (no such
+    checkpoint, a malformed location, a storage that refuses or does not answer):
+    the request's checkpoint is wrong, not the daemon."""
 
 
 class IngestLoop:
@@ -102,7 +104,7 @@ class IngestLoop:
                     self._retention,
                     scratch_dir=self._scratch_dir,
                 )
-            except SourceError as error:
+            except (SourceError, StorageError) as error:
                 raise CheckpointNotFound(
                     f"cannot follow job {job!r} at {redact(checkpoint)!r}: {error}"
                 ) from error

@@ -8,10 +8,10 @@ not raised, so that ingest goes on.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
+from epochstate.core import jsontext
 from epochstate.core.zookeeper.client import new_client
 from epochstate.core.zookeeper.errors import RegistryError
 from epochstate.core.zookeeper.records import JsonObject
@@ -119,6 +119,6 @@ def _offsets(text: str | None) -> Any:
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return jsontext.loads(text)
     except ValueError:
         return text

@@ -3,7 +3,8 @@
 Guarantees: the epoch returned is committed, ingested and retained in the view
 the caller reads from. Errors say why no such epoch exists:
 
-* :class:`EpochRetired` — older than retention (OUT_OF_RANGE);
+* :class:`EpochRetired` — older than retention, or of a query the job's checkpoint
+  no longer holds (OUT_OF_RANGE);
 * :class:`EpochNotReady` — not committed or not ingested yet (FAILED_PRECONDITION);
 * :class:`EpochWaitTimedOut` — waited until the deadline (DEADLINE_EXCEEDED);
 * :class:`EpochUnavailable` — committed, but its files cannot be read (DATA_LOSS);
@@ -245,9 +246,11 @@ def resolve(
     view = store.view()
     progress = view.progress(entry.descriptor.job_id)
     if progress.newest < target or progress.empty:
+        _refuse_dropped(view, entry, target, progress)
         view, progress = _wait_until_ready(
             store, catalog, entry, progress, kind, target, selector.wait, time_left
         )
+        _refuse_dropped(view, entry, target, progress)
     if kind == "exact":
         if target < progress.oldest:
             raise EpochRetired(
@@ -257,6 +260,19 @@ def resolve(
             )
         return Pinned(view, target)
     return Pinned(view, progress.newest)
+
+
+def _refuse_dropped(view: StoreView, entry: JobEntry, target: int, progress: JobProgress) -> None:
+    """Refuse a read of a job the store dropped while the read held its descriptor (the
+    checkpoint now holds another query): its epochs are gone, never "absent" or "not yet"."""
+    if progress.empty and view.dropped(entry.descriptor.job_id):
+        name = entry.descriptor.name
+        raise EpochRetired(
+            f"job {name!r} was dropped with its query {entry.descriptor.query_id} (its checkpoint "
+            f"now holds another query, whose epochs start again at 0); that query's epochs are "
+            f"gone for good",
+            metadata={"job": name, "epoch": str(target)},
+        )
 
 
 def _wait_until_ready(

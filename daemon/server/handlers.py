@@ -6,23 +6,57 @@ reads answer with wire bytes the servicer framed itself (no response serializer:
 building a ``MultiGetResponse`` only to serialize it again cost as much as the
 read); the other methods return messages. Each unary method is timed and counted
 by status code here, once per call, instead of through a server interceptor.
+
+A request that is not a message of its type (bytes protobuf cannot parse) would
+end in gRPC's own INTERNAL, without a reason: the deserializer hands such bytes
+on as :class:`Undecodable`, and the handler answers BAD_REQUEST.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
+from epochstate.core.errors import BadRequest
 from epochstate.daemon.server.metrics import DaemonMetrics
+from epochstate.daemon.server.status import abort
 from epochstate.v1 import epochstate_pb2 as pb
 
 SERVICE = pb.DESCRIPTOR.services_by_name["EpochState"]
 # Methods whose handlers return serialized responses (bytes).
 RAW_RESPONSES = frozenset({"Get", "MultiGet", "Scan"})
+
+
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """A request whose bytes do not parse as its message type."""
+
+    error: str
+
+
+def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def parse_or_undecodable(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except DecodeError as error:
+            return Undecodable(str(error) or "malformed")
+
+    return parse_or_undecodable
+
+
+def _refusing_undecodable(name: str, behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Any:
+    def handle(request: Any, context: grpc.ServicerContext) -> Any:
+        if isinstance(request, Undecodable):
+            abort(context, BadRequest(f"the request does not parse as {name}: {request.error}"))
+        return behavior(request, context)
+
+    return handle
 
 
 def method_handlers(
@@ -31,8 +65,10 @@ def method_handlers(
     """The handler of each rpc of ``service`` (default ``epochstate.v1.EpochState``), by method name."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in service.methods:
-        behavior: Callable[[Any, grpc.ServicerContext], Any] = getattr(servicer, method.name)
-        request = GetMessageClass(method.input_type).FromString
+        behavior: Callable[[Any, grpc.ServicerContext], Any] = _refusing_undecodable(
+            method.input_type.full_name, getattr(servicer, method.name)
+        )
+        request = _lenient(GetMessageClass(method.input_type).FromString)
         response: Callable[[Any], bytes] | None = GetMessageClass(method.output_type).SerializeToString
         if method.name in RAW_RESPONSES:
             response = None

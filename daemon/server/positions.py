@@ -8,10 +8,10 @@ offset}}``. Offsets are positions: the next record to read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
+from epochstate.core import jsontext
 from epochstate.daemon.store.descriptors import EpochRecord
 
 Position = dict[tuple[str, int], int]
@@ -21,7 +21,7 @@ def _parse(text: str | None) -> Position:
     if not text:
         return {}
     try:
-        obj: Any = json.loads(text)
+        obj: Any = jsontext.loads(text)
     except ValueError:
         return {}
     if not isinstance(obj, dict):

@@ -23,11 +23,12 @@ from epochstate.core.sparktypes import StructType, type_to_json
 from epochstate.daemon.codec import keycodec
 from epochstate.daemon.codec.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs
-from epochstate.daemon.server.status import BadRequest, domain_errors, wait_budget
+from epochstate.daemon.server.status import BadRequest, abort, domain_errors, wait_budget
 from epochstate.daemon.server.values import KeyEncoder, key_from_proto
 from epochstate.daemon.store import layout
-from epochstate.daemon.store.catalog import Catalog, JobEntry, StoreHandle, StoreSchema
+from epochstate.daemon.store.catalog import Catalog, JobEntry, StoreHandle, StoreNotFound, StoreSchema
 from epochstate.daemon.store.descriptors import EpochRecord
+from epochstate.daemon.store.errors import StoreDamaged
 from epochstate.daemon.store.versioned import VersionedStore
 from epochstate.daemon.store.views import ReadViews
 from epochstate.v1 import epochstate_pb2 as pb
@@ -38,7 +39,9 @@ MAX_KEY_BYTES = 64 * 1024
 MAX_KEYS_PER_CALL = 10_000
 DEFAULT_PAGE = 1000
 MAX_PAGE = 10_000
-_TOKEN = struct.Struct(">q")
+# A page token: the epoch of the scan's first page, the job id it read (a recreated
+# checkpoint's query gets another), then the last key returned.
+_TOKEN = struct.Struct(">qI")
 
 
 class IngestControl(Protocol):
@@ -139,7 +142,18 @@ class EpochStateService:
         if not ref.job:
             raise BadRequest("store.job is required")
         entry = self._catalog.get(ref.job)
-        return entry, entry.store(ref.operator_id, ref.store)
+        try:
+            return entry, entry.store(ref.operator_id, ref.store)
+        except StoreNotFound:
+            if not entry.progress.empty:
+                raise
+            # Stores are known from the first ingested epoch: until then (a new job, or a
+            # recreated checkpoint's new query) nothing is queryable yet, whatever the store.
+            name = entry.descriptor.name
+            raise epochs.EpochNotReady(
+                f"job {name!r} has no queryable epoch yet (its stores are known from its first epoch)",
+                metadata={"job": name},
+            ) from None
 
     def _pinned_keys(
         self,
@@ -220,7 +234,14 @@ class EpochStateService:
         if request.page_token:
             if len(request.page_token) < _TOKEN.size:
                 raise BadRequest("page_token is malformed")
-            token_epoch = _TOKEN.unpack_from(request.page_token)[0]
+            token_epoch, token_job = _TOKEN.unpack_from(request.page_token)
+            if token_job != entry.descriptor.job_id:
+                # Never a page of another query: the job's checkpoint was recreated meanwhile.
+                raise epochs.EpochRetired(
+                    f"the scan of job {request.store.job!r} began on a query that was dropped since (its "
+                    f"checkpoint holds another query now); scan again",
+                    metadata={"job": request.store.job, "epoch": str(token_epoch)},
+                )
             after = request.page_token[_TOKEN.size :]
             selector = pb.EpochSelector(exact=token_epoch)
         if len(handle.schemas) == 1:
@@ -233,7 +254,7 @@ class EpochStateService:
         self._views.done(pinned.view)
         token = b""
         if len(versions) == limit:
-            token = _TOKEN.pack(pinned.epoch) + versions[-1].encoded_key
+            token = _TOKEN.pack(pinned.epoch, entry.descriptor.job_id) + versions[-1].encoded_key
         return response_bytes(pinned.epoch, [v.payload for v in versions], token=token)
 
     # -- discovery -------------------------------------------------------------
@@ -313,6 +334,8 @@ class EpochStateService:
                     yield epoch_info(record)
                     after = record.epoch
                 self._catalog.subscribe_wait(1.0)
+        except StoreDamaged as error:
+            abort(context, error)  # DATA_LOSS: the stream must not just end as if caught up
         except EpochStateError:
             return  # shutting down: end the stream cleanly
 

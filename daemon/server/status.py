@@ -24,6 +24,7 @@ from grpc_status import rpc_status
 
 from epochstate.core import reasons
 from epochstate.core.alignment import errors as alignment
+from epochstate.core.errors import BadRequest as BadRequest  # re-exported: the servicers raise it
 from epochstate.core.errors import EpochStateError
 from epochstate.core.zookeeper.errors import InvalidRecord, RegistryUnavailable
 from epochstate.daemon.server.epochs import (
@@ -36,12 +37,7 @@ from epochstate.daemon.server.epochs import (
 )
 from epochstate.daemon.server.values import BadKey
 from epochstate.daemon.store.catalog import JobNotFound, ShuttingDown, StoreNotFound
-
-
-class BadRequest(EpochStateError):
-    """A request that is malformed apart from its key (limits, tokens, names)."""
-
-    reason = reasons.BAD_REQUEST
+from epochstate.daemon.store.errors import StoreDamaged
 
 
 class NoZooKeeper(EpochStateError):
@@ -61,6 +57,8 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (EpochWaitTimedOut, grpc.StatusCode.DEADLINE_EXCEEDED),
     (EpochRetired, grpc.StatusCode.OUT_OF_RANGE),
     (EpochUnavailable, grpc.StatusCode.DATA_LOSS),
+    # The daemon's own RocksDB failed a read: never taken for "absent".
+    (StoreDamaged, grpc.StatusCode.DATA_LOSS),
     (ShuttingDown, grpc.StatusCode.UNAVAILABLE),
     # Reads that consult ZooKeeper (aligned_with): the client retries UNAVAILABLE.
     (RegistryUnavailable, grpc.StatusCode.UNAVAILABLE),

@@ -114,6 +114,24 @@ class EpochRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class DroppedJob:
+    """A job dropped from the store (its checkpoint now holds another query): what it was."""
+
+    name: str
+    query_id: str
+    newest: int
+    oldest: int
+    dropped_at_ms: int
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> DroppedJob:
+        return cls(**json.loads(raw))
+
+
+@dataclass(frozen=True, slots=True)
 class JobProgress:
     """The queryable epoch range of a job: ``[oldest, newest]``; -1 when empty."""
 

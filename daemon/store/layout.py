@@ -17,6 +17,8 @@ key                                        value
 ``S`` store_id                             store descriptor (JSON)
 ``s`` store_id first_epoch                 a later schema version of the store (JSON)
 ``u`` job_id epoch                         an epoch that will never be served: why
+``x`` job_id                               a dropped job (JSON): reads of it are refused
+``I``                                      the highest job and store ids ever given
 ``V``                                      the layout's version (:data:`LAYOUT_VERSION`)
 =========================================  =======================================
 
@@ -37,14 +39,18 @@ STORE = b"S"
 SCHEMA = b"s"
 UNAVAILABLE = b"u"
 LAYOUT = b"V"
+DROPPED = b"x"
+IDS = b"I"
 
 LAYOUT_VERSION = 2
 """Bumped whenever a key or value above changes meaning. 1: one garbage entry per
-superseded data key (no ``V`` key); 2: garbage keys packed into chunks."""
+superseded data key (no ``V`` key); 2: garbage keys packed into chunks. The ``x``
+and ``I`` keys came later within 2: a daemon that does not know them ignores them."""
 
 _ID = struct.Struct(">I")
 _EPOCH = struct.Struct(">Q")
 _PROGRESS = struct.Struct(">qq")
+_IDS = struct.Struct(">II")
 _MAX = (1 << 64) - 1
 EPOCH_WIDTH = _EPOCH.size
 
@@ -122,6 +128,24 @@ def pack_progress(newest: int, oldest: int) -> bytes:
 def unpack_progress(raw: bytes) -> tuple[int, int]:
     newest, oldest = _PROGRESS.unpack(raw)
     return int(newest), int(oldest)
+
+
+def dropped_key(job_id: int) -> bytes:
+    return DROPPED + _ID.pack(job_id)
+
+
+def dropped_job_id(raw: bytes) -> int:
+    """The job id of a dropped-job key."""
+    return int(_ID.unpack(raw[len(DROPPED) :])[0])
+
+
+def pack_ids(job_id: int, store_id: int) -> bytes:
+    return _IDS.pack(job_id, store_id)
+
+
+def unpack_ids(raw: bytes) -> tuple[int, int]:
+    job_id, store_id = _IDS.unpack(raw)
+    return int(job_id), int(store_id)
 
 
 def job_key(name: str) -> bytes:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from rocksdict import Rdict, WriteBatch
 
-from epochstate.daemon.store import layout
+from epochstate.daemon.store import damage, layout
 from epochstate.daemon.store.newest import NewestVersions
 
 StoreChanges = dict[bytes, bytes | None]
@@ -103,7 +103,7 @@ class VersionPlacer:
         else:
             self._put_known(batch, suffix, ordered, heads, previous, payloads, garbage, live, removed)
         if unknown:
-            self._put_unknown(batch, prefix, suffix, changes, unknown, garbage, live, removed)
+            self._put_unknown(batch, store_id, prefix, suffix, changes, unknown, garbage, live, removed)
         return Placed(newest, live, removed)
 
     @staticmethod
@@ -138,6 +138,7 @@ class VersionPlacer:
     def _put_unknown(
         self,
         batch: WriteBatch,
+        store_id: int,
         prefix: bytes,
         suffix: bytes,
         changes: StoreChanges,
@@ -157,9 +158,11 @@ class VersionPlacer:
             head = prefix + encoded_key
             key = head + suffix
             seek(key)  # the newest version older than `epoch` sorts right after
-            # key() is None past the end of the keyspace.
+            # key() is None past the end of the keyspace, or when RocksDB failed.
             previous = found_key()
-            if previous is not None and (len(previous) != len(key) or not previous.startswith(head)):
+            if previous is None:
+                damage.ended(it, f"the newest version of a key of store id {store_id}")
+            elif len(previous) != len(key) or not previous.startswith(head):
                 previous = None
             if payload is None:
                 if previous is None or not found_value().startswith(live_marker):
@@ -182,7 +185,11 @@ class VersionPlacer:
     def _learn_newest(self, store_id: int) -> NewestVersions:
         """The newest live version of each key of a store written before this process
         opened it: one pass over its versions, given up (keys then learnt as they
-        change) when the store has more keys than the map may hold."""
+        change) when the store has more keys than the map may hold.
+
+        Only a pass that reached the end of the store's versions makes the map
+        complete: an iteration RocksDB stopped raises StoreDamaged (a map taken for
+        complete while missing keys would make later removals of them write nothing)."""
         capacity = self._capacity
         known = NewestVersions(capacity, False)
         prefix = layout.data_prefix(store_id)
@@ -206,6 +213,8 @@ class VersionPlacer:
                     if count >= capacity // 2:
                         return known
             step()
+        else:
+            damage.ended(it, f"the newest versions of store id {store_id}")
         for suffix, keys in found.items():
             known.written(keys, (), suffix)
         known.complete = True

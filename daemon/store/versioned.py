@@ -7,7 +7,15 @@ Guarantees:
   ``epochstate.v1.Record`` messages, so a read copies bytes and decodes nothing.)
 * An epoch's changes, its epoch record and the job's progress marker are written
   in one RocksDB ``WriteBatch``: after a crash an epoch is either wholly visible or
-  not at all.
+  not at all. With ``sync_writes`` that batch is on disk (the WAL fsynced) before
+  :meth:`VersionedStore.apply_epoch` returns, so an epoch announced afterwards
+  survives a power loss; so does everything written before it (the WAL is replayed
+  in order).
+* Dropping a job is one batch too (range deletions, the descriptors, a
+  "dropped" record): a read sees the whole job or none of it, and a crash cannot
+  leave versions gone under a progress marker that still names their epochs.
+* A read RocksDB fails (a damaged or unreadable file) raises StoreDamaged
+  (:mod:`damage`); it is never taken for "absent" or for the end of a range.
 * A read at epoch ``e`` returns the newest version ``<= e`` of the key; a tombstone
   there means "absent".
 * Reads go through a :class:`StoreView` (:mod:`view`), a RocksDB snapshot, so
@@ -27,17 +35,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
 
-from epochstate.daemon.store import layout
+from epochstate.daemon.store import damage, layout
 from epochstate.daemon.store.descriptors import (
+    DroppedJob,
     EpochRecord,
     JobDescriptor,
     JobProgress,
     SchemaVersion,
     StoreDescriptor,
 )
-from epochstate.daemon.store.errors import LayoutMismatch, StoreClosed, UnknownJob
+from epochstate.daemon.store.errors import LayoutMismatch, StoreClosed, StoreDamaged, UnknownJob
 from epochstate.daemon.store.placement import StoreChanges, VersionPlacer
 from epochstate.daemon.store.view import StoreView
 
@@ -52,7 +61,9 @@ class StoreOptions:
     write_buffer_mb: int = 64
     max_background_jobs: int = 2
     block_cache_mb: int = 128
-    sync_writes: bool = False
+    sync_writes: bool = True
+    """Fsync the WAL with each epoch's batch (and a job drop's) before the write
+    returns: what the daemon announces as ingested survives a power loss."""
     newest_keys_per_store: int = 1_000_000
     """Keys per store whose newest version the writer remembers (~100 bytes each);
     an epoch's changes to other keys cost a RocksDB seek each."""
@@ -85,13 +96,18 @@ class VersionedStore:
     def __init__(self, path: Path | str, options: StoreOptions | None = None) -> None:
         self._options = options or StoreOptions()
         Path(path).mkdir(parents=True, exist_ok=True)
-        self._db: Rdict | None = Rdict(str(path), self._options.to_options())
+        try:
+            self._db: Rdict | None = Rdict(str(path), self._options.to_options())
+        except Exception as error:  # rocksdict raises bare exceptions: a missing or damaged file
+            raise StoreDamaged(f"cannot open the daemon's store at {path}: {error}") from error
+        self._durable = WriteOptions()
+        self._durable.sync = self._options.sync_writes
         self._lock = threading.Lock()  # guards id allocation and descriptor writes
         self._placer = VersionPlacer(lambda: self.db, self._options.newest_keys_per_store)
         self._closed = False
         try:
             self._check_layout(Path(path))
-        except LayoutMismatch:
+        except (LayoutMismatch, StoreDamaged):
             self.close()
             raise
 
@@ -104,11 +120,12 @@ class VersionedStore:
                 from the checkpoints.
         """
         db = self.db
-        stamped = db.get(layout.LAYOUT)
+        stamped = damage.get(db, layout.LAYOUT, "the layout version")
         if stamped is None:
             it = db.iter()
             it.seek_to_first()
             if not it.valid():
+                damage.ended(it, "the first key")
                 db.put(layout.LAYOUT, str(layout.LAYOUT_VERSION).encode())
                 return
             found = "1"  # layout 1 had no version key
@@ -149,12 +166,13 @@ class VersionedStore:
                 return
             yield key, it.value()
             it.next()
+        damage.ended(it, f"keys under {prefix!r}")
 
     def jobs(self) -> list[JobDescriptor]:
         return [JobDescriptor.from_json(v) for _, v in self._scan_prefix(layout.JOB)]
 
     def job(self, name: str) -> JobDescriptor | None:
-        raw = self.db.get(layout.job_key(name))
+        raw = damage.get(self.db, layout.job_key(name), f"job {name!r}")
         return None if raw is None else JobDescriptor.from_json(raw)
 
     def require_job(self, name: str) -> JobDescriptor:
@@ -163,19 +181,36 @@ class VersionedStore:
             raise UnknownJob(f"job {name!r} is not followed by this daemon")
         return found
 
+    def _given_ids(self) -> tuple[int, int]:
+        """The highest job id and store id ever given (ids of dropped jobs included)."""
+        raw = damage.get(self.db, layout.IDS, "the id counters")
+        if raw is not None:
+            return layout.unpack_ids(raw)
+        # A store written before the counters: the ids in use, and those of dropped jobs.
+        dropped = [layout.dropped_job_id(k) for k, _ in self._scan_prefix(layout.DROPPED)]
+        jobs = [j.job_id for j in self.jobs()] + dropped
+        stores = [StoreDescriptor.from_json(v).store_id for _, v in self._scan_prefix(layout.STORE)]
+        return max(jobs, default=0), max(stores, default=0)
+
     def add_job(self, name: str, checkpoint: str, query_id: str, provider: str) -> JobDescriptor:
-        """Record a job (or a new incarnation of it: a new query id gets a new id)."""
+        """Record a job (or a new incarnation of it: a new query id gets a new id; ids
+        are never given twice, so a read still holding a dropped job's id finds it dropped)."""
         with self._lock:
-            ids = [j.job_id for j in self.jobs()]
-            descriptor = JobDescriptor(name, max(ids, default=0) + 1, checkpoint, query_id, provider)
-            self.db.put(layout.job_key(name), descriptor.to_json())
+            job_ids, store_ids = self._given_ids()
+            descriptor = JobDescriptor(name, job_ids + 1, checkpoint, query_id, provider)
+            batch = WriteBatch(raw_mode=True)
+            batch.put(layout.job_key(name), descriptor.to_json())
+            batch.put(layout.IDS, layout.pack_ids(descriptor.job_id, store_ids))
+            self._write(batch)
             return descriptor
 
     def set_provider(self, job: JobDescriptor, provider: str) -> JobDescriptor:
         """Record which state store provider writes the job's state (known from its first epoch)."""
         with self._lock:
             descriptor = JobDescriptor(job.name, job.job_id, job.checkpoint, job.query_id, provider)
-            self.db.put(layout.job_key(job.name), descriptor.to_json())
+            batch = WriteBatch(raw_mode=True)
+            batch.put(layout.job_key(job.name), descriptor.to_json())
+            self._write(batch)
             return descriptor
 
     def stores(self, job: str) -> list[StoreDescriptor]:
@@ -196,9 +231,9 @@ class VersionedStore:
     ) -> StoreDescriptor:
         """Record a store with the schemas it is first seen with, in force from ``first_epoch``."""
         with self._lock:
-            all_stores = [StoreDescriptor.from_json(v) for _, v in self._scan_prefix(layout.STORE)]
+            job_ids, store_ids = self._given_ids()
             descriptor = StoreDescriptor(
-                max((s.store_id for s in all_stores), default=0) + 1,
+                store_ids + 1,
                 job,
                 operator_id,
                 operator_name,
@@ -209,7 +244,10 @@ class VersionedStore:
                 kind,
                 first_epoch,
             )
-            self.db.put(layout.store_key(descriptor.store_id), descriptor.to_json())
+            batch = WriteBatch(raw_mode=True)
+            batch.put(layout.store_key(descriptor.store_id), descriptor.to_json())
+            batch.put(layout.IDS, layout.pack_ids(job_ids, descriptor.store_id))
+            self._write(batch)
             self._placer.new_store(descriptor.store_id)
             return descriptor
 
@@ -237,12 +275,19 @@ class VersionedStore:
         while it.valid() and it.key().startswith(prefix):
             out.append(EpochRecord.from_json(it.value()))
             if limit and len(out) >= limit:
-                break
+                return out
             it.next()
+        if not it.valid():
+            damage.ended(it, f"epoch records of job id {job_id}")
         return out
 
+    def dropped(self, job_id: int) -> DroppedJob | None:
+        """What a dropped job was (None: ``job_id`` was not dropped)."""
+        raw = damage.get(self.db, layout.dropped_key(job_id), f"dropped job id {job_id}")
+        return None if raw is None else DroppedJob.from_json(raw)
+
     def epoch_record(self, job_id: int, epoch: int) -> EpochRecord | None:
-        raw = self.db.get(layout.epoch_key(job_id, epoch))
+        raw = damage.get(self.db, layout.epoch_key(job_id, epoch), f"epoch {epoch} of job id {job_id}")
         return None if raw is None else EpochRecord.from_json(raw)
 
     # -- writes ----------------------------------------------------------------
@@ -291,7 +336,7 @@ class VersionedStore:
             batch.put(layout.unavailable_key(job.job_id, skipped), reason.encode("utf-8"))
         batch.put(layout.epoch_key(job.job_id, epoch), record.to_json())
         batch.put(layout.progress_key(job.job_id), layout.pack_progress(progress.newest, progress.oldest))
-        self._write(batch)
+        self._write(batch, durable=True)
         for part in placed:
             part.settle(epoch)
         return ApplyResult(progress, sum(len(p.live) + len(p.removed) for p in placed))
@@ -300,7 +345,10 @@ class VersionedStore:
         """Make ``oldest`` the oldest retained epoch; reclaim what no epoch >= it sees.
 
         Returns the number of versions reclaimed. Moving the floor and deleting the
-        versions happen in one batch.
+        versions happen in one batch. It is not synced on its own: lost to a power
+        loss, retention is done again after the next epoch, and the versions it
+        would have reclaimed read as they did (the next epoch's synced batch makes
+        it durable, the WAL being replayed in order).
         """
         current = self.progress(job.job_id)
         if current.empty or oldest <= current.oldest:
@@ -327,29 +375,51 @@ class VersionedStore:
         return reclaimed
 
     def drop_job(self, job: JobDescriptor) -> None:
-        """Delete every version, record and descriptor of a job."""
-        for store in self.stores(job.name):
-            self._placer.forget_store(store.store_id)
-            prefix = layout.data_prefix(store.store_id)
-            end = layout.prefix_end(prefix)
-            assert end is not None
-            self.db.delete_range(prefix, end)
-            self.db.delete(layout.store_key(store.store_id))
-            for key, _ in list(self._scan_prefix(layout.schema_prefix(store.store_id))):
-                self.db.delete(key)
-        for prefix in (
-            layout.garbage_prefix(job.job_id),
-            layout.epoch_prefix(job.job_id),
-            layout.unavailable_prefix(job.job_id),
-        ):
-            end = layout.prefix_end(prefix)
-            assert end is not None
-            self.db.delete_range(prefix, end)
-        self.db.delete(layout.progress_key(job.job_id))
-        self.db.delete(layout.job_key(job.name))
+        """Delete every version, record and descriptor of a job, in one batch that also
+        records the job as dropped (:meth:`dropped`).
 
-    def _write(self, batch: WriteBatch) -> None:
-        self.db.write(batch)
+        Reads see the whole job or nothing of it: a view taken before the batch reads
+        the job as it was; one taken after finds no progress marker and the dropped
+        record, so a read still holding the job's descriptor is refused, never
+        answered "absent". A crash leaves the job either whole or gone.
+        """
+        stores = self.stores(job.name)
+        progress = self.progress(job.job_id)
+        with self._lock:
+            batch = WriteBatch(raw_mode=True)
+            for store in stores:
+                for prefix in (layout.data_prefix(store.store_id), layout.schema_prefix(store.store_id)):
+                    batch.delete_range(prefix, _end(prefix))
+                batch.delete(layout.store_key(store.store_id))
+            for prefix in (
+                layout.garbage_prefix(job.job_id),
+                layout.epoch_prefix(job.job_id),
+                layout.unavailable_prefix(job.job_id),
+            ):
+                batch.delete_range(prefix, _end(prefix))
+            batch.delete(layout.progress_key(job.job_id))
+            batch.delete(layout.job_key(job.name))
+            # The ids stay given: a new incarnation never reuses them.
+            batch.put(layout.IDS, layout.pack_ids(*self._given_ids()))
+            dropped = DroppedJob(job.name, job.query_id, progress.newest, progress.oldest, now_ms())
+            batch.put(layout.dropped_key(job.job_id), dropped.to_json())
+            self._write(batch, durable=True)
+        for store in stores:
+            self._placer.forget_store(store.store_id)
+
+    def _write(self, batch: WriteBatch, durable: bool = False) -> None:
+        """Write ``batch`` atomically; ``durable``: fsync the WAL first when ``sync_writes``
+        is on (an unsynced write is made durable by the next durable one)."""
+        if durable:
+            self.db.write(batch, self._durable)
+        else:
+            self.db.write(batch)
+
+
+def _end(prefix: bytes) -> bytes:
+    end = layout.prefix_end(prefix)
+    assert end is not None  # every prefix starts with a tag byte below 0xff
+    return end
 
 
 def now_ms() -> int:

@@ -3,7 +3,8 @@
 A view is a RocksDB snapshot, so retention running concurrently can never make a
 read see a half-reclaimed epoch: the view's progress marker and its data come
 from the same instant. A read at epoch ``e`` returns the newest version ``<= e``
-of a key; a tombstone there means "absent".
+of a key; a tombstone there means "absent". A read RocksDB fails raises
+StoreDamaged (:mod:`damage`), never "absent".
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import NamedTuple
 
 from rocksdict import Rdict
 
-from epochstate.daemon.store import layout
+from epochstate.daemon.store import damage, layout
 from epochstate.daemon.store.descriptors import JobProgress
 
 
@@ -46,12 +47,25 @@ class StoreView:
         wanted = layout.progress_key(job_id)
         it = self._it
         it.seek(wanted)
-        if not it.valid() or it.key() != wanted:
+        if not it.valid():
+            damage.ended(it, f"progress of job id {job_id}")
+            progress = JobProgress(-1, -1)
+        elif it.key() != wanted:
             progress = JobProgress(-1, -1)
         else:
             progress = JobProgress(*layout.unpack_progress(it.value()))
         self._progress[job_id] = progress
         return progress
+
+    def dropped(self, job_id: int) -> bool:
+        """Whether the job with ``job_id`` was dropped (its checkpoint holds another query now)."""
+        wanted = layout.dropped_key(job_id)
+        it = self._it
+        it.seek(wanted)
+        if not it.valid():
+            damage.ended(it, f"the dropped record of job id {job_id}")
+            return False
+        return bool(it.key() == wanted)
 
     def get_many(self, store_id: int, encoded_keys: Sequence[bytes], epoch: int) -> list[Version | None]:
         """The version of each key visible at ``epoch`` (None: absent)."""
@@ -82,6 +96,8 @@ class StoreView:
                 raw = value()
                 append(None if raw[:1] == tombstone else raw[1:])
             else:
+                if raw_key is None:  # past the end, or RocksDB failed: only status() tells
+                    damage.ended(it, f"a key of store id {store_id} at epoch {epoch}")
                 append(None)
         return found
 
@@ -123,4 +139,6 @@ class StoreView:
                 out.append(Version(user_key[len(prefix) :], payload))
             skip_user_key = user_key
             it.next()
+        if not it.valid():
+            damage.ended(it, f"a scan of store id {store_id} at epoch {epoch}")
         return out

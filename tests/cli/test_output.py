@@ -7,6 +7,7 @@ import json
 from decimal import Decimal
 
 from epochstate.cli.output import compact, jsonable, one_line
+from epochstate.client import Struct
 
 
 def test_values_map_to_json_without_loss_or_invalid_documents() -> None:
@@ -38,3 +39,13 @@ def test_messages_fold_to_one_line() -> None:
     assert one_line("INVALID_ARGUMENT: bad key\n  caused by: field 0\n\n") == (
         "INVALID_ARGUMENT: bad key caused by: field 0"
     )
+
+
+def test_structs_keep_every_field_in_schema_order() -> None:
+    unique = Struct(("user", "count"), ("alice", 3))
+    repeated = Struct(("count", "sum", "count"), (3, 9.5, Struct(("x", "x"), (b"\x01", None))))
+    # Unique names: an object (in schema order); a repeated name: [name, value] pairs.
+    assert json.loads(compact(unique)) == {"user": "alice", "count": 3}
+    assert list(json.loads(compact(unique))) == ["user", "count"]
+    assert jsonable(repeated) == [["count", 3], ["sum", 9.5], ["count", [["x", "AQ=="], ["x", None]]]]
+    assert jsonable([repeated, {"k": unique}]) == [jsonable(repeated), {"k": {"user": "alice", "count": 3}}]

@@ -41,7 +41,7 @@ from epochstate.v1 import epochstate_pb2 as pb
 from epochstate.v1.epochstate_pb2_grpc import EpochStateStub
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.kafka import KafkaBroker
-from tests.fixtures.oracle import canon, spark_store
+from tests.fixtures.oracle import canon, plain, spark_store
 from tests.fixtures.zookeeper import new_test_client
 
 # The module's scenario runs in the first test's set-up: on a loaded machine it takes minutes.
@@ -271,10 +271,14 @@ def test_cross_job_lookups_pinned_to_aligned_epochs_are_identical_on_replay(spar
                 expected = state.get(canon({"user": user}))
                 assert lookup.epoch == run.epoch
                 assert lookup.found == (expected is not None), (batch, user)
-                assert lookup.value == (None if expected is None else expected[1]), (batch, user)
+                assert plain(lookup.value) == (None if expected is None else expected[1]), (batch, user)
             # What the batch reads is what `orders` had then: its lookups agree with it.
             for user, emitted in run.emitted.items():
-                assert run.lookups[user].value == {"count": emitted["orders"], "sum": emitted["total"]}
+                value = run.lookups[user].value
+                assert value is not None and value.fields == (
+                    ("count", emitted["orders"]),
+                    ("sum", emitted["total"]),
+                )
                 assert run.in_pandas[user] == (emitted["orders"], emitted["total"], True)
             assert sorted(run.in_pandas) == sorted(run.emitted)
     with chain.daemon.client() as client:
@@ -298,7 +302,7 @@ def test_aligned_reads_wait_and_fail_clearly(
             waited = client.get("orders", ["erin"], aligned_with=("enrich", ahead), timeout=90)
         finally:
             feeder.join()
-        assert waited.epoch == ahead and waited.value == {"count": 1, "sum": 9}
+        assert waited.epoch == ahead and waited.value == (1, 9)
         chain.enrich.wait_for_batch(ahead)
         # mappingRetention=3: the mapping no longer holds batch 0 of `enrich`.
         with pytest.raises(EpochRetired, match="retention"):
@@ -354,7 +358,7 @@ def test_scan_pages_stay_at_the_aligned_epoch(spark: Any, chain: Chain) -> None:
         latest = client.get("orders", ["alice"]).epoch
         rows = list(client.scan("orders", aligned_with=aligned, page_size=1))
     assert len(rows) == len(oracle) > 1 and {row.epoch for row in rows} == {pinned} and latest > pinned
-    assert {canon(row.key): row.value for row in rows} == {
+    assert {canon(row.key): plain(row.value) for row in rows} == {
         key: value for key, (_, value, _) in oracle.items()
     }
     # The page token pins the resolved epoch: a later page ignores the request's selector.

@@ -100,7 +100,7 @@ def test_covers_pins_the_earliest_epoch_that_has_read_that_far(
                 {(topic, 0): 5, (topic, 1): 4},
             ):
                 assert pinned(position) == covering(position), (position, ends)
-            assert client.get("words", ["a"], covers={(topic, 0): 4}).value == {"count": 3}
+            assert client.get("words", ["a"], covers={(topic, 0): 4}).value == (3,)
 
             with pytest.raises(NoSuchEpoch, match="reads none of"):
                 pinned({("other-topic", 0): 1})
@@ -128,7 +128,7 @@ def test_covers_pins_the_earliest_epoch_that_has_read_that_far(
             scanned += pages
             assert {row.epoch for row in scanned} == {at}
             read = [w for (_, partition), end in ends[at].items() for w in written[partition][:end]]
-            counts = {word: row.value for row in scanned for word in row.key.values()}
-            assert counts == {w: {"count": read.count(w)} for w in set(read)}, (scanned, ends[at])
+            counts = {word: row.value for row in scanned for word in row.key}
+            assert counts == {w: (read.count(w),) for w in set(read)}, (scanned, ends[at])
     finally:
         query.stop()

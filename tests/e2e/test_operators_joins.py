@@ -105,9 +105,9 @@ def daemon_join_side(
         assert {r.partition for r in rows} == {count.partition}
         # The other way: Get the count, then MultiGet the rows by index.
         assert client.get(job, count.key, epoch=epoch, operator_id=operator_id, store=counts) == count
-        keys = [{**count.key, "index": i} for i in range(n)]
+        keys = [{**count.key.asdict(), "index": i} for i in range(n)]
         assert client.multi_get(job, keys, epoch=epoch, operator_id=operator_id, store=with_index) == rows
-        values = [{f: v for f, v in (r.value or {}).items() if f != "matched"} for r in rows]
+        values = [{f: v for f, v in (r.value.fields if r.value else ()) if f != "matched"} for r in rows]
         view[canon(count.key)] = (count.partition, sorted(canon(v) for v in values))
     return view
 

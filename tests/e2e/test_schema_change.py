@@ -125,8 +125,8 @@ def test_restart_with_changed_schema_serves_each_epoch_with_its_own(
         assert all(tuple(k) == new_names for k, _, _ in old_in_spark.values())
 
         # Keys are named, and answers shaped, by the schema in force at the pinned epoch.
-        assert client.get("evolve", {"user": "u1"}, epoch=1).key == {"user": "u1"}
-        assert client.get("evolve", {new_names[0]: "u1"}, epoch=4).key == {new_names[0]: "u1"}
+        assert client.get("evolve", {"user": "u1"}, epoch=1).key.fields == (("user", "u1"),)
+        assert client.get("evolve", {new_names[0]: "u1"}, epoch=4).key.fields == ((new_names[0], "u1"),)
         with pytest.raises(ValueError, match="unknown field"):
             client.get("evolve", {"user": "u1"}, epoch=4)
         with pytest.raises(InvalidArgument, match="1 field"):

@@ -10,9 +10,9 @@ and serve one store per state variable (see :mod:`statevars`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
+from epochstate.core import jsontext
 from epochstate.core.checkpoint.log import numeric_entries
 from epochstate.core.sparktypes import StructType
 from epochstate.core.storage.location import Location
@@ -86,7 +86,7 @@ def parse_operator_metadata(operator_id: int, text: str, source: str = "<text>")
     if version != "v1":
         raise UnsupportedCheckpoint(f"{source}: operator metadata version {version!r}")
     try:
-        obj = json.loads(body)
+        obj = jsontext.loads(body)
         info = obj["operatorInfo"]
         recorded_id = int(info["operatorId"])
         stores = tuple(

@@ -24,10 +24,10 @@ schema changes (they matter to the Avro encoding).
 
 from __future__ import annotations
 
-import json
 import struct
 from dataclasses import dataclass
 
+from epochstate.core import jsontext
 from epochstate.core.sparktypes import SchemaError, StructType, parse_struct
 from epochstate.daemon.sources.errors import CorruptCheckpointFile, UnsupportedCheckpoint
 
@@ -169,9 +169,9 @@ def parse_column_family_schemas(data: bytes, source: str = "<bytes>") -> tuple[C
         value_id, value_text = reader.read_short(), reader.read_chunked()
         spec_text, user_key_text = reader.read_chunked(), reader.read_chunked()
         try:
-            spec = json.loads(spec_text)
+            spec = jsontext.loads(spec_text)
             encoder = str(spec["keyStateEncoderType"])
-            user_key = json.loads(user_key_text)
+            user_key = jsontext.loads(user_key_text)
             family = ColumnFamilySchema(
                 name,
                 parse_struct(key_text),

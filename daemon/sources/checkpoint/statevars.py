@@ -48,8 +48,7 @@ fact they hold (an expiry, a list's length) is in the variable's own rows.
 
 from __future__ import annotations
 
-import json
-
+from epochstate.core import jsontext
 from epochstate.core.checkpoint.log import numeric_entries
 from epochstate.core.sparktypes import ArrayType, StructField, StructType
 from epochstate.core.storage.location import Location
@@ -98,7 +97,7 @@ def read_v2_operator(operator_id: int, operator_dir: Location) -> OperatorInfo:
     if version != "v2":
         raise UnsupportedCheckpoint(f"{source}: operator metadata version {version[:20]!r}")
     try:
-        obj = json.loads(body)
+        obj = jsontext.loads(body)
         info = obj["operatorInfo"]
         recorded_id, name = int(info["operatorId"]), str(info["operatorName"])
         stores = [
@@ -110,7 +109,7 @@ def read_v2_operator(operator_id: int, operator_dir: Location) -> OperatorInfo:
             )
             for s in obj["stateStoreInfo"]
         ]
-        properties = json.loads(obj.get("operatorPropertiesJson") or "{}")
+        properties = jsontext.loads(obj.get("operatorPropertiesJson") or "{}")
         variables = [
             (str(v["stateName"]), str(v["stateVariableType"]), bool(v.get("ttlEnabled", False)))
             for v in properties.get("stateVariables", ())

@@ -32,12 +32,12 @@ for a first key of 161,328 bytes or more (Spark's own reader shares this limit).
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from epochstate.core import jsontext
 from epochstate.daemon.sources.errors import CorruptStateFile, UnsupportedCheckpoint
 from epochstate.daemon.sources.rows.statefile import StateRecord, iter_records
 
@@ -130,7 +130,7 @@ def read_header(content: bytes, source: str = "<bytes>") -> ChangelogHeader:
         try:
             lineage = tuple(
                 LineageItem(int(item["version"]), str(item["checkpointUniqueId"]))
-                for item in json.loads(text)
+                for item in jsontext.loads(text)
             )
         except (ValueError, KeyError, TypeError) as err:
             raise CorruptStateFile(f"{source}: malformed lineage {text[:200]!r}: {err!r}") from err

@@ -26,7 +26,7 @@ while Spark's merge operator version 2 joins with nothing; so the extracted
 
 from __future__ import annotations
 
-import json
+import errno
 import os
 import re
 import shutil
@@ -41,6 +41,7 @@ from types import TracebackType
 
 from rocksdict import AccessType, Options, Rdict
 
+from epochstate.core import jsontext
 from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile, UnsupportedCheckpoint
 
@@ -86,7 +87,7 @@ def parse_snapshot_metadata(text: str, source: str = "<text>") -> SnapshotMetada
     if version != "v1":
         raise UnsupportedCheckpoint(f"{source}: snapshot metadata version {version[:20]!r}")
     try:
-        obj = json.loads(body)
+        obj = jsontext.loads(body)
         files = [
             SnapshotFile(
                 _plain_name(f["localFileName"], source),
@@ -132,15 +133,35 @@ def read_snapshot_metadata(zip_path: Location) -> SnapshotMetadata:
     return metadata_from_bytes(raw, zip_path)
 
 
+# What zipfile raises on a damaged archive: bad structure, CRC-32 mismatch, a
+# compression method or encryption Spark never writes (NotImplementedError,
+# RuntimeError).
+_UNREADABLE_ZIP = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    zlib.error,
+    EOFError,
+    ValueError,
+    NotImplementedError,
+    RuntimeError,
+)
+
+
 @contextmanager
 def zip_errors(zip_path: Location) -> Iterator[None]:
     """Reading a snapshot zip inside: a missing zip raises MissingStateFile, an
-    unreadable one (bad structure, CRC-32 mismatch) CorruptStateFile."""
+    unreadable one (bad structure, CRC-32 mismatch, an entry offset outside the
+    file) CorruptStateFile."""
     try:
         yield
     except FileNotFoundError:
         raise MissingStateFile(f"{zip_path}: does not exist") from None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError) as err:
+    except _UNREADABLE_ZIP as err:
+        raise CorruptStateFile(f"{zip_path}: not a readable zip: {err}") from err
+    except OSError as err:
+        if err.errno != errno.EINVAL:  # a real I/O error is not the zip's fault
+            raise
+        # A seek before the start of the file: an entry offset that is negative.
         raise CorruptStateFile(f"{zip_path}: not a readable zip: {err}") from err
 
 
@@ -193,19 +214,14 @@ class SnapshotReader:
         self.close()
 
     def _extract(self, directory: str) -> str:
-        try:
-            with zipfile.ZipFile(self.zip_path.local_path()) as archive:
-                names = archive.namelist()
-                for name in names:
-                    _plain_name(name, str(self.zip_path))
-                if METADATA not in names:
-                    raise CorruptStateFile(f"{self.zip_path}: no {METADATA} entry")
-                # Reading every entry checks its CRC-32.
-                archive.extractall(directory)
-        except FileNotFoundError:
-            raise MissingStateFile(f"{self.zip_path}: does not exist") from None
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError) as err:
-            raise CorruptStateFile(f"{self.zip_path}: not a readable zip: {err}") from err
+        with zip_errors(self.zip_path), zipfile.ZipFile(self.zip_path.local_path()) as archive:
+            names = archive.namelist()
+            for name in names:
+                _plain_name(name, str(self.zip_path))
+            if METADATA not in names:
+                raise CorruptStateFile(f"{self.zip_path}: no {METADATA} entry")
+            # Reading every entry checks its CRC-32.
+            archive.extractall(directory)
         metadata = Path(directory, METADATA)
         try:
             text = metadata.read_text(encoding="utf-8")

@@ -47,6 +47,8 @@ _NO_COMPRESSION, _LZ4 = 0x0, 0x4
 _XXHASH64, _XXH3 = 0x3, 0x4
 _XXH3_LAST_BYTE = 0x6B9083D9
 _LOW32 = 0xFFFFFFFF
+# LZ4 expands a block at most about 255-fold (a literal run of one byte, repeated).
+_LZ4_MAX_RATIO = 255
 _DELETIONS = frozenset({0x0, 0x7})
 _TYPE_MASK = 0xFF
 # Value, deletion, single deletion: the only entry types a store without column
@@ -94,6 +96,9 @@ def _block(data: bytes, offset: int, size: int, checksum: int) -> bytes:
     if kind != _LZ4:
         raise SstFormatError(f"block compression type {kind:#x}")
     expected, start = _varint(stored, 0)
+    if expected > _LZ4_MAX_RATIO * (len(stored) - start) + _LZ4_MAX_RATIO:
+        # More than LZ4 can expand to: a damaged size, which would only allocate.
+        raise SstFormatError(f"block at {offset}: {len(stored)} LZ4 bytes cannot hold {expected}")
     try:
         out: bytes = lz4.block.decompress(stored[start:], uncompressed_size=expected)
     except lz4.block.LZ4BlockError as err:

@@ -1,0 +1,80 @@
+"""Each finding of the fuzz targets, pinned: the input (``tests/fuzz/regressions/``)
+now fails with the domain error a damaged file should give, naming what is wrong.
+
+Before the fixes these escaped as OSError, OverflowError, RecursionError or
+StopIteration, which the daemon reports as an internal error (or not at all).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from epochstate.core import jsontext
+from epochstate.core.checkpoint.commitlog import parse_commit_entry
+from epochstate.core.checkpoint.epochlog import parse_epoch_log
+from epochstate.core.storage.location import open_location
+from epochstate.daemon.ingest.registry_publisher import _offsets
+from epochstate.daemon.server.positions import _parse
+from epochstate.daemon.sources.checkpoint.operators import parse_operator_metadata
+from epochstate.daemon.sources.checkpoint.schemafile import parse_column_family_schemas, parse_schema_file
+from epochstate.daemon.sources.errors import CorruptCheckpointFile, CorruptStateFile, UnsupportedCheckpoint
+from epochstate.daemon.sources.rocksdb.changelog import read_header
+from epochstate.daemon.sources.rocksdb.snapshot import SnapshotReader, read_snapshot_metadata
+from epochstate.daemon.sources.rocksdb.sst import SstFormatError, sst_writes_after
+from tests.fuzz.targets import REGRESSIONS, fix_sst_checksums
+
+
+def finding(name: str) -> bytes:
+    return (REGRESSIONS / name).read_bytes()
+
+
+def test_json_numbers_beyond_a_double_are_corrupt_files() -> None:
+    entry = finding("checkpoint_log/watermark-infinity").decode()
+    with pytest.raises(CorruptCheckpointFile, match="Infinity"):
+        parse_commit_entry(0, entry)
+    with pytest.raises(CorruptCheckpointFile, match="Infinity"):
+        parse_epoch_log(0, entry)
+    with pytest.raises(CorruptCheckpointFile, match="does not fit a double"):
+        parse_epoch_log(0, finding("checkpoint_log/number-beyond-double").decode())
+    with pytest.raises(CorruptCheckpointFile, match="Infinity"):
+        parse_operator_metadata(0, finding("checkpoint_log/operator-id-infinity").decode())
+    with pytest.raises(CorruptStateFile, match="malformed lineage"):
+        read_header(finding("changelog/lineage-version-infinity"))
+
+
+def test_json_nested_beyond_the_parser_is_a_corrupt_file() -> None:
+    text = finding("checkpoint_log/nested-too-deep").decode()
+    with pytest.raises(CorruptCheckpointFile, match="nested too deeply"):
+        parse_epoch_log(0, text)
+    with pytest.raises(CorruptStateFile, match="nested too deeply"):
+        read_header(finding("changelog/lineage-nested-too-deep"))
+    with pytest.raises(CorruptCheckpointFile, match="nested too deeply"):
+        parse_schema_file(finding("schema_file/schema-nested-too-deep"))
+    # An offset line nested that deep names no position (the server and the publisher).
+    offsets = text.splitlines()[2]
+    assert _parse(offsets) == {} and _offsets(offsets) == offsets
+    with pytest.raises(ValueError, match="nested too deeply"):
+        jsontext.loads("[" * 5000)
+
+
+def test_schemas_beyond_spark_are_unsupported_not_crashes() -> None:
+    with pytest.raises(UnsupportedCheckpoint, match="nested deeper than 100 levels"):
+        parse_schema_file(finding("schema_codecs/array-nested-600-deep"))
+    with pytest.raises(UnsupportedCheckpoint, match=r"decimal\(60,2\) is not a Spark decimal type"):
+        parse_column_family_schemas(finding("schema_codecs/decimal-precision-60"))
+
+
+def test_zip_entry_at_a_negative_offset_is_a_corrupt_snapshot(tmp_path: Path) -> None:
+    path = tmp_path / "1.zip"
+    path.write_bytes(finding("snapshot_zip/negative-entry-offset"))
+    with pytest.raises(CorruptStateFile, match="not a readable zip"):
+        SnapshotReader(open_location(path))._extract(str(tmp_path / "out"))
+    assert read_snapshot_metadata(open_location(path)).files  # the metadata entry itself is sound
+
+
+def test_sst_block_claiming_more_than_lz4_can_hold_is_refused_before_allocating() -> None:
+    table = fix_sst_checksums(finding("sst/lz4-size-beyond-int32"))
+    with pytest.raises(SstFormatError, match="LZ4 bytes cannot hold"):
+        sst_writes_after(table, b"", b"", 0)
