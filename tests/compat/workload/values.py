@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 
 def _struct(fields: list[tuple[str, Any]]) -> Any:
@@ -29,7 +29,7 @@ def _struct(fields: list[tuple[str, Any]]) -> Any:
 def encode(value: Any) -> Any:
     """``value`` (a Spark ``Row``, a client result, or anything inside them) as JSON data."""
     if isinstance(value, tuple) and isinstance(getattr(type(value), "fields", None), property):
-        return _struct(list(value.fields))  # the client's Struct: (name, value) pairs
+        return _struct(list(cast(Any, value).fields))  # the client's Struct: (name, value) pairs
     if isinstance(value, tuple) and hasattr(value, "__fields__"):  # a PySpark Row
         return _struct(list(zip(value.__fields__, value, strict=True)))
     if isinstance(value, dict):
