@@ -63,7 +63,7 @@ fuzz: $(STAMP)
 	$(MAKE) fuzz-grpc
 
 fuzz-grpc: $(STAMP)
-	FUZZ_GRPC_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/fuzz/test_grpc.py -p no:cacheprovider $(PYTEST_ARGS)
+	FUZZ_GRPC_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/fuzz/test_grpc.py -p no:cacheprovider -rP $(PYTEST_ARGS)
 
 # Rewrite the seed corpus from real Spark queries (minutes).
 fuzz-seeds: $(STAMP)

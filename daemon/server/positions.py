@@ -8,6 +8,7 @@ offset}}``. Offsets are positions: the next record to read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,6 +16,9 @@ from epochstate.core import jsontext
 from epochstate.daemon.store.descriptors import EpochRecord
 
 Position = dict[tuple[str, int], int]
+# A Kafka partition number as a JSON key: ASCII digits only (``str.isdigit`` also
+# takes "²", which ``int`` refuses), at most as many as an int32 has.
+_PARTITION = re.compile(r"-?[0-9]{1,10}")
 
 
 def _parse(text: str | None) -> Position:
@@ -29,13 +33,13 @@ def _parse(text: str | None) -> Position:
     found: Position = {}
     if isinstance(obj.get("subject"), str) and isinstance(obj.get("positions"), dict):
         for partition, offset in obj["positions"].items():
-            if str(partition).lstrip("-").isdigit() and isinstance(offset, int):
+            if _PARTITION.fullmatch(str(partition)) and isinstance(offset, int):
                 found[(obj["subject"], int(partition))] = offset
         return found
     for topic, partitions in obj.items():
         if isinstance(partitions, dict):
             for partition, offset in partitions.items():
-                if str(partition).lstrip("-").isdigit() and isinstance(offset, int):
+                if _PARTITION.fullmatch(str(partition)) and isinstance(offset, int):
                     found[(topic, int(partition))] = offset
     return found
 

@@ -21,6 +21,7 @@ the schemas are real Spark schemas kept in ``tests/fuzz/schemas/`` (written by
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -117,7 +118,9 @@ def _scratch() -> Path:
     if chosen:
         Path(chosen).mkdir(parents=True, exist_ok=True)
         return Path(chosen)
-    return Path(tempfile.mkdtemp(prefix="epochstate-fuzz-", dir=memory_scratch_root()))
+    made = Path(tempfile.mkdtemp(prefix="epochstate-fuzz-", dir=memory_scratch_root()))
+    atexit.register(shutil.rmtree, made, ignore_errors=True)  # a normal exit (pytest) cleans up
+    return made
 
 
 def memory_scratch_root() -> Path | None:

@@ -59,6 +59,12 @@ def test_json_nested_beyond_the_parser_is_a_corrupt_file() -> None:
         jsontext.loads("[" * 5000)
 
 
+def test_offset_partitions_that_are_not_ascii_digits_name_no_position() -> None:
+    lines = finding("checkpoint_log/offset-partition-not-ascii").decode().splitlines()
+    assert [_parse(line) for line in lines[2:]] == [{}, {}]  # was ValueError from int("²")
+    assert _parse('{"t": {"' + "1" * 5000 + '": 5, "3": 7}}') == {("t", 3): 7}
+
+
 def test_schemas_beyond_spark_are_unsupported_not_crashes() -> None:
     with pytest.raises(UnsupportedCheckpoint, match="nested deeper than 100 levels"):
         parse_schema_file(finding("schema_codecs/array-nested-600-deep"))

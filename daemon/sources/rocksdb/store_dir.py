@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 
 CHANGELOG = "changelog"
 ZIP = "zip"
-_STATE_FILE = re.compile(r"(\d+)(_[^.]+)?\.(changelog|zip)")
+_STATE_FILE = re.compile(r"([0-9]+)(_[^.]+)?\.(changelog|zip)")  # ASCII digits: \d also matches "٣"
 # RocksDB's string-append merge operator joins with this under Spark's
 # ``mergeOperatorVersion`` 1, and with nothing under version 2 (see conf).
 LIST_DELIMITER = b","
