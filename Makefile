@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test compat compat-venvs lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-ingest bench-object-store bench-alignment clean
+.PHONY: demo demo-chain test compat compat-venvs lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-ingest bench-object-store bench-s3-clients bench-alignment clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,9 @@ bench-ingest: $(STAMP)
 
 bench-object-store: $(STAMP)
 	$(BIN)/python bench/object_store.py $(BENCH_ARGS)
+
+bench-s3-clients: $(STAMP)
+	$(BIN)/python bench/storage_clients.py $(BENCH_ARGS)
 
 bench-alignment: $(STAMP)
 	$(BIN)/python bench/alignment.py $(BENCH_ARGS)

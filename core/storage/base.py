@@ -72,14 +72,24 @@ class Storage(ABC):
     def read(self, path: str) -> bytes:
         """The whole file."""
 
+    def read_ahead(self, path: str) -> None:
+        """Start reading the whole file now: a later :meth:`read` of it takes what was
+        read. Only for files that never change once written. A no-op where reads are
+        cheap (the local disk)."""
+        return None
+
     @abstractmethod
     def read_range(self, path: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the file (fewer at its end)."""
 
     @abstractmethod
-    def local_file(self, path: str) -> Path:
+    def local_file(self, path: str, immutable: bool = False) -> Path:
         """A local file with the file's content: the file itself on local storage, a
-        cached copy otherwise (valid until the next call for another file may evict it)."""
+        cached copy otherwise (valid until the next call for another file may evict it).
+
+        ``immutable``: the caller knows the file is never rewritten under its name
+        (a name with a unique id), so a cached copy is used without asking the
+        storage whether the file changed."""
 
     def join(self, path: str, name: str) -> str:
         return f"{path.rstrip('/')}/{name}" if path else name

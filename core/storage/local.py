@@ -43,7 +43,7 @@ class LocalStorage(Storage):
             file.seek(start)
             return file.read(max(0, end - start))
 
-    def local_file(self, path: str) -> Path:
+    def local_file(self, path: str, immutable: bool = False) -> Path:
         if not os.path.isfile(path):
             raise FileNotFoundError(path)
         return Path(path)

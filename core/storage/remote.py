@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from epochstate.core.storage.base import Entry, FileStat, Storage
 from epochstate.core.storage.cache import FileCache
 from epochstate.core.storage.errors import StorageUnavailable, UnreadableFile
+from epochstate.core.storage.readahead import ReadAhead
 from epochstate.core.storage.retry import RetryPolicy, with_retries
 from epochstate.core.storage.stats import StorageStats
 
@@ -27,21 +28,24 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Errors that say something about the file, not about the storage's health.
-_REFUSALS = (PermissionError, IsADirectoryError, NotADirectoryError, ValueError)
+REFUSALS: tuple[type[BaseException], ...] = (
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+    ValueError,
+)
 
 
 # Our own mistakes: never retried, never reported as the storage's fault.
 _BUGS = (TypeError, AttributeError, NameError, ImportError, AssertionError, NotImplementedError)
 
 
-def _transient(error: BaseException) -> bool:
-    return not isinstance(error, (FileNotFoundError, *_REFUSALS, *_BUGS))
-
-
 class RemoteStorage(Storage):
     """One fsspec filesystem (``protocol``) and the URI prefix its paths display with."""
 
     mtime_resolution_ns = 1_000_000_000
+    #: Errors that refuse the file (not retried; reported as UnreadableFile).
+    refusals: tuple[type[BaseException], ...] = REFUSALS
 
     def __init__(
         self,
@@ -57,24 +61,28 @@ class RemoteStorage(Storage):
         self.stats = stats or StorageStats()
         self.retry = retry or RetryPolicy()
         self.cache = cache
+        self._ahead = ReadAhead(self._read_whole)
 
     def display(self, path: str) -> str:
         return f"{self.scheme}://{path}"
 
     def _call(self, op: str, path: str, call: Callable[[], T]) -> T:
         def counted() -> T:
-            self.stats.add(op)
+            self.stats.request(op, path)
             return call()
 
         def retried(error: BaseException) -> None:
             self.stats.add("retries")
             log.debug("%s %s: %s; retrying", op, self.display(path), type(error).__name__)
 
+        def transient(error: BaseException) -> bool:
+            return not isinstance(error, (FileNotFoundError, *self.refusals, *_BUGS))
+
         try:
-            return with_retries(counted, _transient, self.retry, on_retry=retried)
+            return with_retries(counted, transient, self.retry, on_retry=retried)
         except (FileNotFoundError, *_BUGS):
             raise
-        except _REFUSALS as error:
+        except self.refusals as error:
             self.stats.add("refused")
             raise UnreadableFile(f"{self.display(path)}: {type(error).__name__}: {error}") from None
         except Exception as error:
@@ -123,6 +131,13 @@ class RemoteStorage(Storage):
         return bool(self.listdir(path))
 
     def read(self, path: str) -> bytes:
+        early = self._ahead.take(path)
+        return early if early is not None else self._read_whole(path)
+
+    def read_ahead(self, path: str) -> None:
+        self._ahead.start(path)
+
+    def _read_whole(self, path: str) -> bytes:
         data: bytes = self._call("get", path, lambda: self.fs.cat_file(path))
         self.stats.add("bytes", len(data))
         return data
@@ -132,12 +147,14 @@ class RemoteStorage(Storage):
         self.stats.add("bytes", len(data))
         return data
 
-    def local_file(self, path: str) -> Path:
+    def local_file(self, path: str, immutable: bool = False) -> Path:
         if self.cache is None:
             raise UnreadableFile(f"{self.display(path)}: no local cache to fetch it into")
-        info = self._info(path)
-        stat = _stat(info)
-        key = f"{self.display(path)}|{stat.st_size}|{stat.tag}"
+        if immutable:
+            key = self.display(path)
+        else:
+            stat = self.stat(path)
+            key = f"{self.display(path)}|{stat.st_size}|{stat.tag}"
 
         def fetch(target: Path) -> None:
             target.write_bytes(self.read(path))

@@ -12,6 +12,19 @@ Guarantees:
   difference to the newest ingested one, removals included) and the epochs in
   between are recorded, in the same batch, as unavailable for good.
 * Each epoch is decoded with the store schema in force at it (see :mod:`schemas`).
+
+Requests: operator metadata and schema files change only when a new run of the
+query starts. They are read again (and compared by content) on a local disk for
+every epoch (free there); on an object store when a listener report names a query
+run not seen before, after an epoch failed, and at least every
+:data:`METADATA_RECHECK_SECONDS`. In between, an epoch the listener has not
+vouched for (reported by the run last checked) costs one HEAD per store's schema
+file (or one listing per transformWithState operator; see
+:meth:`Checkpoint.metadata_changed`): a query restarted without the listener can
+be quick. Whether the checkpoint was recreated (``metadata``'s query id) is asked
+only when the commit log went back or rewrote an entry already seen, or a report
+named another query. So a later epoch costs the commit log listing, its offset
+log entry and its state files, and without the listener that check.
 """
 
 from __future__ import annotations
@@ -31,13 +44,19 @@ from epochstate.daemon.ingest.epoch_record import epoch_record
 from epochstate.daemon.ingest.schemas import SchemaWatch
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import SourceError
-from epochstate.daemon.sources.readers import StoreReader, open_store_reader
+from epochstate.daemon.sources.readers import ReadsAhead, StoreReader, open_store_reader
 from epochstate.daemon.store.catalog import JobEntry, StoreHandle, StoreSchema
 from epochstate.daemon.store.descriptors import EpochRecord, JobProgress, SchemaVersion
 from epochstate.daemon.store.placement import StoreChanges
 from epochstate.daemon.store.versioned import VersionedStore
 
 log = logging.getLogger(__name__)
+
+# Operator metadata and schemas read from an object store are read again in full
+# at least this often while epochs keep coming.
+METADATA_RECHECK_SECONDS = 60.0
+# A backlog of committed epochs is worked off from a listing at most this old.
+LISTING_REUSE_SECONDS = 1.0
 
 
 class EpochPublisher(Protocol):
@@ -80,6 +99,7 @@ class JobFollower:
         scratch_dir: Path | None = None,
     ) -> None:
         self.name = name
+        self._uri = checkpoint
         self.checkpoint = Checkpoint(checkpoint)
         self._location = _normalize(checkpoint)
         self._store = store
@@ -91,6 +111,16 @@ class JobFollower:
         self._readers: dict[tuple[int, int], StoreReader] = {}
         self._codecs: dict[tuple[int, int], StoreCodec] = {}
         self._schemas = SchemaWatch(self.checkpoint)
+        # When operators and schemas were last read, under which query run, whether
+        # they must be read again before the next epoch, and the runs reports named.
+        self._validated_at = time.monotonic()
+        self._validated_run: str | None = None
+        self._revalidate = False
+        self._runs: dict[int, str] = {}
+        self._other_query_reported = False
+        # The newest listing of the commit log and when it was taken.
+        self._committed: list[int] = []
+        self._listed_at = 0.0
         self.entry = self._open()
 
     # -- set-up ----------------------------------------------------------------
@@ -124,8 +154,9 @@ class JobFollower:
         entry.committed = -1 if latest is None else latest
         return entry
 
-    def _discover_stores(self, epoch: int) -> None:
-        """Register stores that appeared in the checkpoint since the last look."""
+    def _discover_stores(self, epoch: int) -> set[tuple[int, str]]:
+        """Register stores that appeared in the checkpoint since the last look; returns them."""
+        found: set[tuple[int, str]] = set()
         for operator in self.checkpoint.operators():
             for info in operator.stores:
                 if (operator.operator_id, info.name) in self.entry.stores:
@@ -144,6 +175,8 @@ class JobFollower:
                 )
                 self.entry.stores[(operator.operator_id, info.name)] = StoreHandle.of(descriptor)
                 self.entry.operator_names[operator.operator_id] = operator.name or "unknown"
+                found.add((operator.operator_id, info.name))
+        return found
 
     def _learn_provider(self, epoch: int) -> None:
         # A job followed before its first commit could not tell its provider yet.
@@ -176,27 +209,68 @@ class JobFollower:
             self._codecs[cache_key] = codec
         return codec
 
+    def reported(self, epoch: int, run_id: str = "", query_id: str = "") -> None:
+        """The listener reported ``epoch`` committed by query run ``run_id`` of query
+        ``query_id`` (either may be empty: unknown)."""
+        if query_id and query_id != self.entry.descriptor.query_id:
+            self._other_query_reported = True
+        if run_id and epoch > self.entry.progress.newest:
+            if len(self._runs) > 10_000:  # reports far ahead of ingest
+                self._runs.clear()
+            self._runs[epoch] = run_id
+
+    def may_be_recreated(self) -> bool:
+        """Whether the checkpoint may hold another query now (see :meth:`reopen_if_recreated`):
+        always on a local disk (asking costs nothing); elsewhere when the commit log
+        went back or rewrote an entry, or a report named another query."""
+        return (
+            self.checkpoint.root.is_local
+            or self.log_went_back()
+            or self.checkpoint.commits_rewritten
+            or self._other_query_reported
+        )
+
     def reopen_if_recreated(self) -> bool:
         """Start over when the checkpoint now holds another query (it was deleted and
         recreated): that query's epochs restart at 0, so the old query's epochs are
-        dropped. Returns True when it did; ``entry`` is then a new object."""
+        dropped and nothing read from the old one is kept. Returns True when it did;
+        ``entry`` is then a new object."""
+        self._other_query_reported = False
+        self.checkpoint.commits_rewritten = False
         if self.checkpoint.query_id() == self.entry.descriptor.query_id:
             return False
+        self.checkpoint = Checkpoint(self._uri)
+        self._schemas = SchemaWatch(self.checkpoint)
         self._readers.clear()
         self._codecs.clear()
-        self._schemas.forget()
+        self._runs.clear()
+        self._validated_run = None
+        self._committed, self._listed_at = [], 0.0
         self.entry = self._open()
         return True
 
     # -- ingest ------------------------------------------------------------------
 
     def next_epoch(self) -> int | None:
-        """The next committed epoch to ingest, or None when caught up."""
-        committed = self.checkpoint.committed_epochs()
+        """The next committed epoch to ingest, or None when caught up. On an object
+        store, a daemon working off a backlog takes it from a listing up to
+        :data:`LISTING_REUSE_SECONDS` old (committed epochs stay committed; a
+        checkpoint recreated meanwhile shows in the next listing)."""
+        newest = self.entry.progress.newest
+        known = self._committed
+        if (
+            newest >= 0
+            and not self.checkpoint.root.is_local
+            and time.monotonic() - self._listed_at < LISTING_REUSE_SECONDS
+        ):
+            ahead = next((e for e in known if e > newest), None)
+            if ahead is not None:
+                return ahead
+        committed = self._committed = self.checkpoint.committed_epochs()
+        self._listed_at = time.monotonic()
         if not committed:
             return None
         self.entry.committed = committed[-1]
-        newest = self.entry.progress.newest
         if newest < 0:
             # Nothing ingested yet: start with the oldest epoch retention would keep.
             first = max(committed[0], committed[-1] - self._retention + 1)
@@ -216,7 +290,7 @@ class JobFollower:
         if epoch is None:
             return None
         mode = ReadMode.FULL if self.entry.progress.empty else ReadMode.DELTA
-        return self._ingest(epoch, mode, {})
+        return self._ingest_checked(epoch, mode, {})
 
     def skip_ahead(self, blocked: int, reason: str) -> IngestStats | None:
         """Give up on ``blocked`` (failing with ``reason``): ingest the first later
@@ -233,7 +307,7 @@ class JobFollower:
                 for e in range(blocked + 1, candidate):
                     gap[e] = f"skipped: epoch {blocked} before it cannot be read ({reason})"
                 mode = ReadMode.FULL if self.entry.progress.empty else ReadMode.REBASE
-                return self._ingest(candidate, mode, gap)
+                return self._ingest_checked(candidate, mode, gap)
             except (SourceError, UnreadableFile) as error:
                 log.warning("job %s: cannot load epoch %d in full either: %s", self.name, candidate, error)
         return None
@@ -241,30 +315,78 @@ class JobFollower:
     def _loads_in_full(self, handle: StoreHandle, epoch: int) -> bool:
         return self._reader(handle, handle.latest, epoch).has_full(epoch + 1)
 
+    def _metadata_due(self, epoch: int) -> bool:
+        """Whether operators and schemas must be read again in full before ``epoch``."""
+        if self._revalidate or self.checkpoint.root.is_local:
+            return True
+        run = self._runs.get(epoch)
+        if run is not None and run != self._validated_run:
+            return True
+        return time.monotonic() - self._validated_at >= METADATA_RECHECK_SECONDS
+
+    def _vouched(self, epoch: int) -> bool:
+        """Whether the listener reported ``epoch`` from the run the metadata was read under."""
+        run = self._runs.get(epoch)
+        return run is not None and run == self._validated_run
+
+    def _ingest_checked(self, epoch: int, mode: ReadMode, skipped: dict[int, str]) -> IngestStats:
+        due = self._metadata_due(epoch)
+        if not due and not self._vouched(epoch) and self.checkpoint.metadata_changed():
+            log.info("job %s: a schema changed before epoch %d", self.name, epoch)
+            due = True
+        if due:
+            self.checkpoint.forget_metadata()
+            self._validated_at = time.monotonic()
+            self._validated_run = self._runs.get(epoch, self._validated_run)
+        try:
+            stats = self._ingest(epoch, mode, skipped)
+        except BaseException:
+            self._revalidate = True  # the failure may come from a changed schema
+            raise
+        self._revalidate = False
+        for old in [e for e in self._runs if e <= epoch]:
+            del self._runs[old]
+        return stats
+
+    def _read_ahead(self, epoch: int, mode: ReadMode) -> None:
+        """On an object store, start reading the files this epoch's changes and record
+        need, and the next epoch's once committed: their round trips overlap each
+        other and this epoch's decoding."""
+        if self.checkpoint.root.is_local or mode is not ReadMode.DELTA:
+            return
+        for e in (epoch, epoch + 1):
+            if e > epoch and not self.checkpoint.listed(e):
+                break
+            self.checkpoint.read_ahead_epoch_log(e)
+            for handle in self.entry.stores.values():
+                reader = self._readers.get((handle.descriptor.store_id, handle.schema_at(e).first_epoch))
+                if isinstance(reader, ReadsAhead):
+                    reader.read_ahead(e + 1)
+
     def _ingest(self, epoch: int, mode: ReadMode, skipped: dict[int, str]) -> IngestStats:
         started = time.perf_counter()
-        self._discover_stores(epoch)
+        new_stores = self._discover_stores(epoch)
         self._learn_provider(epoch)
+        self._read_ahead(epoch, mode)
         view = self._store.view()
         newest = self.entry.progress.newest
         changes: dict[int, StoreChanges] = {}
         introduced: list[tuple[int, SchemaVersion]] = []
-        settled: list[tuple[int, int]] = []
         handles: dict[tuple[int, str], StoreHandle] = {}
         for key, handle in self.entry.stores.items():
-            change = self._schemas.change_at(handle, epoch)
-            if change is not None:
-                version, written = change
+            version = self._schemas.change_at(handle, epoch)
+            if version is not None:
                 log.info("job %s: store %s/%s has a new schema from epoch %d", self.name, *key, epoch)
                 handle = handle.with_schema(version)
                 introduced.append((handle.descriptor.store_id, version))
-                settled.append((handle.descriptor.store_id, written))
             handles[key] = handle
             schema = handle.schema_at(epoch)
             reader = self._reader(handle, schema, epoch)
             store_id = handle.descriptor.store_id
+            # A store first seen now may have versions before this one (noticed late).
+            store_mode = ReadMode.REBASE if key in new_stores and mode is ReadMode.DELTA else mode
             changes[store_id] = store_changes(
-                reader, self._codec(handle, schema, reader), epoch + 1, mode, view, store_id, newest
+                reader, self._codec(handle, schema, reader), epoch + 1, store_mode, view, store_id, newest
             )
         record = self._record(epoch)
         # Readers must see the new schemas and the skipped epochs no later than the
@@ -287,8 +409,6 @@ class JobFollower:
             for e in skipped:
                 self.entry.unavailable.pop(e, None)
             raise
-        for store_id, written in settled:
-            self._schemas.settle(store_id, written)
         self.entry.problems.update(skipped)
         self.entry.problems.pop(epoch, None)
         self.entry.progress = result.progress

@@ -7,8 +7,8 @@ every ``poll_interval`` (a directory listing costs nothing). For a checkpoint on
 object store, a look finding nothing new doubles that job's interval, from
 ``poll_interval`` up to ``poll_max_interval``; a new epoch or a push starts again
 from ``poll_interval``. An idle remote job so costs one LIST request of
-``commits/`` per ``poll_max_interval`` (the query id is read only when there is an
-epoch to ingest or the log went back).
+``commits/`` per ``poll_max_interval`` (the query id is read only when the commit
+log went back or rewrote an entry, or a report named another query).
 Waits go through one event that ``stop`` sets, so shutdown never waits for a poll.
 """
 
@@ -78,6 +78,8 @@ class IngestLoop:
         self._on_ingested = on_ingested
         self._on_problem = on_problem
         self._followers: dict[str, JobFollower] = {}
+        # Per job: reports not yet handed to its follower (epoch, run id, query id).
+        self._reports: dict[str, list[tuple[int, str, str]]] = {}
         self._retry_at: dict[str, float] = {}
         self._skip_after = skip_after_failures
         # Per job: the epoch that keeps failing and how many attempts failed.
@@ -114,8 +116,14 @@ class IngestLoop:
         self.poke(job)
         return follower.entry
 
-    def poke(self, job: str) -> None:
-        """Something happened to ``job`` (e.g. an epoch committed): look now."""
+    def poke(self, job: str, epoch: int | None = None, run_id: str = "", query_id: str = "") -> None:
+        """Something happened to ``job`` (e.g. the listener reported ``epoch``
+        committed by query run ``run_id`` of query ``query_id``): look now."""
+        if epoch is not None:
+            with self._lock:
+                pending = self._reports.setdefault(job, [])
+                if len(pending) < 1000:
+                    pending.append((epoch, run_id, query_id))
         self._retry_at.pop(job, None)
         self._next_look.pop(job, None)
         self._idle_interval.pop(job, None)
@@ -165,13 +173,17 @@ class IngestLoop:
         if now < self._retry_at.get(follower.name, 0.0) or now < self._next_look.get(follower.name, 0.0):
             return False
         epoch = None
+        with self._lock:
+            reports = self._reports.pop(follower.name, [])
+        for report in reports:
+            follower.reported(*report)
         try:
             epoch = follower.next_epoch()
             if epoch is None and not follower.log_went_back():
                 self._idle(follower)
                 return False
             # About to ingest (or the log went back): is it still the same query?
-            if follower.reopen_if_recreated():
+            if follower.may_be_recreated() and follower.reopen_if_recreated():
                 self._catalog.put(follower.entry)
                 self._publisher.job_followed(follower.entry)
                 epoch = follower.next_epoch()

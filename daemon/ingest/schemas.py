@@ -1,16 +1,19 @@
 """Which key and value schemas are in force for a store at an epoch.
 
-Spark writes a store's schema file when a query run first plans the store; a
-restarted query whose schema changed in a way Spark accepts (or a store whose file
-was rewritten) gets a new file before the run's first epoch commits. So the schema
-in the file is in force from the first epoch that committed after the file was
-written. The daemon records each schema it sees as a :class:`SchemaVersion` keyed
-by that first epoch, written with that epoch, so every epoch keeps decoding and
-serving with its own schema.
+Spark writes a store's schema file when a query run first plans the store and the
+store has none; a restarted query whose schema changed in a way Spark accepts
+keeps the old file. So a rewritten file (removed, then written by the next run)
+is a new schema from that run's first epoch on. The daemon records each schema
+it sees as a :class:`SchemaVersion` keyed by the first epoch it is in force at,
+written with that epoch, so every epoch keeps decoding and serving with its own.
 
-Limits: only schemas the daemon saw are known. Epochs that committed before a
-schema file the daemon never saw the previous content of are read with the
-newest file (as Spark's own state reader does).
+A change is told from the file's content, never from its time: the schema read
+(see :meth:`Checkpoint.store_schema`, read again whenever the follower checks)
+against the newest one recorded. It is in force from the first epoch ingested
+after the change was seen. Whether that epoch committed before the rewrite cannot
+be told from content (object stores keep whole seconds): such an epoch is read
+with the new schema, as Spark's own state reader reads every epoch with the newest
+file. Epochs ingested before keep their schema.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 
 from epochstate.core.sparktypes import type_to_json
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
+from epochstate.daemon.sources.errors import MissingCheckpointFile
 from epochstate.daemon.store.catalog import StoreHandle
 from epochstate.daemon.store.descriptors import SchemaVersion
 
@@ -35,33 +39,23 @@ def schema_version(checkpoint: Checkpoint, operator_id: int, store: str, first_e
 
 
 class SchemaWatch:
-    """Notices rewritten schema files. Not thread-safe: the ingest thread owns it."""
+    """Notices rewritten schema files by their content. Not thread-safe: the ingest
+    thread owns it."""
 
     def __init__(self, checkpoint: Checkpoint) -> None:
         self._checkpoint = checkpoint
-        # Per store id: the write time of the schema file last settled.
-        self._settled: dict[int, int] = {}
 
-    def change_at(self, handle: StoreHandle, epoch: int) -> tuple[SchemaVersion, int] | None:
-        """A new schema version of ``handle`` in force from ``epoch`` with the file's
-        write time, or None when the handle's newest schema is in force at ``epoch``.
+    def change_at(self, handle: StoreHandle, epoch: int) -> SchemaVersion | None:
+        """A new schema version of ``handle`` in force from ``epoch``, or None when the
+        handle's newest schema is the one in the checkpoint (or the file is gone:
+        removed for the next run to write anew).
 
-        Call :meth:`settle` with the write time once the epoch is written.
+        Raises:
+            CorruptCheckpointFile, UnsupportedCheckpoint: see :meth:`Checkpoint.store_schema`.
         """
         d = handle.descriptor
-        written = self._checkpoint.store_schema_written_ns(d.operator_id, d.store_name)
-        if written is None or written == self._settled.get(d.store_id):
+        try:
+            found = schema_version(self._checkpoint, d.operator_id, d.store_name, epoch)
+        except MissingCheckpointFile:
             return None
-        if self._checkpoint.commit_time_ms(epoch) < written // 1_000_000:
-            return None  # the file belongs to a later run: not in force yet
-        found = schema_version(self._checkpoint, d.operator_id, d.store_name, epoch)
-        if found.same_schemas(handle.latest.version):
-            self._settled[d.store_id] = written
-            return None
-        return found, written
-
-    def settle(self, store_id: int, written: int) -> None:
-        self._settled[store_id] = written
-
-    def forget(self) -> None:
-        self._settled.clear()
+        return None if found.same_schemas(handle.latest.version) else found

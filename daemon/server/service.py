@@ -49,7 +49,7 @@ class IngestControl(Protocol):
 
     def follow(self, job: str, checkpoint: str) -> JobEntry: ...
 
-    def poke(self, job: str) -> None: ...
+    def poke(self, job: str, epoch: int | None = None, run_id: str = "", query_id: str = "") -> None: ...
 
 
 def _schema(struct_type: StructType) -> pb.Schema:
@@ -353,7 +353,7 @@ class EpochStateService:
             if not request.checkpoint:
                 raise
             entry = self._ingest.follow(request.job, request.checkpoint)
-        self._ingest.poke(request.job)
+        self._ingest.poke(request.job, request.epoch, request.run_id, request.query_id)
         return pb.ReportEpochResponse(ingested_epoch=entry.progress.newest)
 
     @domain_errors

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from epochstate.core.sparktypes import StructType
 from epochstate.daemon.sources.changes import StateChange
@@ -58,6 +58,14 @@ class StoreReader(Protocol):
     def partition_state(self, partition: int, version: int) -> Iterator[StateChange]:
         """:meth:`full_state` of one partition."""
         ...
+
+
+@runtime_checkable
+class ReadsAhead(Protocol):
+    """A :class:`StoreReader` that can start reading a version's files before
+    :meth:`StoreReader.changes` asks for them (an object store's round trips overlap)."""
+
+    def read_ahead(self, version: int) -> None: ...
 
 
 def open_store_reader(

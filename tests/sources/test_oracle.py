@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -114,3 +115,43 @@ def test_schemas_of_the_rich_aggregation(checkpoints: dict[str, Path]) -> None:
     dedup_key, dedup_value = Checkpoint(checkpoints["dedup"]).store_schema(0)
     assert len(dedup_key.fields) > 64  # a null bitset of two words
     assert [f.type for f in dedup_value.fields] == [AtomicType("null")]
+
+
+def test_a_failed_attempts_snapshot_is_told_by_content_not_time(
+    checkpoints: dict[str, Path], oracle: Oracle, tmp_path: Path
+) -> None:
+    name = "window"
+    _wait_for_snapshots(checkpoints[name])
+    copy = tmp_path / "cp"
+    shutil.copytree(checkpoints[name], copy)
+    store_dir = copy / "state" / "0" / "0"
+    latest = Checkpoint(copy).latest_committed()
+    assert latest is not None
+    versions = sorted(int(p.stem) for p in store_dir.glob("*.snapshot"))
+    reader = HdfsStoreReader.open(Checkpoint(copy), 0)
+
+    def disagrees(snapshot: int, version: int) -> bool:
+        held = dict(reader._records(store_dir_location / f"{snapshot}.snapshot", False))
+        written = dict(reader._records(store_dir_location / f"{version}.delta", True))
+        return any(held.get(k) != v for k, v in written.items())
+
+    # A version without a snapshot, given one holding other values for keys its delta
+    # writes, as a failed attempt's would: an earlier version's, written at, before and
+    # after the delta's second.
+    store_dir_location = Checkpoint(copy).store_dir(0, 0)
+    version, donor = next(
+        (v, d)
+        for v in range(latest + 1, 1, -1)
+        if v not in versions
+        for d in versions
+        if d < v and disagrees(d, v)
+    )
+    stale = store_dir / f"{version}.snapshot"
+    shutil.copy(store_dir / f"{donor}.snapshot", stale)
+    delta = stale.with_suffix(".delta").stat().st_mtime_ns
+    second = delta // 10**9 * 10**9
+    for mtime in (delta, second, second + 10**9, second - 10**9):
+        os.utime(stale, ns=(mtime, mtime))
+        fresh = HdfsStoreReader.open(Checkpoint(copy), 0)
+        assert frozen(list(fresh.full_state(version))) == oracle[name, "default"][version - 1]
+        assert not fresh.has_full(version)

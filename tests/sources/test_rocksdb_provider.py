@@ -13,11 +13,15 @@ from typing import Any
 
 import pytest
 
+from epochstate.core.storage.location import open_location
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile, UnsupportedCheckpoint
 from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
 from epochstate.daemon.sources.readers import open_store_reader
+from epochstate.daemon.sources.rocksdb.attempts import as_records, sequence_disagreement
+from epochstate.daemon.sources.rocksdb.manifest import parse_manifest
 from epochstate.daemon.sources.rocksdb.provider import RocksDBStoreReader
+from epochstate.daemon.sources.rocksdb.snapshot import SnapshotReader
 from tests.sources.conftest import FORMAT_VERSION_CONF, ROCKSDB_RUNS
 from tests.sources.spark_state import Entry, assert_matches_oracle, frozen, spark_state
 from tests.sources.sparkvalues import freeze
@@ -327,21 +331,57 @@ def test_session_window_keys_have_a_prefix(rocksdb_checkpoints: dict[str, Path])
         list(wrong.full_state(3))
 
 
-def test_a_snapshot_older_than_its_changelog_is_skipped(
+def test_every_snapshot_spark_took_agrees_with_its_changelog(rocksdb_checkpoints: dict[str, Path]) -> None:
+    # The content check must never turn down the committed attempt's own snapshot: on
+    # every zip Spark's maintenance wrote beside a changelog, both its values and its
+    # sequence numbers agree with the changelog.
+    checked = sequenced = 0
+    for name in ("window-changelog", "dedup-changelog", "session-changelog"):
+        _wait_for_zips(rocksdb_checkpoints[name])
+        files = RocksDBStoreReader.open(Checkpoint(rocksdb_checkpoints[name]), 0)._files
+        for snapshot in _store_files(rocksdb_checkpoints[name], "zip"):
+            partition, version = int(snapshot.parent.name), int(snapshot.stem)
+            if not snapshot.with_suffix(".changelog").is_file():
+                continue
+            assert files.committed_snapshot(partition, version, True) is not None, snapshot
+            records = as_records(files.changelog_rows(partition, version))
+            with SnapshotReader(open_location(snapshot)) as opened:
+                current = opened.extracted("CURRENT").read_text().strip()
+                manifest = parse_manifest(opened.extracted(current).read_bytes())
+                tables = {f.local_name: opened.extracted(f.local_name) for f in opened.metadata.files}
+                assert sequence_disagreement(manifest, tables, records) is None, snapshot
+                floor = manifest.last_sequence - len(records)
+                sequenced += any(f.largest_sequence > floor for f in manifest.files.values())
+            checked += 1
+    assert checked >= 4 and sequenced >= 1, (checked, sequenced)
+
+
+def test_a_failed_attempts_snapshot_is_told_by_content_not_time(
     rocksdb_checkpoints: dict[str, Path], oracle: Oracle, tmp_path: Path
 ) -> None:
     name = "window-changelog"
-    oldest = _wait_for_zips(rocksdb_checkpoints[name])
+    _wait_for_zips(rocksdb_checkpoints[name])
     copy = tmp_path / "cp"
     shutil.copytree(rocksdb_checkpoints[name], copy)
-    # As if a failed attempt's snapshot stayed behind when the re-run rewrote the changelog.
-    version = oldest["0"]
-    stale = copy / "state" / "0" / "0" / f"{version}.zip"
+    store_dir = copy / "state" / "0" / "0"
+    oldest = min(int(p.stem) for p in store_dir.glob("*.zip"))
+    latest = Checkpoint(copy).latest_committed()
+    assert latest is not None
+    # A snapshot holding another state than the changelog of its version leads to, as
+    # a failed attempt's would: the oldest zip again (its table files are there) under
+    # the name of a later version, taken at, before and after the changelog's second.
+    version = next(v for v in range(oldest + 1, latest + 2) if not (store_dir / f"{v}.zip").exists())
+    stale = store_dir / f"{version}.zip"
+    shutil.copy(store_dir / f"{oldest}.zip", stale)
+    changelog = stale.with_suffix(".changelog").stat().st_mtime_ns
+    second = changelog // 10**9 * 10**9
+    for mtime in (changelog, second, second + 10**9, second - 10**9):
+        os.utime(stale, ns=(mtime, mtime))
+        reader = RocksDBStoreReader.open(Checkpoint(copy), 0)
+        assert reader._files.committed_snapshot(0, version, True) is None
+        assert frozen(reader.full_state(version)) == oracle[name][version - 1]
+        assert not reader.has_full(version)
+    # A snapshot that is not a zip at all is damage, not a failed attempt.
     stale.write_bytes(b"not a zip")
-    changelog = stale.with_suffix(".changelog").stat()
-    os.utime(stale, ns=(changelog.st_atime_ns, changelog.st_mtime_ns - 1))
-    reader = RocksDBStoreReader.open(Checkpoint(copy), 0)
-    assert frozen(reader.full_state(version)) == oracle[name][version - 1]
-    os.utime(stale, ns=(changelog.st_atime_ns, changelog.st_mtime_ns))
     with pytest.raises(CorruptStateFile, match=rf"{version}\.zip"):
-        list(reader.full_state(version))
+        list(RocksDBStoreReader.open(Checkpoint(copy), 0).full_state(version))

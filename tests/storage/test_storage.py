@@ -17,6 +17,7 @@ import pytest
 from epochstate.core.storage.cache import FileCache
 from epochstate.core.storage.errors import StorageUnavailable, UnsupportedLocation
 from epochstate.core.storage.location import Location, StorageFactory
+from epochstate.core.storage.readahead import ReadAhead
 from epochstate.core.storage.retry import RetryPolicy, with_retries
 from epochstate.devtools.stores import CheckpointStore
 from tests.fixtures.s3 import S3Server
@@ -204,3 +205,48 @@ def _free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def test_uniquely_named_files_are_cached_without_asking_again(
+    roots: tuple[Location, Location, StorageFactory],
+) -> None:
+    _, remote, factory = roots
+    delta = remote / "state" / "0" / "0" / "1.delta"
+    before = factory.stats.snapshot()
+    first = delta.local_path(immutable=True)
+    again = delta.local_path(immutable=True)
+    spent = {op: factory.stats.get(op) - before.get(op, 0) for op in ("head", "get")}
+    assert first == again and first.read_bytes() == FILES["state/0/0/1.delta"]
+    assert spent == {"head": 0, "get": 1}
+    # A name that may be rewritten is asked about (one HEAD) every time.
+    delta.local_path()
+    delta.local_path()
+    assert factory.stats.get("head") - before.get("head", 0) == 2
+
+
+def test_read_ahead_is_the_file_and_a_missing_file_stays_missing_until_it_appears(
+    request: pytest.FixtureRequest, roots: tuple[Location, Location, StorageFactory]
+) -> None:
+    _, remote, factory = roots
+    delta = remote / "state" / "0" / "0" / "1.delta"
+    gets = factory.stats.get("get")
+    remote.storage.read_ahead(delta.path)
+    assert delta.read_bytes() == FILES["state/0/0/1.delta"]
+    assert factory.stats.get("get") - gets == 1  # the early read was the read
+    later = remote / "commits" / "2"
+    remote.storage.read_ahead(later.path)
+    with pytest.raises(FileNotFoundError):
+        later.read_bytes()
+    store: CheckpointStore = request.getfixturevalue(SCHEMES[request.node.callspec.params["roots"]])
+    bucket, _, key = later.path.lstrip("/").partition("/")
+    store.put(bucket, key, b"v1\n{}")
+    assert later.read_bytes() == b"v1\n{}"  # nothing negative is kept
+
+
+def test_reads_ahead_are_bounded() -> None:
+    ahead = ReadAhead(str.encode, workers=1, max_files=2)
+    for name in ("a", "b", "c"):
+        ahead.start(name)
+    assert len(ahead) == 2
+    assert ahead.take("c") == b"c" and ahead.take("b") == b"b"
+    assert ahead.take("a") is None  # dropped first: read when asked for

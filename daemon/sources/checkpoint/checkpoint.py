@@ -12,14 +12,28 @@ Layout this module relies on::
 
 Names starting with ``.`` (checksums, temporary files) or containing ``.tmp`` are
 never read as log entries.
+
+What is read is kept for the object's life, so following a job on an object store
+costs few requests: log entries (never rewritten once written), and, until
+:meth:`Checkpoint.forget_metadata`, the operators and store schemas. The commit
+log is listed afresh on every call; the listing's sizes and times (free on object
+stores) answer :meth:`Checkpoint.commit_time_ms` and tell, in
+:attr:`Checkpoint.commits_rewritten`, when an entry already seen was written
+again (the checkpoint was deleted and recreated). A recreated checkpoint needs a
+new object.
 """
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Literal
 
+from epochstate.core.checkpoint.commitlog import CommitEntry
+from epochstate.core.checkpoint.epochlog import EpochLog
 from epochstate.core.checkpoint.log import QueryLog, numeric_entries
 from epochstate.core.sparktypes import StructType
+from epochstate.core.storage.base import FileStat
 from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.checkpoint.operators import (
     DEFAULT_STORE,
@@ -48,7 +62,121 @@ _LZ4_CODECS = frozenset({"lz4", "org.apache.spark.io.LZ4CompressionCodec"})
 
 class Checkpoint(QueryLog):
     """A checkpoint directory: the query's logs (:class:`QueryLog`) and its state
-    operators, stores and schemas."""
+    operators, stores and schemas. Not thread-safe (one ingest thread uses it)."""
+
+    def __init__(self, root: Location | Path | str) -> None:
+        super().__init__(root)
+        self._epoch_logs: dict[int, EpochLog] = {}
+        self._commit_entries: dict[int, CommitEntry] = {}
+        # The newest listing of commits/ (stats only from object stores), and its
+        # stats, which the next listing is compared with.
+        self._listed: dict[int, FileStat | None] = {}
+        self._previous_listing: dict[int, FileStat] = {}
+        self.commits_rewritten = False
+        self._operators: list[OperatorInfo] | None = None
+        self._schemas: dict[tuple[int, str], tuple[StructType, StructType]] = {}
+        # What the kept schemas were read from: a schema file's tag (once compared)
+        # and MD5 (S3 tags a file written in one piece with it), and per
+        # transformWithState operator its newest _metadata/v2 entry.
+        self._schema_tags: dict[tuple[int, str], str] = {}
+        self._schema_md5: dict[tuple[int, str], str] = {}
+        self._v2_newest: dict[int, int] = {}
+
+    # Logs, read once.
+
+    def committed_epochs(self) -> list[int]:
+        """The committed epochs, ascending: one listing of ``commits/``. Sets
+        :attr:`commits_rewritten` when an entry listed before now has another size,
+        tag or time, or is gone while later ones are listed."""
+        listed: dict[int, FileStat | None] = {}
+        for entry in (self.root / "commits").iterdir():
+            if entry.name.isdigit() and entry.name.isascii():
+                listed[int(entry.name)] = entry.listed_stat
+        oldest = min(listed, default=None)
+        for epoch, seen in self._previous_listing.items():
+            now = listed.get(epoch)
+            if now is None:
+                gone = oldest is not None and epoch > oldest  # purged entries go oldest first
+                self.commits_rewritten |= gone
+            elif (now.st_size, now.tag, now.st_mtime_ns) != (seen.st_size, seen.tag, seen.st_mtime_ns):
+                self.commits_rewritten = True
+        self._previous_listing = {e: s for e, s in listed.items() if s is not None}
+        self._listed = listed
+        return sorted(listed)
+
+    def listed(self, epoch: int) -> bool:
+        """Whether the newest listing of ``commits/`` had ``epoch``."""
+        return epoch in self._listed
+
+    def read_ahead_epoch_log(self, epoch: int) -> None:
+        """Start reading ``offsets/<epoch>`` unless it was read (see :meth:`Storage.read_ahead`)."""
+        if epoch not in self._epoch_logs:
+            path = self.root / "offsets" / str(epoch)
+            path.storage.read_ahead(path.path)
+
+    def commit_size(self, epoch: int) -> int | None:
+        """The size of ``commits/<epoch>`` as last listed, if the listing gave it."""
+        stat = self._listed.get(epoch)
+        return None if stat is None else stat.st_size
+
+    def commit_time_ms(self, epoch: int) -> int:
+        stat = self._listed.get(epoch)
+        if stat is not None:
+            return stat.st_mtime_ns // 1_000_000
+        return super().commit_time_ms(epoch)
+
+    def epoch_log(self, epoch: int) -> EpochLog:
+        log = self._epoch_logs.get(epoch)
+        if log is None:
+            log = self._epoch_logs[epoch] = super().epoch_log(epoch)
+        return log
+
+    def commit_entry(self, epoch: int) -> CommitEntry:
+        entry = self._commit_entries.get(epoch)
+        if entry is None:
+            entry = self._commit_entries[epoch] = super().commit_entry(epoch)
+        return entry
+
+    def forget_metadata(self) -> None:
+        """Read the operators and schemas afresh next time (a new run of the query
+        may have changed them)."""
+        self._operators = None
+        self._schemas.clear()
+        self._schema_tags.clear()
+        self._schema_md5.clear()
+        self._v2_newest.clear()
+
+    def metadata_changed(self) -> bool:
+        """Whether a kept schema may be out of date, told cheaply and by content: one
+        HEAD per store's schema file (a tag not seen before: its content is read and
+        compared) and, per transformWithState operator, one listing of its
+        ``_metadata/v2`` (a new run writes a new entry there). A schema file that is
+        gone (removed for the next run to write anew) changes nothing yet.
+
+        Raises:
+            CorruptCheckpointFile, UnsupportedCheckpoint: a malformed schema file.
+        """
+        for op_id, newest in self._v2_newest.items():
+            batches = numeric_entries(self.root / "state" / str(op_id) / METADATA_DIR / "v2")
+            if batches[-1:] != [newest]:
+                return True
+        for (op_id, store), schema in list(self._schemas.items()):
+            if op_id in self._v2_newest:
+                continue
+            path = self.store_dir(op_id, 0, store) / METADATA_DIR / "schema"
+            try:
+                tag = path.stat().tag
+                known = (self._schema_tags.get((op_id, store)), f'"{self._schema_md5.get((op_id, store))}"')
+                if tag in known:
+                    self._schema_tags[(op_id, store)] = tag
+                    continue
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            if parse_schema_file(data, str(path)) != schema:
+                return True
+            self._schema_tags[(op_id, store)] = tag
+        return False
 
     # Configuration.
 
@@ -118,12 +246,17 @@ class Checkpoint(QueryLog):
     def operators(self) -> list[OperatorInfo]:
         """The stateful operators, by id. From each operator's metadata file (v1, or
         v2 for transformWithState, whose stores are its state variables), else from the
-        directory layout (then names are ``None``).
+        directory layout (then names are ``None``). Kept until :meth:`forget_metadata`.
 
         Raises:
             CorruptCheckpointFile, UnsupportedCheckpoint: a malformed metadata file.
             MissingCheckpointFile: a schema file the v2 metadata names is gone.
         """
+        if self._operators is None:
+            self._operators = self._read_operators()
+        return list(self._operators)
+
+    def _read_operators(self) -> list[OperatorInfo]:
         state = self.root / "state"
         result = []
         for op_id in numeric_entries(state):
@@ -142,28 +275,26 @@ class Checkpoint(QueryLog):
         path = self.root / "state" / str(operator_id) / str(partition)
         return path if store == DEFAULT_STORE else path / store
 
-    def store_schema_written_ns(self, operator_id: int, store: str = DEFAULT_STORE) -> int | None:
-        """When the store's schema file was last written (mtime, ns); None if it has none.
-
-        Spark writes it when a query run first plans the store, before that run's
-        first epoch commits, so it tells which epochs a rewritten schema applies to.
-        """
-        try:
-            return (self.store_dir(operator_id, 0, store) / METADATA_DIR / "schema").stat().st_mtime_ns
-        except FileNotFoundError:
-            return None
-
     def store_schema(self, operator_id: int, store: str = DEFAULT_STORE) -> tuple[StructType, StructType]:
         """``(key schema, value schema)`` of a store, from partition 0's schema file;
-        for a transformWithState state variable, as :mod:`statevars` serves it.
+        for a transformWithState state variable, as :mod:`statevars` serves it. Kept
+        until :meth:`forget_metadata`.
 
         Raises:
             MissingCheckpointFile: no schema file (unknown operator/store, or a format
                 that keeps schemas elsewhere).
             CorruptCheckpointFile, UnsupportedCheckpoint: see :func:`parse_schema_file`.
         """
+        known = self._schemas.get((operator_id, store))
+        if known is None:
+            known = self._schemas[(operator_id, store)] = self._read_store_schema(operator_id, store)
+        return known
+
+    def _read_store_schema(self, operator_id: int, store: str) -> tuple[StructType, StructType]:
         op_dir = self.root / "state" / str(operator_id)
-        if has_v2_metadata(op_dir):
+        batches = numeric_entries(op_dir / METADATA_DIR / "v2")
+        if batches:
+            self._v2_newest[operator_id] = batches[-1]
             for info in read_v2_operator(operator_id, op_dir).stores:
                 if info.name == store and info.variable is not None:
                     return info.variable.key_schema, info.variable.value_schema
@@ -172,4 +303,5 @@ class Checkpoint(QueryLog):
             data = path.read_bytes()
         except FileNotFoundError:
             raise MissingCheckpointFile(f"{path}: no schema for store {store!r}") from None
+        self._schema_md5[(operator_id, store)] = hashlib.md5(data, usedforsecurity=False).hexdigest()
         return parse_schema_file(data, str(path))

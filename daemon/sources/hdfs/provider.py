@@ -9,6 +9,7 @@ file records (see :mod:`lz4stream` and :mod:`statefile`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from epochstate.daemon.sources.errors import (
 from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream
 from epochstate.daemon.sources.rows.statefile import iter_records
 from epochstate.daemon.sources.rows.unsaferow import RowDecoder
+
+log = logging.getLogger(__name__)
 
 DELTA = "delta"
 SNAPSHOT = "snapshot"
@@ -106,12 +109,23 @@ class HdfsStoreReader:
         """Whether every partition has its ``<version>.delta`` (so :meth:`changes` can run)."""
         return all(self._path(p, version, DELTA).is_file() for p in range(self.num_partitions))
 
+    def read_ahead(self, version: int) -> None:
+        """Start reading what :meth:`changes` of ``version`` reads (every partition's
+        delta), on an object store (see :meth:`Storage.read_ahead`)."""
+        for p in range(self.num_partitions):
+            path = self._path(p, version, DELTA)
+            path.storage.read_ahead(path.path)
+
     def has_full(self, version: int) -> bool:
-        """Whether every partition has a usable ``<version>.snapshot``."""
-        return all(
-            self._path(p, version, SNAPSHOT).is_file() and not self._stale(p, version)
-            for p in range(self.num_partitions)
-        )
+        """Whether every partition has a usable ``<version>.snapshot`` (one that agrees
+        with its delta: see :meth:`_committed_snapshot`); reads them to tell."""
+        for p in range(self.num_partitions):
+            names = self._names(p)
+            if f"{version}.{SNAPSHOT}" not in names:
+                return False
+            if self._committed_snapshot(p, version, f"{version}.{DELTA}" in names) is None:
+                return False
+        return True
 
     def partition_changes(self, partition: int, version: int) -> Iterator[StateChange]:
         """The changes version ``version`` made in one partition: each changed key once,
@@ -155,13 +169,13 @@ class HdfsStoreReader:
         for partition in range(self.num_partitions):
             yield self._raw_partition_state(partition, version)
 
-    def _versions(self, partition: int, kind: str) -> list[int]:
+    def _names(self, partition: int) -> list[str]:
         directory = self.checkpoint.store_dir(self.operator_id, partition, self.store_name)
+        return directory.names()
+
+    @staticmethod
+    def _versions_in(names: list[str], kind: str) -> list[int]:
         suffix = "." + kind
-        try:
-            names = [p.name for p in directory.iterdir()]
-        except FileNotFoundError:
-            return []
         stems = (n[: -len(suffix)] for n in names if n.endswith(suffix))
         return sorted(int(s) for s in stems if s.isdigit() and s.isascii())
 
@@ -180,15 +194,16 @@ class HdfsStoreReader:
     def _raw_partition_state(self, partition: int, version: int) -> RawRows:
         if version < 0:
             raise ValueError(f"negative store version {version}")
-        snapshots = [
-            v for v in self._versions(partition, SNAPSHOT) if v <= version and not self._stale(partition, v)
-        ]
+        names = self._names(partition)  # one listing decides which files exist
+        deltas = set(self._versions_in(names, DELTA))
         state: dict[bytes, bytes | None] = {}
         first_delta = 1
-        if snapshots:
-            base = snapshots[-1]
-            state.update(self._records(self._path(partition, base, SNAPSHOT), False))
-            first_delta = base + 1
+        for base in reversed([v for v in self._versions_in(names, SNAPSHOT) if v <= version]):
+            found = self._committed_snapshot(partition, base, base in deltas)
+            if found is not None:
+                state = found
+                first_delta = base + 1
+                break
         for delta in range(first_delta, version + 1):
             for key, value in self._records(self._path(partition, delta, DELTA), True):
                 if value is None:
@@ -198,22 +213,46 @@ class HdfsStoreReader:
         where = self.checkpoint.store_dir(self.operator_id, partition, self.store_name)
         return RawRows(partition, state.items(), where)
 
-    def _stale(self, partition: int, version: int) -> bool:
-        """Whether ``<version>.snapshot`` predates ``<version>.delta``.
+    def _committed_snapshot(
+        self, partition: int, version: int, has_delta: bool
+    ) -> dict[bytes, bytes | None] | None:
+        """Every key of ``<version>.snapshot``, or ``None`` when it is not the committed
+        attempt's.
 
         Spark's maintenance task snapshots whatever version it holds in memory. When
-        a batch fails after its state stores committed (e.g. in the sink), that is the
-        failed attempt's state; the re-run then overwrites the delta but not the
-        snapshot. The delta is the committed attempt's, so such a snapshot is skipped.
-        (Spark's own state reader prefers the snapshot and so can return the failed
-        attempt's state; the two differ only for non-deterministic queries.)
+        a batch fails after its state stores committed (e.g. in the sink), that may be
+        the failed attempt's state; the re-run then rewrites the delta but not the
+        snapshot, and another executor's snapshot may even come later. The delta is
+        the committed attempt's, so a snapshot is used only when every key the delta
+        writes holds, in the snapshot, the value of its last write there (absent
+        after a removal): decided from content, as object stores keep modification
+        times in whole seconds. (Spark's own state reader prefers the snapshot and so
+        can return the failed attempt's state; the two differ only for
+        non-deterministic queries.)
+
+        Raises:
+            MissingStateFile, CorruptStateFile: the snapshot is gone or damaged, or the
+                delta is damaged.
         """
         snapshot = self._path(partition, version, SNAPSHOT)
-        delta = self._path(partition, version, DELTA)
+        state: dict[bytes, bytes | None] = dict(self._records(snapshot, False))
+        if not has_delta:
+            return state
         try:
-            return not snapshot.stat().written_after(delta.stat(), snapshot.mtime_resolution_ns)
-        except FileNotFoundError:
-            return False
+            written = dict(self._records(self._path(partition, version, DELTA), True))
+        except MissingStateFile:
+            return state  # purged meanwhile: nothing to disagree with
+        for key, value in written.items():
+            if state.get(key) != value:
+                log.warning(
+                    "%s is not the committed attempt's snapshot (key %r differs from %s.%s); not used",
+                    snapshot,
+                    key[:40],
+                    version,
+                    DELTA,
+                )
+                return None
+        return state
 
     def full_state(self, version: int) -> Iterator[StateChange]:
         """:meth:`partition_state` of every partition, partition by partition.

@@ -28,6 +28,7 @@ added while already live is refused, as RocksDB refuses it.
 
 from __future__ import annotations
 
+import io
 import struct
 import zipfile
 from dataclasses import dataclass
@@ -76,6 +77,7 @@ class LiveFile:
     size: int
     smallest: bytes  # user key
     largest: bytes  # user key
+    largest_sequence: int = 0
 
     @property
     def local_name(self) -> str:
@@ -179,7 +181,7 @@ def _new_file(reader: _Reader) -> LiveFile:
     smallest = _user_key(reader.slice())
     largest = _user_key(reader.slice())
     reader.varint()  # smallest sequence
-    reader.varint()  # largest sequence
+    largest_sequence = reader.varint()
     while True:
         tag = reader.varint()
         if tag == _CUSTOM_TERMINATE:
@@ -187,7 +189,7 @@ def _new_file(reader: _Reader) -> LiveFile:
         if tag & _CUSTOM_MUST_UNDERSTAND:
             raise ManifestFormatError(f"new-file field {tag} (e.g. another data path)")
         reader.slice()
-    return LiveFile(number, level, size, smallest, largest)
+    return LiveFile(number, level, size, smallest, largest, largest_sequence)
 
 
 def parse_manifest(data: bytes) -> Manifest:
@@ -238,15 +240,22 @@ def parse_manifest(data: bytes) -> Manifest:
     return Manifest(last_sequence, files)
 
 
-def read_snapshot_manifest(zip_path: Location) -> tuple[SnapshotMetadata, Manifest]:
+def read_snapshot_manifest(
+    zip_path: Location, content: bytes | None = None
+) -> tuple[SnapshotMetadata, Manifest]:
     """A snapshot's ``metadata`` and the version its MANIFEST describes, read from
-    the zip in memory (nothing extracted, no database opened).
+    the zip in memory (nothing extracted, no database opened); ``content``: the zip's
+    bytes, when already read.
 
     Raises:
         ManifestFormatError: a MANIFEST or WAL this reader does not take.
         MissingStateFile, CorruptStateFile: no such zip, or a damaged one.
     """
-    with zip_errors(zip_path), zipfile.ZipFile(zip_path.local_path()) as archive:
+    # One whole read: the zip is small (table files live beside it), and on an object
+    # store one request beats a ranged read of the directory and then the entries.
+    with zip_errors(zip_path):
+        data = zip_path.read_bytes() if content is None else content
+    with zip_errors(zip_path), zipfile.ZipFile(io.BytesIO(data)) as archive:
         entries = {info.filename: info for info in archive.infolist()}
         if METADATA not in entries or "CURRENT" not in entries:
             raise CorruptStateFile(f"{zip_path}: no {METADATA} or CURRENT entry")

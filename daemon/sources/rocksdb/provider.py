@@ -14,6 +14,7 @@ log, is refused. Stores with column families (transformWithState) are read by
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -22,10 +23,16 @@ from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.changes import RawRows, RowFraming, StateChange, decode_changes
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.checkpoint.operators import DEFAULT_STORE, StoreInfo
-from epochstate.daemon.sources.errors import MissingCheckpointFile
+from epochstate.daemon.sources.errors import MissingCheckpointFile, MissingStateFile, SourceError
 from epochstate.daemon.sources.rocksdb.conf import check_rocksdb_conf
 from epochstate.daemon.sources.rocksdb.rows import StateRowDecoder
-from epochstate.daemon.sources.rocksdb.snapshot_diff import SequenceCache, newest_writes_changes
+from epochstate.daemon.sources.rocksdb.snapshot_diff import (
+    PreviousZips,
+    ZipRead,
+    added_tables,
+    newest_writes_changes,
+    read_for_diff,
+)
 from epochstate.daemon.sources.rocksdb.store_dir import CHANGELOG, ZIP, StoreDirectory
 
 
@@ -77,7 +84,12 @@ class RocksDBStoreReader:
         self._values = StateRowDecoder(value_schema)
         # What the raw_* methods hand out: rows as stored, decoded by these.
         self.framing = RowFraming(version_byte=True, num_cols_prefix_key=num_cols_prefix_key)
-        self._sequences = SequenceCache()
+        self._previous = PreviousZips()
+        # Partitions whose newest version read had no changelog (changelog
+        # checkpointing off): their next version's zip is looked for first.
+        self._zips_first: set[int] = set()
+        # Zips read by raw_changes before the partitions' diffs: partition -> (version, read).
+        self._zips_read: dict[int, tuple[int, ZipRead]] = {}
         self.decode_key = self._keys.decode
         self.decode_value = self._values.decode
 
@@ -129,6 +141,18 @@ class RocksDBStoreReader:
         (none needed for version 1) and ``version``."""
         return self._files.has_delta(version, self.num_partitions)
 
+    def read_ahead(self, version: int) -> None:
+        """Start reading what :meth:`changes` of ``version`` reads first: every
+        partition's changelog, or zip where the last version had none (see
+        :meth:`Storage.read_ahead`)."""
+        for p in range(self.num_partitions):
+            zips_first = p in self._zips_first or p in self._files.without_changelogs
+            try:
+                path = self._files.path(p, version, ZIP if zips_first else CHANGELOG)
+            except MissingStateFile:  # which files cannot be told yet: read when asked
+                continue
+            path.storage.read_ahead(path.path)
+
     def has_full(self, version: int) -> bool:
         """Whether every partition has a usable ``<version>.zip``."""
         return self._files.has_full(version, self.num_partitions)
@@ -152,21 +176,52 @@ class RocksDBStoreReader:
     def _raw_partition_changes(self, partition: int, version: int) -> RawRows:
         if version < 1:
             raise ValueError(f"store version {version} has no changes")
+        # Files are read without asking first whether they exist (on an object store,
+        # a request each): the changelog, or, in a partition that had none last time,
+        # the zip.
         files = self._files
-        path = files.path(partition, version, CHANGELOG)
-        if path.is_file():
-            # The last record of a key wins.
-            return RawRows(partition, dict(files.changelog_rows(partition, version)).items(), path)
+        if partition in files.without_changelogs:  # a full load found none
+            files.without_changelogs.discard(partition)
+            self._zips_first.add(partition)
+        zips_first = partition in self._zips_first
+        if not zips_first:
+            found_changelog = files.changelog_rows_if_any(partition, version)
+            if found_changelog is not None:
+                # The last record of a key wins.
+                return RawRows(partition, dict(found_changelog[1]).items(), found_changelog[0])
         after_zip = files.path(partition, version, ZIP)
-        if not after_zip.is_file():
-            raise files.missing(partition, path)
+        ready = self._zips_read.pop(partition, None)
+        try:
+            after_read = ready[1] if ready is not None and ready[0] == version else read_for_diff(after_zip)
+        except MissingStateFile:
+            if zips_first:
+                self._zips_first.discard(partition)
+                return self._raw_partition_changes(partition, version)
+            raise files.missing(partition, files.path(partition, version, CHANGELOG)) from None
+        self._zips_first.add(partition)
         before_zip = files.path(partition, version - 1, ZIP)
-        if version > 1 and before_zip.is_file() and not files.stale(partition, version - 1):
-            found = newest_writes_changes(before_zip, after_zip, self._sequences)
+        before_read = self._previous.take(before_zip) if version > 1 else None
+        self._previous.record(after_zip, after_read)
+        if before_read is None and version > 1:
+            recent = files.last_zip.get(partition)  # the zip a full load just read
+            content = recent[1] if recent is not None and recent[0] == version - 1 else None
+            with contextlib.suppress(MissingStateFile):  # no earlier zip: compare whole states
+                before_read = read_for_diff(before_zip, content)
+        if before_read is not None and before_read.opened is not None:
+            # Only the earlier zip's sequence number and file names are used, never its
+            # keys: whether it is the committed attempt's does not matter here.
+            found = newest_writes_changes(before_read.opened, after_zip, after_read)
             if found is not None:
                 return RawRows(partition, found, self._dir(partition))
-        after = files.snapshot(partition, version)[1]
-        before = files.raw_state(partition, version - 1)
+        # The whole states. Without changelogs, the earlier zip (when there is one) is
+        # the state before: no failed attempt's snapshot can stand beside a changelog.
+        after = files.snapshot(partition, version, content=after_read.content)[1]
+        if version == 1:
+            before: dict[bytes, bytes] = {}
+        elif before_read is not None and zips_first:
+            before = files.snapshot(partition, version - 1, content=before_read.content)[1]
+        else:
+            before = files.raw_state(partition, version - 1)
         diff: list[tuple[bytes, bytes | None]] = [(k, None) for k in before if k not in after]
         diff.extend((k, v) for k, v in after.items() if before.get(k) != v)
         return RawRows(partition, diff, self._dir(partition))
@@ -189,7 +244,28 @@ class RocksDBStoreReader:
             MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as for
                 :meth:`partition_changes`.
         """
+        self._read_tables_ahead(version)
         return [self._raw_partition_changes(p, version) for p in range(self.num_partitions)]
+
+    def _read_tables_ahead(self, version: int) -> None:
+        """Partitions read from zips: read each one's zip now and start reading the
+        table files it adds (see :meth:`Storage.read_ahead`), so that on an object
+        store they arrive together rather than partition after partition."""
+        if self._files.checkpoint.root.is_local or version < 2:
+            return
+        self._zips_read.clear()
+        for p in sorted(self._zips_first):
+            after_zip = self._files.path(p, version, ZIP)
+            before = self._previous.peek(self._files.path(p, version - 1, ZIP))
+            try:
+                read = read_for_diff(after_zip)
+            except SourceError:
+                continue  # read again, and its error raised, in order
+            self._zips_read[p] = (version, read)
+            if before is not None and before.opened is not None:
+                for table in added_tables(before.opened, read):
+                    path = after_zip.parent / table
+                    path.storage.read_ahead(path.path)
 
     def raw_state(self, version: int) -> Iterator[RawRows]:
         """:meth:`full_state`, undecoded, partition by partition.

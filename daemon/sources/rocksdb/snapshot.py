@@ -27,6 +27,7 @@ while Spark's merge operator version 2 joins with nothing; so the extracted
 from __future__ import annotations
 
 import errno
+import io
 import os
 import re
 import shutil
@@ -190,10 +191,16 @@ class SnapshotReader:
     """
 
     def __init__(
-        self, zip_path: Location, scratch_root: Path | None = None, merge_delimiter: bytes = b","
+        self,
+        zip_path: Location,
+        scratch_root: Path | None = None,
+        merge_delimiter: bytes = b",",
+        content: bytes | None = None,
     ) -> None:
-        """``merge_delimiter``: what list merges are joined with (see the module docstring)."""
+        """``merge_delimiter``: what list merges are joined with (see the module
+        docstring); ``content``: the zip's bytes, when already read."""
         self.zip_path = zip_path
+        self._content = content
         self._merge_delimiter = merge_delimiter
         self._scratch_root = scratch_root
         self._scratch: str | None = None
@@ -214,14 +221,16 @@ class SnapshotReader:
         self.close()
 
     def _extract(self, directory: str) -> str:
-        with zip_errors(self.zip_path), zipfile.ZipFile(self.zip_path.local_path()) as archive:
-            names = archive.namelist()
-            for name in names:
-                _plain_name(name, str(self.zip_path))
-            if METADATA not in names:
-                raise CorruptStateFile(f"{self.zip_path}: no {METADATA} entry")
-            # Reading every entry checks its CRC-32.
-            archive.extractall(directory)
+        with zip_errors(self.zip_path):
+            source = self.zip_path.local_path() if self._content is None else io.BytesIO(self._content)
+            with zipfile.ZipFile(source) as archive:
+                names = archive.namelist()
+                for name in names:
+                    _plain_name(name, str(self.zip_path))
+                if METADATA not in names:
+                    raise CorruptStateFile(f"{self.zip_path}: no {METADATA} entry")
+                # Reading every entry checks its CRC-32.
+                archive.extractall(directory)
         metadata = Path(directory, METADATA)
         try:
             text = metadata.read_text(encoding="utf-8")
@@ -238,13 +247,15 @@ class SnapshotReader:
         for f in self.metadata.files:
             target = store_dir / f.dfs_path
             try:
-                size = target.stat().st_size
+                # Names with a unique id: never rewritten, so a cached copy is used as is.
+                local = target.local_path(immutable=True)
+                size = local.stat().st_size
             except FileNotFoundError:
                 raise MissingStateFile(f"{target}: named by {self.zip_path.name}, does not exist") from None
             if size != f.size:
                 raise CorruptStateFile(f"{target}: {size} bytes, {self.zip_path.name} says {f.size}")
             # Table files are immutable and only read: a link spares copying them.
-            os.symlink(target.local_path().resolve(), os.path.join(self._scratch, f.local_name))
+            os.symlink(local.resolve(), os.path.join(self._scratch, f.local_name))
         self._set_merge_delimiter(self._scratch)
         options = Options(raw_mode=True)
         options.set_paranoid_checks(True)
@@ -302,6 +313,13 @@ class SnapshotReader:
             )
             for f in self._db.live_files()
         }
+
+    def extracted(self, name: str) -> Path:
+        """A file of the opened snapshot by its local name: one extracted from the zip
+        (``CURRENT``, ``MANIFEST-<n>``) or a table file (a local copy)."""
+        if self._scratch is None:
+            raise RuntimeError("snapshot is not open")
+        return Path(self._scratch, name)
 
     def latest_sequence(self) -> int:
         """The sequence number of the snapshot's last write."""

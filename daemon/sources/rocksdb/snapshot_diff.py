@@ -29,7 +29,7 @@ from typing import NamedTuple
 from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile, UnsupportedCheckpoint
 from epochstate.daemon.sources.rocksdb.manifest import LiveFile, ManifestFormatError, read_snapshot_manifest
-from epochstate.daemon.sources.rocksdb.snapshot import LOG_DIR, SnapshotFile
+from epochstate.daemon.sources.rocksdb.snapshot import LOG_DIR, SnapshotFile, zip_errors
 from epochstate.daemon.sources.rocksdb.sst import SstFormatError, SstWrites, sst_writes_after
 
 log = logging.getLogger(__name__)
@@ -43,83 +43,97 @@ class Opened(NamedTuple):
     files: frozenset[str]
 
 
-class SequenceCache:
-    """Snapshots already opened (:class:`Opened`), so the next version's changes need
-    not open or even read this one again. Keyed by the zip's path, size and mtime: a
-    batch that re-runs rewrites its zip."""
+class ZipRead(NamedTuple):
+    """A snapshot's zip as read: its bytes and, when the diff takes it, what the diff
+    needs of it (:class:`Opened`, its live table files and the files its metadata
+    names, both by local name)."""
+
+    content: bytes
+    opened: Opened | None
+    live: dict[str, LiveFile]
+    named: dict[str, SnapshotFile]
+
+
+class PreviousZips:
+    """The zip read for each partition's newest version, so the next version's
+    changes need not read it again. Keyed by the zip's path alone: the diff takes
+    only the earlier snapshot's last sequence number and file names from it, never
+    its keys, so a zip rewritten since (a speculative twin of the same batch, with
+    the same writes under other file names) only makes more files look added, and
+    a count that does not match sends the caller to the whole states."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[str, int, str], Opened] = {}
+        self._known: dict[str, ZipRead] = {}
 
-    @staticmethod
-    def _key(zip_path: Location) -> tuple[str, int, str]:
-        stat = zip_path.stat()
-        return str(zip_path), stat.st_size, stat.tag
-
-    def take(self, zip_path: Location) -> Opened | None:
+    def take(self, zip_path: Location) -> ZipRead | None:
         """What was recorded for ``zip_path``, forgotten (each is asked for once)."""
-        try:
-            return self._known.pop(self._key(zip_path), None)
-        except FileNotFoundError:
-            return None
+        return self._known.pop(str(zip_path), None)
 
-    def record(self, zip_path: Location, opened: Opened) -> None:
+    def peek(self, zip_path: Location) -> ZipRead | None:
+        """What was recorded for ``zip_path``, kept."""
+        return self._known.get(str(zip_path))
+
+    def record(self, zip_path: Location, read: ZipRead) -> None:
         if len(self._known) > 4096:  # a store that is no longer followed in order
             self._known.clear()
-        self._known[self._key(zip_path)] = opened
+        self._known[str(zip_path)] = read
 
 
-def _opened(zip_path: Location) -> tuple[Opened, dict[str, LiveFile], dict[str, SnapshotFile]] | None:
-    """A snapshot's last sequence number, live table files (by local name) and the
-    files its metadata names (by local name); ``None`` for a snapshot the diff does
-    not take (column families, WAL files, a MANIFEST the reader does not take)."""
+def read_for_diff(zip_path: Location, content: bytes | None = None) -> ZipRead:
+    """A snapshot's zip (one read, unless ``content`` is its bytes) and, unless the
+    diff does not take it (WAL files, a MANIFEST the reader does not take), its last
+    sequence number and table files.
+
+    Raises:
+        MissingStateFile: no such zip.
+        CorruptStateFile: a damaged zip.
+        UnsupportedCheckpoint: a store with column families.
+    """
+    if content is None:
+        with zip_errors(zip_path):
+            content = zip_path.read_bytes()
     try:
-        metadata, manifest = read_snapshot_manifest(zip_path)
+        metadata, manifest = read_snapshot_manifest(zip_path, content)
     except ManifestFormatError as err:
         log.info("%s; comparing whole snapshots", err)
-        return None
+        return ZipRead(content, None, {}, {})
     if metadata.column_families:
         raise UnsupportedCheckpoint(f"{zip_path}: a store with column families")
     if any(f.dfs_path.startswith(LOG_DIR + "/") for f in metadata.files):
-        return None
+        return ZipRead(content, None, {}, {})
     named = {f.local_name: f for f in metadata.files}
     live = {f.local_name: f for f in manifest.files.values()}
     if named.keys() != live.keys():
         log.info(
             "%s: its metadata and MANIFEST name different table files; comparing whole snapshots", zip_path
         )
-        return None
+        return ZipRead(content, None, {}, {})
     opened = Opened(manifest.last_sequence, frozenset(f.dfs_path for f in metadata.files))
-    return opened, live, named
+    return ZipRead(content, opened, live, named)
+
+
+def added_tables(before: Opened, after: ZipRead) -> list[str]:
+    """The table files (``dfs_path``) ``after`` names that ``before`` does not."""
+    return [f.dfs_path for f in after.named.values() if f.dfs_path not in before.files]
 
 
 def newest_writes_changes(
-    before_zip: Location, after_zip: Location, sequences: SequenceCache | None = None
+    before: Opened, after_zip: Location, after_read: ZipRead
 ) -> list[tuple[bytes, bytes | None]] | None:
-    """The raw changes from the snapshot ``before_zip`` (version ``v - 1``) to
-    ``after_zip`` (``v``, same store directory), each key once in key order; ``None``
-    when they cannot be told from the newest writes (see the module docstring; also
-    for WAL files, column families or a file the readers do not take).
-    ``sequences`` spares reading ``before_zip`` when it was ``after_zip`` of the
-    previous call. Neither snapshot is opened as a database: their MANIFESTs say
-    what is needed.
+    """The raw changes from the snapshot ``before`` (version ``v - 1``, as read) to
+    ``after_zip`` (``v``, same store directory, read as ``after_read``), each key once
+    in key order; ``None`` when they cannot be told from the newest writes (see the
+    module docstring; also for WAL files or a file the readers do not take).
+    Neither snapshot is opened as a database: their MANIFESTs say what is needed.
+    Table files are read through the storage's cache (their names are unique).
 
     Raises:
-        MissingStateFile, CorruptStateFile: a zip or a table file it names is missing
-            or damaged.
+        MissingStateFile, CorruptStateFile: a table file ``after_zip`` names is
+            missing or damaged.
     """
-    before = sequences.take(before_zip) if sequences is not None else None
-    if before is None:
-        found_before = _opened(before_zip)
-        if found_before is None:
-            return None
-        before = found_before[0]
-    found_after = _opened(after_zip)
-    if found_after is None:
+    after, live, named = after_read.opened, after_read.live, after_read.named
+    if after is None:
         return None
-    after, live, named = found_after
-    if sequences is not None:
-        sequences.record(after_zip, after)
     floor, kept = before
     writes = after.sequence - floor
     if writes < 0:
@@ -138,7 +152,7 @@ def newest_writes_changes(
         file = named[table.local_name]
         path = store_dir / file.dfs_path
         try:
-            data = path.read_bytes()
+            data = path.local_path(immutable=True).read_bytes()
         except FileNotFoundError:
             raise MissingStateFile(f"{path}: named by {after_zip.name}, does not exist") from None
         if len(data) != file.size:

@@ -25,6 +25,7 @@ its changelogs in order.
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -40,6 +41,11 @@ from epochstate.daemon.sources.errors import (
     SourceError,
     UnsupportedCheckpoint,
 )
+from epochstate.daemon.sources.rocksdb.attempts import (
+    as_records,
+    snapshot_sequence_disagreement,
+    value_disagreement,
+)
 from epochstate.daemon.sources.rocksdb.changelog import (
     DELETE,
     MERGE,
@@ -49,9 +55,11 @@ from epochstate.daemon.sources.rocksdb.changelog import (
     iter_changelog_ops,
 )
 from epochstate.daemon.sources.rocksdb.conf import LZ4_CODECS
-from epochstate.daemon.sources.rocksdb.snapshot import SnapshotMetadata, SnapshotReader
+from epochstate.daemon.sources.rocksdb.snapshot import SnapshotMetadata, SnapshotReader, zip_errors
 from epochstate.daemon.sources.rocksdb.unique_ids import CommittedIds
 from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream
+
+log = logging.getLogger(__name__)
 
 CHANGELOG = "changelog"
 ZIP = "zip"
@@ -111,6 +119,11 @@ class StoreDirectory:
         self.merge_delimiter = merge_delimiter
         self.scratch_dir = scratch_dir
         self.ids = CommittedIds(checkpoint, operator_id, store_name, single_store=column_families)
+        # Per partition: the version and bytes of the newest zip a whole state was read
+        # from (format 1), so the next version's diff need not read it again.
+        self.last_zip: dict[int, tuple[int, bytes]] = {}
+        # Partitions whose directory held no changelog when last listed.
+        self.without_changelogs: set[int] = set()
 
     def dir(self, partition: int) -> Location:
         return self.checkpoint.store_dir(self.operator_id, partition, self.store_name)
@@ -143,8 +156,12 @@ class StoreDirectory:
 
     def versions(self, partition: int, kind: str) -> list[int]:
         """The versions with a ``kind`` file named by the bare version (format 1), ascending."""
+        return self._versions_in(self._names(partition), kind)
+
+    @staticmethod
+    def _versions_in(names: list[str], kind: str) -> list[int]:
         versions = []
-        for name in self._names(partition):
+        for name in names:
             match = _STATE_FILE.fullmatch(name)
             if match is not None and not match.group(2) and match.group(3) == kind:
                 versions.append(int(match.group(1)))
@@ -203,6 +220,46 @@ class StoreDirectory:
         self._check_header(path, header)
         return list(records)
 
+    def changelog_if_any(self, partition: int, version: int) -> list[ChangelogRecord] | None:
+        """The records of :meth:`changelog` (of the committed attempt), or ``None`` when
+        the file does not exist (one read: nothing is asked before it).
+
+        Raises:
+            MissingStateFile: the commit entry naming the file is gone (format 2).
+            UnsupportedCheckpoint, CorruptStateFile: as for :meth:`changelog`.
+        """
+        found = self._content_if_any(partition, version)
+        if found is None:
+            return None
+        header, records = iter_changelog_ops(found[1], str(found[0]))
+        self._check_header(found[0], header)
+        return list(records)
+
+    def changelog_rows_if_any(
+        self, partition: int, version: int
+    ) -> tuple[Location, list[tuple[bytes, bytes | None]]] | None:
+        """:meth:`changelog_rows` and the file's location, or ``None`` when the file does
+        not exist (one read: nothing is asked before it).
+
+        Raises:
+            MissingStateFile: the commit entry naming the file is gone (format 2).
+            UnsupportedCheckpoint, CorruptStateFile: as for :meth:`changelog`.
+        """
+        found = self._content_if_any(partition, version)
+        if found is None:
+            return None
+        header, records = iter_changelog(found[1], str(found[0]))
+        self._check_header(found[0], header)
+        return found[0], list(records)
+
+    def _content_if_any(self, partition: int, version: int) -> tuple[Location, bytes] | None:
+        path = self.path(partition, version, CHANGELOG)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        return path, self._decompress(path, data)
+
     def _changelog_content(
         self, partition: int, version: int, unique_id: str | None = None
     ) -> tuple[Location, bytes]:
@@ -211,11 +268,14 @@ class StoreDirectory:
             data = path.read_bytes()
         except FileNotFoundError:
             raise self.missing(partition, path) from None
+        return path, self._decompress(path, data)
+
+    def _decompress(self, path: Location, data: bytes) -> bytes:
         if self.codec not in LZ4_CODECS:
             raise UnsupportedCheckpoint(
                 f"{path}: {COMPRESSION_CODEC_CONF}={self.codec}; only lz4 is readable"
             )
-        return path, read_lz4_block_stream(data, str(path))
+        return read_lz4_block_stream(data, str(path))
 
     def _check_header(self, path: Location, header: ChangelogHeader) -> None:
         if header.typed and not self.column_families:
@@ -224,10 +284,11 @@ class StoreDirectory:
             raise UnsupportedCheckpoint(f"{path}: changelog with lineage ({CHECKPOINT_FORMAT_CONF}=2)")
 
     def snapshot(
-        self, partition: int, version: int, unique_id: str | None = None
+        self, partition: int, version: int, unique_id: str | None = None, content: bytes | None = None
     ) -> tuple[SnapshotMetadata, RawState]:
         """The metadata and every key of ``version``'s zip (of the attempt
-        ``unique_id`` if given, else of the committed one).
+        ``unique_id`` if given, else of the committed one). ``content``: the zip's
+        bytes, when already read.
 
         Raises:
             MissingStateFile: the zip or a table file it names does not exist.
@@ -235,38 +296,67 @@ class StoreDirectory:
             CorruptStateFile: the zip or the database is damaged.
         """
         path = self.path(partition, version, ZIP, unique_id)
-        if not path.is_file():
-            raise self.missing(partition, path)
-        with SnapshotReader(path, self.scratch_dir, self.merge_delimiter) as snapshot:
-            if snapshot.metadata.column_families and not self.column_families:
-                families = sorted(snapshot.metadata.column_families)
-                raise UnsupportedCheckpoint(f"{path}: a store with column families {families}")
+        with SnapshotReader(path, self.scratch_dir, self.merge_delimiter, content) as snapshot:
+            self._check_families(path, snapshot.metadata)
             return snapshot.metadata, dict(snapshot.items())
 
-    def stale(self, partition: int, version: int) -> bool:
-        """Whether ``<version>.zip`` predates ``<version>.changelog``.
+    def _check_families(self, path: Location, metadata: SnapshotMetadata) -> None:
+        if metadata.column_families and not self.column_families:
+            families = sorted(metadata.column_families)
+            raise UnsupportedCheckpoint(f"{path}: a store with column families {families}")
 
-        Maintenance uploads the snapshot a store instance took at commit. When a batch
-        fails after its stores committed and then re-runs, the re-run overwrites the
-        changelog, but the failed attempt's snapshot may stay. The changelog is the
-        committed attempt's, so such a snapshot is skipped (it differs only for
-        non-deterministic queries; Spark's own reader would use it). With unique
-        ids (format 2) every attempt has its own files: never stale.
+    def committed_snapshot(self, partition: int, version: int, has_changelog: bool) -> RawState | None:
+        """Every key of ``<version>.zip`` (format 1), or ``None`` when the zip is not the
+        committed attempt's: when ``has_changelog``, its content must agree with
+        ``<version>.changelog`` (see :mod:`attempts`).
+
+        Raises:
+            MissingStateFile, UnsupportedCheckpoint, CorruptStateFile: as for
+                :meth:`snapshot`, or a damaged changelog.
         """
-        if self.unique_id(partition, version) is not None:
-            return False
-        try:
-            snapshot = self.path(partition, version, ZIP)
-            changelog = self.path(partition, version, CHANGELOG).stat()
-            return not snapshot.stat().written_after(changelog, snapshot.mtime_resolution_ns)
-        except FileNotFoundError:
-            return False
+        path = self.path(partition, version, ZIP)
+        with zip_errors(path):
+            content = path.local_path().read_bytes()
+        self.last_zip[partition] = (version, content)
+        with SnapshotReader(path, self.scratch_dir, self.merge_delimiter, content) as snapshot:
+            self._check_families(path, snapshot.metadata)
+            state = dict(snapshot.items())
+            if not has_changelog:
+                return state
+            try:
+                records = (
+                    self.changelog(partition, version)[1]
+                    if self.column_families
+                    else as_records(self.changelog_rows(partition, version))
+                )
+            except MissingStateFile:
+                return state  # purged meanwhile: nothing to disagree with
+            reason = value_disagreement(state, records, self.merge_delimiter)
+            if reason is None:
+                reason = snapshot_sequence_disagreement(snapshot, records)
+        if reason is not None:
+            log.warning("%s is not the committed attempt's snapshot (%s); not used", path, reason)
+            return None
+        return state
 
-    def base_snapshot(self, partition: int, version: int) -> int:
-        """The newest usable snapshot version at or below ``version``; 0 (the empty
-        state) when there is none."""
-        zips = [v for v in self.versions(partition, ZIP) if v <= version and not self.stale(partition, v)]
-        return zips[-1] if zips else 0
+    def usable_snapshot(self, partition: int, version: int) -> tuple[int, RawState]:
+        """The newest snapshot at or below ``version`` that is the committed attempt's,
+        and its raw state; ``(0, {})`` (the empty version 0) when there is none. One
+        listing of the directory; zips are opened newest first until one is usable.
+
+        Raises:
+            MissingStateFile, UnsupportedCheckpoint, CorruptStateFile: as for
+                :meth:`committed_snapshot`.
+        """
+        names = self._names(partition)
+        changelogs = set(self._versions_in(names, CHANGELOG))
+        if not changelogs:
+            self.without_changelogs.add(partition)
+        for candidate in reversed([v for v in self._versions_in(names, ZIP) if v <= version]):
+            state = self.committed_snapshot(partition, candidate, candidate in changelogs)
+            if state is not None:
+                return candidate, state
+        return 0, {}
 
     def replay(self, partition: int, state: RawState, start: int, version: int) -> None:
         """Apply the changelogs of versions ``start + 1 .. version`` to ``state`` (the
@@ -309,8 +399,7 @@ class StoreDirectory:
         unique_id = self.unique_id(partition, version)
         if unique_id is not None:
             return self._raw_state_along_lineage(partition, (version, unique_id))
-        base = self.base_snapshot(partition, version)
-        state: RawState = self.snapshot(partition, base)[1] if base else {}
+        base, state = self.usable_snapshot(partition, version)
         self.replay(partition, state, base, version)
         return state
 
@@ -366,12 +455,21 @@ class StoreDirectory:
         return True
 
     def has_full(self, version: int, num_partitions: int) -> bool:
-        """Whether every partition has a usable (not stale) ``<version>.zip``, so the
-        version can be loaded whole without any earlier file."""
+        """Whether every partition has a usable ``<version>.zip`` (the committed
+        attempt's), so the version can be loaded whole without any earlier file. Opens
+        the zips (format 1 with changelogs) to tell."""
         try:
-            return all(
-                self.path(p, version, ZIP).is_file() and not self.stale(p, version)
-                for p in range(num_partitions)
-            )
+            for p in range(num_partitions):
+                unique_id = self.unique_id(p, version)
+                if unique_id is not None:
+                    if not self.path(p, version, ZIP, unique_id).is_file():
+                        return False
+                    continue
+                names = self._names(p)
+                if f"{version}.{ZIP}" not in names:
+                    return False
+                if self.committed_snapshot(p, version, f"{version}.{CHANGELOG}" in names) is None:
+                    return False
         except MissingStateFile:  # a commit entry naming the files is gone
             return False
+        return True

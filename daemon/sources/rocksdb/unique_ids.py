@@ -8,6 +8,12 @@ operator, partition and store, the unique id of the version the epoch committed
 (``epoch + 1``; see :mod:`commitlog`). The setting itself is not recorded in the
 offset log, so the commit entry decides: one with ``stateUniqueIds`` means format 2
 for that version, one without means format 1 (files named ``<version>.<kind>``).
+
+An entry is read only when it may name ids: Spark's ids are UUIDs (36
+characters), so an entry the commit log listing shows shorter than
+:data:`SMALLEST_WITH_IDS` bytes names none (a format 1 entry, ``v1`` and the
+watermark, is about 40 bytes). On an object store this spares one request per
+version.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from epochstate.daemon.sources.errors import (
     MissingCheckpointFile,
     MissingStateFile,
 )
+
+# The shortest entry naming one id: 'v2\n{"stateUniqueIds":{"0":[["' + 36 + '"]]}}'.
+SMALLEST_WITH_IDS = len('v2\n{"stateUniqueIds":{"0":[["') + 36 + len('"]]}}')
 
 
 class CommittedIds:
@@ -55,6 +64,9 @@ class CommittedIds:
             CorruptCheckpointFile: the entry's ids do not fit the operator's stores.
         """
         if version < 1:
+            return None
+        size = self.checkpoint.commit_size(version - 1)
+        if size is not None and size < SMALLEST_WITH_IDS:
             return None
         entry = self._entry(version - 1)
         if entry is None:

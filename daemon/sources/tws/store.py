@@ -21,6 +21,7 @@ import weakref
 import zipfile
 
 from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile
+from epochstate.daemon.sources.rocksdb.changelog import ChangelogRecord
 from epochstate.daemon.sources.rocksdb.snapshot import METADATA, parse_snapshot_metadata
 from epochstate.daemon.sources.rocksdb.store_dir import CHANGELOG, ZIP, RawState, StoreDirectory, apply_record
 
@@ -88,8 +89,10 @@ class ColumnFamilyStore:
             cached = self._states.get(partition)
             if cached is not None and cached[0] == version:
                 return cached[1]
-            if cached is not None and cached[0] == version - 1 and self._has(partition, version, CHANGELOG):
-                return self._advance(partition, version, cached[1])[1]
+            if cached is not None and cached[0] == version - 1:
+                records = self.files.changelog_if_any(partition, version)
+                if records is not None:
+                    return self._advance(partition, version, cached[1], records)[1]
             state = self.files.raw_state(partition, version)
             self._states[partition] = (version, state)
             self._touched.pop(partition, None)
@@ -113,13 +116,17 @@ class ColumnFamilyStore:
             cached = self._states.get(partition)
             if touched is not None and touched[0] == version and cached is not None and cached[0] == version:
                 return touched[1], cached[1]
-            if self._has(partition, version, CHANGELOG):
+            records = self.files.changelog_if_any(partition, version)
+            if records is not None:
                 if cached is None or cached[0] != version - 1:
                     cached = (version - 1, self.files.raw_state(partition, version - 1))
-                return self._advance(partition, version, cached[1])
-            if not self._has(partition, version, ZIP):
-                raise self.files.missing(partition, self.files.path(partition, version, CHANGELOG))
-            after = self.files.snapshot(partition, version)[1]
+                return self._advance(partition, version, cached[1], records)
+            try:
+                after = self.files.snapshot(partition, version)[1]
+            except MissingStateFile:
+                if self.files.path(partition, version, ZIP).is_file():
+                    raise  # a table file the zip names is gone
+                raise self.files.missing(partition, self.files.path(partition, version, CHANGELOG)) from None
             before = cached[1] if cached is not None and cached[0] == version - 1 else None
             if before is None:
                 before = self.files.raw_state(partition, version - 1)
@@ -129,13 +136,11 @@ class ColumnFamilyStore:
             self._touched[partition] = (version, keys)
             return keys, after
 
-    def _has(self, partition: int, version: int, kind: str) -> bool:
-        return self.files.path(partition, version, kind).is_file()
-
-    def _advance(self, partition: int, version: int, state: RawState) -> tuple[list[bytes], RawState]:
-        # The changelog is read whole before the state changes, so a damaged file
+    def _advance(
+        self, partition: int, version: int, state: RawState, records: list[ChangelogRecord]
+    ) -> tuple[list[bytes], RawState]:
+        # The changelog was read whole before the state changes, so a damaged file
         # leaves the cached state as it was.
-        records = self.files.changelog(partition, version)[1]
         self._states.pop(partition, None)
         delimiter = self.files.merge_delimiter
         for record in records:
