@@ -110,6 +110,22 @@ class Readers:
         for thread in self._threads:
             thread.join(60)
 
+    def wait_reads(self, n: int, timeout: float = 120.0) -> None:
+        """Until the readers have done ``n`` more reads: the test paces the checkpoint's
+        commits by reads, not by time, so a busy machine overlaps as many of them."""
+        target = self.reads() + n
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.reads() >= target:
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"readers did fewer than {n} reads in {timeout} s: {self.counts}")
+
+    def reads(self) -> int:
+        """How many reads were done (answered or refused)."""
+        with self._lock:
+            return sum(c for w, c in self.counts.items() if not w.startswith("answers of"))
+
     def _count(self, what: str, mismatch: str | None = None) -> None:
         with self._lock:
             self.counts[what] += 1
@@ -180,14 +196,14 @@ def test_reads_during_ingest_retention_and_a_job_drop_match_spark(
     readers.start()
     try:
         for commit in held:  # query A commits epoch after epoch
-            time.sleep(0.4)
+            readers.wait_reads(150)
             shutil.move(str(commit), str(checkpoint / "commits" / commit.name))
             readers.newest = int(commit.name)
         daemon.wait_for_epoch(JOB, 9)
         time.sleep(0.5)
         held = place(source_b, checkpoint, tmp_path / "held-b")  # recreated: query B, epochs from 0
         for commit in held:
-            time.sleep(0.6)
+            readers.wait_reads(200)
             shutil.move(str(commit), str(checkpoint / "commits" / commit.name))
             readers.newest = max(int(commit.name), 4)  # some of A's epochs, retired or gone
         query_b = json.loads((source_b / "metadata").read_text())["id"]
@@ -200,10 +216,10 @@ def test_reads_during_ingest_retention_and_a_job_drop_match_spark(
                 time.sleep(0.1)
             else:
                 raise AssertionError(f"query B was not ingested:\n{daemon.log_tail()}")
-        time.sleep(1.0)
+        readers.wait_reads(300)
     finally:
         readers.join()
-    total = sum(c for w, c in readers.counts.items() if not w.startswith("answers of"))
+    total = readers.reads()
     for what, count in sorted(readers.counts.items()):
         print(f"{what:28s} {count:6d}")
     print(f"{total} reads checked against Spark's reader, {len(readers.mismatches)} mismatches")
