@@ -75,17 +75,29 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
 )
 
 
-def wait_budget(context: grpc.ServicerContext) -> float | None:
+NO_DEADLINE = 1e9
+"""Seconds left beyond which a call counts as having no deadline (gRPC reports a call
+without one as ending in the far future)."""
+
+
+def has_deadline(context: grpc.ServicerContext) -> bool:
+    """Whether the caller set a deadline on the call."""
+    remaining = context.time_remaining()
+    return remaining is not None and remaining < NO_DEADLINE
+
+
+def wait_budget(context: grpc.ServicerContext, max_wait: float | None = None) -> float | None:
     """How long a handler may wait for an epoch or a command, so that its own answer
     (with its reason) reaches the caller before the caller's deadline ends the call
-    with a bare DEADLINE_EXCEEDED. None: the call has no deadline.
+    with a bare DEADLINE_EXCEEDED. A call without a deadline may wait ``max_wait``
+    seconds (None: for ever).
 
     The margin grows with the deadline (a fifth of it, between 50 ms and 0.5 s): on
     a loaded machine sending the answer alone took longer than a fixed 50 ms.
     """
-    remaining = context.time_remaining()
-    if remaining is None:
-        return None
+    if not has_deadline(context):
+        return max_wait
+    remaining: float = context.time_remaining()
     return max(0.0, remaining - min(0.5, max(0.05, remaining / 5)))
 
 
