@@ -35,10 +35,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 
-from epochstate.core import reasons
-from epochstate.core.errors import EpochStateError
 from epochstate.daemon.server.metrics import DaemonMetrics
-from epochstate.daemon.server.status import abort
+from epochstate.daemon.server.status import ResponseTooLarge, TooManyCalls, abort
 
 OURS = "/epochstate.v1.EpochState/"
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
@@ -56,18 +54,6 @@ class CallKind(enum.Enum):
     STREAM = "streams"
     REPORT = "reports"
     ADMIN = "admin"
-
-
-class TooManyCalls(EpochStateError):
-    """As many calls of the kind as allowed are being served."""
-
-    reason = reasons.TOO_MANY_CALLS
-
-
-class ResponseTooLarge(EpochStateError):
-    """The answer is larger than the response size limit."""
-
-    reason = reasons.RESPONSE_TOO_LARGE
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,18 @@ class NoZooKeeper(EpochStateError):
     reason = reasons.NO_ZOOKEEPER
 
 
+class TooManyCalls(EpochStateError):
+    """As many calls of the kind as allowed are being served (:mod:`limits`)."""
+
+    reason = reasons.TOO_MANY_CALLS
+
+
+class ResponseTooLarge(EpochStateError):
+    """The answer is larger than the response size limit (:mod:`limits`)."""
+
+    reason = reasons.RESPONSE_TOO_LARGE
+
+
 STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (JobNotFound, grpc.StatusCode.NOT_FOUND),
     (StoreNotFound, grpc.StatusCode.NOT_FOUND),
@@ -72,6 +84,9 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (alignment.RegistryUnavailable, grpc.StatusCode.UNAVAILABLE),
     (alignment.CorruptSubjectRecord, grpc.StatusCode.DATA_LOSS),
     (NoZooKeeper, grpc.StatusCode.FAILED_PRECONDITION),
+    # Limits (limits.py): refused before any work, or an answer over the size limit.
+    (TooManyCalls, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (ResponseTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
 )
 
 
