@@ -133,7 +133,11 @@ class Daemon:
 
         publisher = RegistryPublisher.connect(self.settings, version=__version__)
         # Aligned reads use the publisher's session: one ZooKeeper connection per daemon.
-        self.subjects = SubjectView(publisher.registry.client, self.settings.zookeeper_root)
+        self.subjects = SubjectView(
+            publisher.registry.client,
+            self.settings.zookeeper_root,
+            max_cached=self.settings.subject_watch_limit,
+        )
         return publisher
 
     def _health_monitor(self) -> HealthMonitor:

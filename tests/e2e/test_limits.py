@@ -67,21 +67,23 @@ def test_held_streams_and_waiting_reads_never_starve_gets_and_health(
     channels = [grpc.insecure_channel(daemon.target) for _ in range(8)]
     try:
         stubs = [pb_grpc.EpochStateStub(c) for c in channels]
-        watches = [stubs[i % 8].WatchEpochs(pb.WatchEpochsRequest(job=JOB)) for i in range(HELD)]
+        watches: list[Any] = [stubs[i % 8].WatchEpochs(pb.WatchEpochsRequest(job=JOB)) for i in range(HELD)]
         # No deadline: they wait for epoch 1 as long as the daemon's maximum wait allows.
-        waits = [
+        waits: list[Any] = [
             stubs[i % 8].Get.future(get_request(pb.EpochSelector(exact=1, wait=True))) for i in range(HELD)
         ]
         held = {"streams": HELD, "waiting_reads": HELD}
         assert eventually(lambda: in_flight(metrics) == held, 120, 0.2), in_flight(metrics)
 
         def get(i: int) -> int:
-            return stubs[i % 8].Get(get_request(pb.EpochSelector(exact=0)), timeout=10).epoch
+            epoch: int = stubs[i % 8].Get(get_request(pb.EpochSelector(exact=0)), timeout=10).epoch
+            return epoch
 
         def check(i: int) -> int:
             service = ("", "epochstate.v1.EpochState")[i % 2]
             request = health_pb2.HealthCheckRequest(service=service)
-            return health_pb2_grpc.HealthStub(channels[i % 8]).Check(request, timeout=10).status
+            status: int = health_pb2_grpc.HealthStub(channels[i % 8]).Check(request, timeout=10).status
+            return status
 
         with futures.ThreadPoolExecutor(8) as pool:
             answered = list(pool.map(get, range(400)))
@@ -94,7 +96,7 @@ def test_held_streams_and_waiting_reads_never_starve_gets_and_health(
         # The held calls are alive: the next epoch reaches every stream and answers every wait.
         stream.feed(orders(1))
         with futures.ThreadPoolExecutor(16) as pool:
-            streamed = [pool.submit(next, w) for w in watches]
+            streamed = [pool.submit(lambda w: next(w), w) for w in watches]
             assert [s.result(timeout=120).epoch for s in streamed] == [1] * HELD
         assert [f.result(timeout=120).epoch for f in waits] == [1] * HELD
         for w in watches:
@@ -124,17 +126,17 @@ def test_limits_refuse_with_reasons_and_end_waits_without_deadline(
         stub = pb_grpc.EpochStateStub(channel)
 
         # Streams: two held, the third refused at once.
-        watches = [stub.WatchEpochs(pb.WatchEpochsRequest(job=JOB), timeout=120) for _ in range(2)]
+        watches: list[Any] = [stub.WatchEpochs(pb.WatchEpochsRequest(job=JOB), timeout=120) for _ in range(2)]
         assert eventually(lambda: in_flight(metrics).get("streams") == 2, 60, 0.1)
         with pytest.raises(grpc.RpcError) as refused:
-            next(stub.WatchEpochs(pb.WatchEpochsRequest(job=JOB), timeout=30))
+            next(iter(stub.WatchEpochs(pb.WatchEpochsRequest(job=JOB), timeout=30)))
         error = from_rpc_error(refused.value)
         assert isinstance(error, TooManyCalls) and error.reason == reasons.TOO_MANY_CALLS
         assert error.metadata == {"kind": "streams", "limit": "2"}
 
         # Waiting reads: two held (with deadlines), the third refused; unary reads go on.
         selector = pb.EpochSelector(at_least=5)
-        waits = [stub.Get.future(get_request(selector), timeout=15) for _ in range(2)]
+        waits: list[Any] = [stub.Get.future(get_request(selector), timeout=15) for _ in range(2)]
         assert eventually(lambda: in_flight(metrics).get("waiting_reads") == 2, 60, 0.1)
         with pytest.raises(grpc.RpcError) as refused:
             stub.Get(get_request(selector), timeout=30)
@@ -150,7 +152,8 @@ def test_limits_refuse_with_reasons_and_end_waits_without_deadline(
 
         # A read without a deadline ends after the maximum wait, with the wait's own reason.
         for waiting in (pb.EpochSelector(exact=5, wait=True), pb.EpochSelector(at_least=5)):
-            failed = stub.Get.future(get_request(waiting)).exception(timeout=120)
+            call: Any = stub.Get.future(get_request(waiting))
+            failed = call.exception(timeout=120)
             assert isinstance(failed, grpc.RpcError)
             error = from_rpc_error(failed)
             assert isinstance(error, DeadlineExceeded) and error.reason == reasons.EPOCH_WAIT_TIMED_OUT

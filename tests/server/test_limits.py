@@ -70,9 +70,9 @@ def served() -> Iterator[tuple[str, Blocking]]:
 
 def _held(channel: grpc.Channel, method: str, request: bytes, streams: bool) -> Any:
     if streams:
-        call = channel.unary_stream(f"/{OURS}/{method}")(request, timeout=30)
+        call = channel.unary_stream(f"/{OURS}/{method}", None, None)(request, timeout=30)
         return threading.Thread(target=lambda: list(call), daemon=True), call
-    return None, channel.unary_unary(f"/{OURS}/{method}").future(request, timeout=30)
+    return None, channel.unary_unary(f"/{OURS}/{method}", None, None).future(request, timeout=30)
 
 
 CASES = [
@@ -107,10 +107,10 @@ def test_each_kind_is_refused_past_its_limit_while_health_answers(
             assert blocking.entered.acquire(timeout=30), "the held call never reached its handler"
         if streams:
             with pytest.raises(grpc.RpcError) as refused:
-                list(channel.unary_stream(f"/{OURS}/{method}")(request_bytes, timeout=30))
+                list(channel.unary_stream(f"/{OURS}/{method}", None, None)(request_bytes, timeout=30))
         else:
             with pytest.raises(grpc.RpcError) as refused:
-                channel.unary_unary(f"/{OURS}/{method}")(request_bytes, timeout=30)
+                channel.unary_unary(f"/{OURS}/{method}", None, None)(request_bytes, timeout=30)
         error = from_rpc_error(refused.value)
         assert isinstance(error, TooManyCalls) and error.reason == reasons.TOO_MANY_CALLS
         assert error.code == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -119,7 +119,7 @@ def test_each_kind_is_refused_past_its_limit_while_health_answers(
 
         # Other kinds and health are not affected by this kind being full.
         other = "FollowJob" if method != "FollowJob" else "ReportEpoch"
-        probe = channel.unary_unary(f"/{OURS}/{other}").future(b"", timeout=30)
+        probe = channel.unary_unary(f"/{OURS}/{other}", None, None).future(b"", timeout=30)
         assert blocking.entered.acquire(timeout=30)
         status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
         assert status.status == health_pb2.HealthCheckResponse.SERVING
@@ -131,9 +131,11 @@ def test_each_kind_is_refused_past_its_limit_while_health_answers(
                 call.result(timeout=30)
         # The slots are free again once the held calls ended.
         if streams:
-            assert list(channel.unary_stream(f"/{OURS}/{method}")(request_bytes, timeout=30)) == [b""]
+            assert list(channel.unary_stream(f"/{OURS}/{method}", None, None)(request_bytes, timeout=30)) == [
+                b""
+            ]
         else:
-            assert channel.unary_unary(f"/{OURS}/{method}")(request_bytes, timeout=30) == b""
+            assert channel.unary_unary(f"/{OURS}/{method}", None, None)(request_bytes, timeout=30) == b""
 
 
 def test_reads_are_waiting_reads_when_their_selector_may_wait() -> None:
