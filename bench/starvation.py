@@ -201,6 +201,7 @@ def main() -> None:
         finally:
             served.stop()
     print()
+    print(f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at the end")
     header = ["server", "held streams + waits", "Get p50 ms", "Get p99 ms", "health p50 ms", "health p99 ms"]
     print_table([*header, "answered", "threads", "RSS MiB"], rows)
     spark.stop()
