@@ -154,6 +154,7 @@ class HealthMonitor:
         self._metrics = metrics
         self._interval = interval
         self._causes: dict[str, list[str]] = {}
+        self._statuses: dict[str, int] = {}
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="health", daemon=True)
 
@@ -183,7 +184,10 @@ class HealthMonitor:
         for cause in (ZOOKEEPER_LOST, INGEST_STUCK):
             self._metrics.not_serving.labels(cause).set(1 if cause in causes else 0)
         for service, depends in self._services.items():
-            self._servicer.set(service, NOT_SERVING if depends & causes.keys() else SERVING)
+            status = NOT_SERVING if depends & causes.keys() else SERVING
+            if self._statuses.get(service) != status:  # each set is sent to every health Watch
+                self._servicer.set(service, status)
+                self._statuses[service] = status
 
     def start(self) -> None:
         self.update()
