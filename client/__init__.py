@@ -22,7 +22,10 @@ from epochstate.client.errors import (
     NoSuchEpoch,
     NotFound,
     NoZooKeeper,
+    ResourceExhausted,
+    ResponseTooLarge,
     StoreNotFound,
+    TooManyCalls,
     Unavailable,
 )
 from epochstate.client.structs import AmbiguousField, Struct
@@ -46,9 +49,12 @@ __all__ = [
     "NoSuchEpoch",
     "NoZooKeeper",
     "NotFound",
+    "ResourceExhausted",
+    "ResponseTooLarge",
     "StoreNotFound",
     "StoreSchema",
     "Struct",
+    "TooManyCalls",
     "Unavailable",
     "selector",
 ]

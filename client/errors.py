@@ -115,6 +115,22 @@ class EpochDamaged(DataLoss):
     """The epoch exists but its state files could not be read."""
 
 
+class ResourceExhausted(EpochStateClientError):
+    """A limit of the daemon: too many calls of a kind at once, or a message too large
+    (a request larger than the daemon accepts is refused by gRPC itself, without a reason)."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class TooManyCalls(ResourceExhausted):
+    """The daemon serves as many calls of this kind as it may (``metadata``: ``kind``, ``limit``):
+    retry with back-off or on another replica."""
+
+
+class ResponseTooLarge(ResourceExhausted):
+    """The answer would exceed the daemon's response size limit: ask for fewer keys or a smaller page."""
+
+
 _BY_CODE: dict[grpc.StatusCode, type[EpochStateClientError]] = {
     cls.code: cls
     for cls in (
@@ -125,6 +141,7 @@ _BY_CODE: dict[grpc.StatusCode, type[EpochStateClientError]] = {
         DeadlineExceeded,
         Unavailable,
         DataLoss,
+        ResourceExhausted,
     )
 }
 
@@ -149,6 +166,8 @@ BY_REASON: Mapping[str, type[EpochStateClientError]] = {
     reasons.SHUTTING_DOWN: Unavailable,
     reasons.REGISTRY_UNAVAILABLE: Unavailable,
     reasons.INTERNAL: EpochStateClientError,
+    reasons.TOO_MANY_CALLS: TooManyCalls,
+    reasons.RESPONSE_TOO_LARGE: ResponseTooLarge,
 }
 """The one table from the daemon's reasons to exception classes; it covers every reason."""
 

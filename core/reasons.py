@@ -178,3 +178,17 @@ STORE_DAMAGED: Final = _reason(
     "Do not retry on this daemon; read from another replica. An operator must look at the daemon's "
     "log; deleting its store directory makes it re-ingest the retained epochs from the checkpoints.",
 )
+TOO_MANY_CALLS: Final = _reason(
+    "TOO_MANY_CALLS",
+    "RESOURCE_EXHAUSTED",
+    "The daemon already serves as many calls of this kind (unary reads, waiting reads, streams, "
+    "reports, admin) as it is configured to; the call was refused at once, before any work.",
+    "Retry with back-off or on another replica; hold fewer streams or waiting reads open at once "
+    "(the metadata names the kind and its limit).",
+)
+RESPONSE_TOO_LARGE: Final = _reason(
+    "RESPONSE_TOO_LARGE",
+    "RESOURCE_EXHAUSTED",
+    "The answer would be larger than the daemon's response size limit.",
+    "Ask for fewer keys per MultiGet, or a smaller Scan page (limit); do not retry unchanged.",
+)

@@ -82,7 +82,67 @@ class DaemonSettings(BaseSettings):
         "under data_dir/cache",
     )
     metrics_port: int | None = Field(default=None, description="Prometheus metrics on this port")
-    grpc_workers: int = Field(default=16, ge=1)
+    metrics_address: str = Field(
+        default="127.0.0.1",
+        description="address the Prometheus metrics server binds (0.0.0.0: every interface)",
+    )
+    grpc_workers: int = Field(
+        default=16,
+        ge=1,
+        description="gRPC server threads beyond the per-kind call limits below: for health checks, "
+        "reflection and refusing calls past a limit (the pool holds the sum of the limits plus these)",
+    )
+    limit_unary_reads: int = Field(
+        default=64,
+        ge=1,
+        description="concurrent reads that never wait (Get/MultiGet/Scan of an exact or the latest "
+        "epoch, ListJobs, DescribeJob, ListEpochs); more are refused RESOURCE_EXHAUSTED (TOO_MANY_CALLS)",
+    )
+    limit_waiting_reads: int = Field(
+        default=128,
+        ge=1,
+        description="concurrent reads whose selector may wait (at_least, exact with wait, covers, "
+        "aligned_with); more are refused RESOURCE_EXHAUSTED (TOO_MANY_CALLS)",
+    )
+    limit_streams: int = Field(
+        default=128,
+        ge=1,
+        description="concurrent open streams (WatchEpochs, health Watch, reflection); more are refused",
+    )
+    limit_reports: int = Field(default=32, ge=1, description="concurrent ReportEpoch calls")
+    limit_admin: int = Field(
+        default=16, ge=1, description="concurrent administration calls (FollowJob, AlignmentAdmin)"
+    )
+    max_wait: float = Field(
+        default=300.0,
+        gt=0,
+        description="seconds a read without a deadline may wait for its epoch; it then ends "
+        "DEADLINE_EXCEEDED (EPOCH_WAIT_TIMED_OUT), as if its deadline had passed",
+    )
+    max_request_bytes: int = Field(
+        default=4 << 20,
+        ge=1024,
+        description="largest request message accepted; gRPC refuses a larger one RESOURCE_EXHAUSTED",
+    )
+    max_response_bytes: int = Field(
+        default=16 << 20,
+        ge=1024,
+        description="largest response message sent; a larger answer is refused RESOURCE_EXHAUSTED "
+        "(RESPONSE_TOO_LARGE)",
+    )
+    subject_watch_limit: int = Field(
+        default=10_000,
+        ge=16,
+        description="ZooKeeper znodes of subjects kept cached (each with a watch) for aligned_with "
+        "reads; past it the least recently used are evicted",
+    )
+    ingest_stuck_after: float = Field(
+        default=300.0,
+        gt=0,
+        description="health turns NOT_SERVING when a committed epoch has waited this many seconds "
+        "for ingest without any progress (not counting epochs whose files are damaged), or the "
+        "ingest loop has not come round for as long",
+    )
     shutdown_grace: float = Field(default=5.0, ge=0)
     jobs: list[JobConfig] = Field(default_factory=list)
 

@@ -12,10 +12,8 @@ import shutil
 import signal
 import threading
 from collections.abc import Callable, Sequence
-from concurrent import futures
 from types import FrameType
 
-import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
@@ -33,6 +31,14 @@ from epochstate.daemon.server import unix_socket
 from epochstate.daemon.server.aligned import SubjectAlignment
 from epochstate.daemon.server.alignment_admin import add_alignment_admin
 from epochstate.daemon.server.handlers import add_to_server
+from epochstate.daemon.server.health import (
+    INGEST_STUCK,
+    ZOOKEEPER_LOST,
+    ConnectionWatch,
+    HealthMonitor,
+    IngestWatch,
+)
+from epochstate.daemon.server.limits import CallLimits, limited_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.service import EpochStateService
 from epochstate.daemon.store.catalog import Catalog, JobEntry
@@ -44,7 +50,7 @@ from epochstate.v1 import epochstate_pb2 as pb
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EpochState"].full_name
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+ADMIN_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AlignmentAdmin"].full_name
 
 
 class NoRegistry:
@@ -102,14 +108,17 @@ class Daemon:
             scratch_dir=scratch,
         )
         self.health = health.HealthServicer()
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=settings.grpc_workers, thread_name_prefix="grpc"),
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
-            ],
+        self.health_monitor = self._health_monitor()
+        self.limits = CallLimits(
+            unary_reads=settings.limit_unary_reads,
+            waiting_reads=settings.limit_waiting_reads,
+            streams=settings.limit_streams,
+            reports=settings.limit_reports,
+            admin=settings.limit_admin,
+            reserve=settings.grpc_workers,
+            max_response_bytes=settings.max_response_bytes,
         )
+        self.server = limited_server(self.limits, settings.max_request_bytes, self.metrics)
         self.port = 0
         self.address = ""
         self.unix_target = ""  # "unix:///path" while the Unix socket listener serves
@@ -124,8 +133,22 @@ class Daemon:
 
         publisher = RegistryPublisher.connect(self.settings, version=__version__)
         # Aligned reads use the publisher's session: one ZooKeeper connection per daemon.
-        self.subjects = SubjectView(publisher.registry.client, self.settings.zookeeper_root)
+        self.subjects = SubjectView(
+            publisher.registry.client,
+            self.settings.zookeeper_root,
+            max_cached=self.settings.subject_watch_limit,
+        )
         return publisher
+
+    def _health_monitor(self) -> HealthMonitor:
+        s = self.settings
+        zookeeper = None if self.subjects is None else ConnectionWatch(self.subjects.client)
+        both = frozenset({ZOOKEEPER_LOST, INGEST_STUCK})
+        services = {"": both, SERVICE_NAME: both, ADMIN_SERVICE_NAME: frozenset({ZOOKEEPER_LOST})}
+        # The loop may rightly sleep up to poll_max_interval between passes.
+        ingest = IngestWatch(self.catalog, self.ingest, s.ingest_stuck_after, s.poll_max_interval)
+        timeout = s.zookeeper_session_timeout
+        return HealthMonitor(self.health, services, ingest, zookeeper, timeout, self.metrics)
 
     def _ingested(self, job: str, stats: IngestStats) -> None:
         m = self.metrics
@@ -148,7 +171,9 @@ class Daemon:
 
     def start(self) -> None:
         alignment = None if self.subjects is None else SubjectAlignment(self.subjects)
-        self.service = EpochStateService(self.store, self.catalog, self.ingest, alignment)
+        self.service = EpochStateService(
+            self.store, self.catalog, self.ingest, alignment, max_wait=self.settings.max_wait
+        )
         add_to_server(self.service, self.server, self.metrics)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         zk = None if self.subjects is None else self.subjects.client
@@ -173,9 +198,10 @@ class Daemon:
         self.ingest.start()
         self.server.start()
         if self.settings.metrics_port is not None:
-            start_http_server(self.settings.metrics_port, registry=self.metrics.registry)
-        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+            start_http_server(
+                self.settings.metrics_port, addr=self.settings.metrics_address, registry=self.metrics.registry
+            )
+        self.health_monitor.start()
         host = self.settings.listen.rsplit(":", 1)[0]
         self.address = f"{host}:{self.port}"
         advertised = self.settings.advertise or self.address
@@ -204,6 +230,7 @@ class Daemon:
             if self._stopped.is_set():
                 return
             log.info("shutting down")
+            self.health_monitor.stop()
             self.health.enter_graceful_shutdown()
             self.catalog.close()  # wakes waiting reads; they fail UNAVAILABLE
             if self.subjects is not None:

@@ -88,6 +88,8 @@ class IngestLoop:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ingest", daemon=True)
+        # When the loop last started a pass over its jobs (health tells a hung loop by it).
+        self.passed_at = time.monotonic()
 
     # -- control (any thread) ---------------------------------------------------------
 
@@ -142,6 +144,7 @@ class IngestLoop:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
+            self.passed_at = time.monotonic()
             self._wake.clear()
             busy = False
             with self._lock:

@@ -6,6 +6,15 @@ suspended or lost the cache is dropped, since watches may be lost with it.
 Subject epoch records are written once and stay cached (bounded), and so does
 each subject's writer.
 
+Bounds: watches are left only on znodes that exist (the subjects, each subject's
+``sources`` and each source that is registered) and on a subject's ``sources``
+while it has none; a source record is read only when the job is among the
+children of ``sources``. So names a caller makes up (a job that reads no subject)
+cost no watch at all, and the watches grow with the registry, which retention
+bounds, never with the calls. The cache keeps at most ``max_cached`` znodes; past
+it the least recently used is dropped (its watch, already set, fires at most
+once more and then lapses).
+
 Every change a watch reports moves :attr:`SubjectView.generation` on and wakes
 :meth:`SubjectView.wait_for_change`, so a read waiting for a mapping entry wakes
 as soon as it is recorded; :meth:`SubjectView.close` wakes every waiter.
@@ -30,8 +39,8 @@ from epochstate.core.zookeeper.session import CONNECTION_ERRORS, wait
 from epochstate.core.zookeeper.subject_records import SubjectEpochRecord, SubjectSourceRecord
 
 MAX_CACHED_EPOCHS = 4096
+MAX_CACHED = 10_000
 R = TypeVar("R")
-_Watch = Callable[[WatchedEvent], None]
 
 
 class SubjectView:
@@ -49,19 +58,21 @@ class SubjectView:
         root: str = DEFAULT_ROOT,
         *,
         timeout: float = 5.0,
+        max_cached: int = MAX_CACHED,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
+        self.max_cached = max_cached
         self.layout = Layout(root)
         self.timeout = timeout
         self._clock = clock
         self._changed = threading.Condition()
         self._generation = 0
         self._closed = False
-        self._cache: dict[str, Any] = {}  # path -> data (bytes | None) or children (tuple[str, ...])
-        self._watches: dict[str, _Watch] = {}
+        # path -> data (bytes | None) or children (tuple[str, ...]), least recently used first.
+        self._cache: OrderedDict[str, Any] = OrderedDict()
         self._epochs: OrderedDict[str, SubjectEpochRecord] = OrderedDict()
-        self._writers: dict[str, SubjectEpochRecord] = {}
+        self._writers: OrderedDict[str, SubjectEpochRecord] = OrderedDict()
         client.add_listener(self._on_state)
 
     # Reads.
@@ -72,6 +83,8 @@ class SubjectView:
 
     def source(self, topic: str, job: str) -> SubjectSourceRecord | None:
         """The record of ``job`` reading ``topic``; None if it never registered as a source."""
+        if job not in self._children(self.layout.subject_sources(topic)):
+            return None  # no watch on a znode that does not exist: the children's fires
         path = self.layout.subject_source(topic, job)
         data = self._data(path)
         return None if data is None else _decoded(path, data, SubjectSourceRecord.decode)
@@ -97,6 +110,8 @@ class SubjectView:
             if record is not None:
                 with self._changed:
                     self._writers[topic] = record
+                    while len(self._writers) > self.max_cached:
+                        self._writers.popitem(last=False)
                 return record
         return None
 
@@ -143,6 +158,11 @@ class SubjectView:
                     return False
                 self._changed.wait(remaining)
 
+    @property
+    def cached(self) -> int:
+        """How many znodes the cache holds (at most ``max_cached``)."""
+        return len(self._cache)
+
     def close(self) -> None:
         """Wake every waiter (they raise RegistryUnavailable); the client is not stopped."""
         self.client.remove_listener(self._on_state)
@@ -155,9 +175,10 @@ class SubjectView:
     def _data(self, path: str) -> bytes | None:
         with self._changed:
             if path in self._cache:
+                self._cache.move_to_end(path)
                 cached: bytes | None = self._cache[path]
                 return cached
-        watch, generation = self._watch(path), self._generation
+        watch, generation = self._on_watch, self._generation
         with self._reading():
             # exists() leaves a watch on a missing znode too (get() would not).
             data: bytes | None = None
@@ -172,9 +193,10 @@ class SubjectView:
     def _children(self, path: str) -> tuple[str, ...]:
         with self._changed:
             if path in self._cache:
+                self._cache.move_to_end(path)
                 cached: tuple[str, ...] = self._cache[path]
                 return cached
-        watch, generation = self._watch(path), self._generation
+        watch, generation = self._on_watch, self._generation
         with self._reading():
             while True:
                 try:
@@ -192,18 +214,13 @@ class SubjectView:
         with self._changed:
             if self._generation == generation:
                 self._cache[path] = value
+                while len(self._cache) > self.max_cached:
+                    self._cache.popitem(last=False)
 
-    def _watch(self, path: str) -> _Watch:
-        """One watch function per path: kazoo keeps watchers in a set, so it is called once."""
-        with self._changed:
-            watch = self._watches.get(path)
-            if watch is None:
-
-                def watch(_: WatchedEvent) -> None:
-                    self._forget(path)
-
-                self._watches[path] = watch
-            return watch
+    def _on_watch(self, event: WatchedEvent) -> None:
+        """The one watch function of every path: kazoo keeps a path's watchers in a set,
+        so it is called once per event however often the path was read."""
+        self._forget(event.path)
 
     def _forget(self, path: str | None) -> None:
         # Runs on kazoo's event thread: never blocks on more than this lock.

@@ -51,6 +51,24 @@ class DaemonMetrics:
         self.epoch_problems = Gauge(
             "epochstate_epoch_problems", "epochs that cannot be ingested", ["job"], registry=self.registry
         )
+        self.calls_in_flight = Gauge(
+            "epochstate_calls_in_flight",
+            "gRPC calls being served, by kind (limited per kind)",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.calls_refused = Counter(
+            "epochstate_calls_refused",
+            "gRPC calls refused RESOURCE_EXHAUSTED because their kind was at its limit",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.not_serving = Gauge(
+            "epochstate_not_serving",
+            "1 while health says NOT_SERVING for this cause (zookeeper_lost, ingest_stuck)",
+            ["cause"],
+            registry=self.registry,
+        )
 
     def watch_storage(self, stats: StorageStats) -> None:
         """Export the checkpoint storage's request counters (remote checkpoints only:

@@ -23,7 +23,7 @@ from epochstate.core.sparktypes import StructType, type_to_json
 from epochstate.daemon.codec import keycodec
 from epochstate.daemon.codec.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs
-from epochstate.daemon.server.status import BadRequest, abort, domain_errors, wait_budget
+from epochstate.daemon.server.status import BadRequest, abort, domain_errors, has_deadline, wait_budget
 from epochstate.daemon.server.values import KeyEncoder, key_from_proto
 from epochstate.daemon.store import layout
 from epochstate.daemon.store.catalog import Catalog, JobEntry, StoreHandle, StoreNotFound, StoreSchema
@@ -115,7 +115,10 @@ class EpochStateService:
         catalog: Catalog,
         ingest: IngestControl,
         alignment: epochs.AlignedEpochs | None = None,
+        max_wait: float | None = None,
     ) -> None:
+        """``max_wait``: seconds a read without a deadline may wait for its epoch (None: for ever)."""
+        self._max_wait = max_wait
         self._store = store
         self._views = ReadViews(store)
         self._catalog = catalog
@@ -130,9 +133,22 @@ class EpochStateService:
     ) -> epochs.Pinned:
         # The deadline is asked only if the read waits (status.wait_budget: answer in time
         # so the caller gets our reason, not a bare timeout).
-        return epochs.resolve(
-            self._views, self._catalog, entry, selector, lambda: wait_budget(context), self._alignment
-        )
+        try:
+            return epochs.resolve(
+                self._views,
+                self._catalog,
+                entry,
+                selector,
+                lambda: wait_budget(context, self._max_wait),
+                self._alignment,
+            )
+        except epochs.EpochWaitTimedOut as error:
+            if has_deadline(context):
+                raise
+            raise epochs.EpochWaitTimedOut(
+                f"{error} (the call had no deadline: the daemon waits at most {self._max_wait:g} s)",
+                metadata=error.metadata,
+            ) from error
 
     def close(self) -> None:
         """Let go of the store's snapshots held for reads (before the store closes)."""

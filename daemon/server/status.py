@@ -46,6 +46,18 @@ class NoZooKeeper(EpochStateError):
     reason = reasons.NO_ZOOKEEPER
 
 
+class TooManyCalls(EpochStateError):
+    """As many calls of the kind as allowed are being served (:mod:`limits`)."""
+
+    reason = reasons.TOO_MANY_CALLS
+
+
+class ResponseTooLarge(EpochStateError):
+    """The answer is larger than the response size limit (:mod:`limits`)."""
+
+    reason = reasons.RESPONSE_TOO_LARGE
+
+
 STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (JobNotFound, grpc.StatusCode.NOT_FOUND),
     (StoreNotFound, grpc.StatusCode.NOT_FOUND),
@@ -72,20 +84,35 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (alignment.RegistryUnavailable, grpc.StatusCode.UNAVAILABLE),
     (alignment.CorruptSubjectRecord, grpc.StatusCode.DATA_LOSS),
     (NoZooKeeper, grpc.StatusCode.FAILED_PRECONDITION),
+    # Limits (limits.py): refused before any work, or an answer over the size limit.
+    (TooManyCalls, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (ResponseTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
 )
 
 
-def wait_budget(context: grpc.ServicerContext) -> float | None:
+NO_DEADLINE = 1e9
+"""Seconds left beyond which a call counts as having no deadline (gRPC reports a call
+without one as ending in the far future)."""
+
+
+def has_deadline(context: grpc.ServicerContext) -> bool:
+    """Whether the caller set a deadline on the call."""
+    remaining = context.time_remaining()
+    return remaining is not None and remaining < NO_DEADLINE
+
+
+def wait_budget(context: grpc.ServicerContext, max_wait: float | None = None) -> float | None:
     """How long a handler may wait for an epoch or a command, so that its own answer
     (with its reason) reaches the caller before the caller's deadline ends the call
-    with a bare DEADLINE_EXCEEDED. None: the call has no deadline.
+    with a bare DEADLINE_EXCEEDED. A call without a deadline may wait ``max_wait``
+    seconds (None: for ever).
 
     The margin grows with the deadline (a fifth of it, between 50 ms and 0.5 s): on
     a loaded machine sending the answer alone took longer than a fixed 50 ms.
     """
-    remaining = context.time_remaining()
-    if remaining is None:
-        return None
+    if not has_deadline(context):
+        return max_wait
+    remaining: float = context.time_remaining()
     return max(0.0, remaining - min(0.5, max(0.05, remaining / 5)))
 
 

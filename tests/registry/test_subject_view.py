@@ -20,7 +20,9 @@ from epochstate.daemon.server.aligned import SubjectAlignment
 from epochstate.daemon.server.epochs import EpochRetired, EpochWaitTimedOut, NoSuchEpoch
 from epochstate.daemon.store.catalog import JobEntry
 from epochstate.daemon.store.descriptors import JobDescriptor
+from epochstate.devtools.zookeeper import EmbeddedZooKeeper, four_letter_word
 from epochstate.v1 import epochstate_pb2 as pb
+from tests.fixtures.zookeeper import eventually, new_test_client
 
 LAYOUT = Layout()
 
@@ -122,3 +124,47 @@ def test_closing_the_view_wakes_waiting_resolutions(zk_client: KazooClient) -> N
     waiter.join(5)
     assert not waiter.is_alive()
     assert len(errors) == 1 and isinstance(errors[0], RegistryUnavailable)
+
+
+def _watches(server: EmbeddedZooKeeper) -> int:
+    """The server's count of watches set (``mntr``'s ``zk_watch_count``)."""
+    for line in four_letter_word(server.port, "mntr", timeout=10).splitlines():
+        name, _, value = line.partition("\t")
+        if name == "zk_watch_count":
+            return int(value)
+    raise AssertionError("mntr reports no zk_watch_count")
+
+
+def test_names_callers_make_up_cost_no_watch_and_the_cache_is_bounded(
+    private_zookeeper_server: EmbeddedZooKeeper,
+) -> None:
+    client = new_test_client(private_zookeeper_server.connect_string)
+    client.start(timeout=30)
+    view = SubjectView(client, max_cached=16)
+    try:
+        write_epochs(client, "t", range(4), "orders", "q-orders")
+        readers = [f"reader{i}" for i in range(40)]
+        for name in readers:
+            write_source(client, "t", name, {0: 0, 1: 1, 2: 2, 3: 3})
+        alignment = SubjectAlignment(view)
+        assert alignment.epoch_of(job("orders"), aligned("reader0", 2), 5.0) == 2
+        settled = _watches(private_zookeeper_server)
+        for i in range(300):
+            with pytest.raises(NoSuchEpoch, match="share no subject"):
+                alignment.epoch_of(job(f"ghost{i}"), aligned("reader0", 1), 5.0)
+        assert _watches(private_zookeeper_server) == settled  # made-up jobs: no watch at all
+        assert view.cached <= 16
+
+        # More real sources than the cache holds: the least recently used are evicted and
+        # read again when needed; the watches stay within the znodes that exist.
+        for name in readers:
+            assert alignment.epoch_of(job(name), aligned("orders", 3), 5.0) == 3
+            assert view.cached <= 16
+        assert _watches(private_zookeeper_server) <= 2 + 1 + len(readers) + 1
+        # A watched source that changes still wakes and is read afresh.
+        write_source(client, "t", "reader39", {0: 0, 1: 1, 2: 2, 3: 3, 4: 3})
+        assert eventually(lambda: alignment.epoch_of(job("orders"), aligned("reader39", 4), 5.0) == 3, 10)
+    finally:
+        view.close()
+        client.stop()
+        client.close()

@@ -1,0 +1,258 @@
+"""Bounded concurrent calls per kind of method, and the response size limit.
+
+The daemon serves every call on one thread pool (one concurrency model per
+process: the store, the catalog's waits and kazoo are all thread-based). A call
+holds its thread while it runs, so a call that can last (a stream, a read that
+waits for its epoch) must never be able to take the threads the quick calls
+need. :class:`CallLimiter` admits each call against the limit of its kind and
+refuses it at once past the limit (RESOURCE_EXHAUSTED, reason TOO_MANY_CALLS);
+the pool is sized by :attr:`CallLimits.threads`, the sum of all limits plus a
+reserve, so an admitted call never queues behind held ones, and health checks,
+reflection and refusals always find a thread.
+
+Kinds (see :func:`kind_of`):
+
+* unary reads: Get, MultiGet and Scan whose selector never waits (an exact epoch
+  without ``wait``, the latest), ListJobs, DescribeJob, ListEpochs;
+* waiting reads: Get, MultiGet and Scan whose selector may wait (``at_least``,
+  ``exact`` with ``wait``, ``covers``, ``aligned_with``), classified by the request
+  so the limit holds before any wait begins;
+* streams: WatchEpochs, and the streams of other services (health Watch, reflection);
+* reports: ReportEpoch;
+* admin: FollowJob, AlignmentAdmin and any other method of ours.
+
+``grpc.health.v1.Health/Check`` is never limited: it answers from memory at once.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import grpc
+
+from epochstate.daemon.server.metrics import DaemonMetrics
+from epochstate.daemon.server.status import ResponseTooLarge, TooManyCalls, abort
+
+OURS = "/epochstate.v1.EpochState/"
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+_SELECTED_READS = frozenset(f"{OURS}{name}" for name in ("Get", "MultiGet", "Scan"))
+_UNARY_READS = frozenset(f"{OURS}{name}" for name in ("ListJobs", "DescribeJob", "ListEpochs"))
+_WAITING_SELECTORS = frozenset({"at_least", "covers", "aligned_with"})
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+
+
+class CallKind(enum.Enum):
+    """A kind of call, limited on its own; the value names it in messages and metrics."""
+
+    UNARY_READ = "unary_reads"
+    WAITING_READ = "waiting_reads"
+    STREAM = "streams"
+    REPORT = "reports"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True)
+class CallLimits:
+    """How many calls of each kind may run at once; ``reserve`` threads are kept beyond them."""
+
+    unary_reads: int = 64
+    waiting_reads: int = 128
+    streams: int = 128
+    reports: int = 32
+    admin: int = 16
+    reserve: int = 16
+    max_response_bytes: int = 16 << 20
+
+    def of(self, kind: CallKind) -> int:
+        """The limit of ``kind``."""
+        limit: int = getattr(self, kind.value)
+        return limit
+
+    @property
+    def threads(self) -> int:
+        """Threads the server's pool needs: every admitted call at once, plus the reserve."""
+        return sum(self.of(kind) for kind in CallKind) + self.reserve
+
+
+def may_wait(selector: Any) -> bool:
+    """Whether a read with this ``EpochSelector`` may wait for its epoch."""
+    kind = selector.WhichOneof("kind")
+    return kind in _WAITING_SELECTORS or (kind == "exact" and bool(selector.wait))
+
+
+def kind_of(method: str, streams: bool, request: Any = None) -> CallKind | None:
+    """The kind of a call to ``method`` (full name ``/package.Service/Method``) whose
+    responses are a stream if ``streams``; None: not limited (health Check).
+    ``request`` decides between unary and waiting reads (None: not known yet)."""
+    if method == HEALTH_CHECK:
+        return None
+    if streams:
+        return CallKind.STREAM
+    if method in _SELECTED_READS:
+        selector = getattr(request, "epoch", None)
+        waits = selector is not None and hasattr(selector, "WhichOneof") and may_wait(selector)
+        return CallKind.WAITING_READ if waits else CallKind.UNARY_READ
+    if method in _UNARY_READS:
+        return CallKind.UNARY_READ
+    if method == f"{OURS}ReportEpoch":
+        return CallKind.REPORT
+    return CallKind.ADMIN
+
+
+class _Gate:
+    """Admits up to ``limit`` calls of one kind at once; never blocks."""
+
+    def __init__(self, kind: CallKind, limit: int, metrics: DaemonMetrics) -> None:
+        self.kind = kind
+        self.limit = limit
+        self._free = threading.BoundedSemaphore(limit)
+        self._in_flight = metrics.calls_in_flight.labels(kind.value)
+        self._refused = metrics.calls_refused.labels(kind.value)
+
+    def enter(self, context: grpc.ServicerContext) -> Callable[[], None]:
+        """Admit a call: returns what ends it (idempotent). Aborts the call past the limit."""
+        if not self._free.acquire(blocking=False):
+            self._refused.inc()
+            abort(
+                context,
+                TooManyCalls(
+                    f"the daemon already serves {self.limit} {self.kind.value.replace('_', ' ')} "
+                    f"(its limit); retry with back-off or on another replica",
+                    metadata={"kind": self.kind.value, "limit": str(self.limit)},
+                ),
+            )
+        self._in_flight.inc()
+        done = threading.Event()
+        lock = threading.Lock()
+
+        def leave() -> None:
+            with lock:
+                if done.is_set():
+                    return
+                done.set()
+            self._in_flight.dec()
+            self._free.release()
+
+        return leave
+
+
+if TYPE_CHECKING:
+    _Interceptor: TypeAlias = grpc.ServerInterceptor[Any, Any]
+else:
+    _Interceptor = grpc.ServerInterceptor
+
+
+class CallLimiter(_Interceptor):
+    """Admits every call against the limit of its kind (see the module docstring), and
+    refuses a raw (bytes) response larger than ``limits.max_response_bytes``."""
+
+    def __init__(self, limits: CallLimits, metrics: DaemonMetrics) -> None:
+        self.limits = limits
+        self._gates = {kind: _Gate(kind, limits.of(kind), metrics) for kind in CallKind}
+        # Method name -> (the handler given, its limited twin), built once per method.
+        self._limited: dict[str, tuple[Handler, Handler]] = {}
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        method: str = handler_call_details.method
+        known = self._limited.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        limited = self._limit(method, handler)
+        self._limited[method] = (handler, limited)
+        return limited
+
+    def _limit(self, method: str, handler: Handler) -> Handler:
+        streams = bool(handler.response_streaming)
+        if kind_of(method, streams) is None:
+            return handler
+        shape = dict(
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(self._unary(method, handler.unary_unary), **shape)
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(self._unary(method, handler.stream_unary), **shape)
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(self._stream(method, handler.unary_stream), **shape)
+        assert handler.stream_stream is not None
+        return grpc.stream_stream_rpc_method_handler(self._stream(method, handler.stream_stream), **shape)
+
+    def _gate(self, method: str, streams: bool, request: Any) -> _Gate:
+        kind = kind_of(method, streams, request)
+        assert kind is not None
+        return self._gates[kind]
+
+    def _unary(self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Any:
+        gate = self._gate
+        most = self.limits.max_response_bytes
+
+        def limited(request: Any, context: grpc.ServicerContext) -> Any:
+            leave = gate(method, False, request).enter(context)
+            try:
+                response = behavior(request, context)
+            finally:
+                leave()
+            # The reads frame their own responses: refuse one too large here, with a reason
+            # (gRPC's own limit, above this one, ends the call without one).
+            if isinstance(response, bytes) and len(response) > most:
+                abort(
+                    context,
+                    ResponseTooLarge(
+                        f"the answer is {len(response)} bytes, over the daemon's response limit of "
+                        f"{most} bytes: ask for fewer keys, or a smaller page",
+                        metadata={"bytes": str(len(response)), "limit": str(most)},
+                    ),
+                )
+            return response
+
+        return limited
+
+    def _stream(self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]]) -> Any:
+        gate = self._gate
+
+        def limited(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            leave = gate(method, True, request).enter(context)
+            # Released when the call ends however it ends (cancelled, deadline, closed).
+            if not context.add_callback(leave):
+                leave()
+            try:
+                yield from behavior(request, context)
+            finally:
+                leave()
+
+        return limited
+
+
+def limited_server(
+    limits: CallLimits,
+    max_request_bytes: int,
+    metrics: DaemonMetrics,
+    interceptors: Sequence[_Interceptor] = (),
+) -> grpc.Server:
+    """A gRPC server whose calls pass :class:`CallLimiter` (after ``interceptors``), on a
+    pool of :attr:`CallLimits.threads` threads. gRPC itself refuses a request over
+    ``max_request_bytes`` (RESOURCE_EXHAUSTED, "larger than max"); responses are capped
+    a little above ``limits.max_response_bytes``, whose own check answers first with a
+    reason."""
+    return grpc.server(
+        futures.ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="grpc"),
+        interceptors=[*interceptors, CallLimiter(limits, metrics)],
+        options=[
+            ("grpc.max_receive_message_length", max_request_bytes),
+            ("grpc.max_send_message_length", limits.max_response_bytes + (64 << 10)),
+            ("grpc.so_reuseport", 0),
+        ],
+    )

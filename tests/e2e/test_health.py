@@ -1,0 +1,108 @@
+"""Honest health against the real daemon: NOT_SERVING while ZooKeeper is lost beyond the
+session timeout or ingest is stuck, SERVING again once it recovers.
+
+Ingest is made stuck the way a hung network filesystem would: the state files of the
+next committed epoch are named pipes, so the daemon's read of them blocks until the test
+writes their real bytes in.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from epochstate.devtools.zookeeper import EmbeddedZooKeeper
+from tests.e2e.test_reads import SCHEMA, counts, orders
+from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.streams import FileStream
+from tests.fixtures.zookeeper import eventually
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+OVERALL, READS, ADMIN = "", "epochstate.v1.EpochState", "epochstate.v1.AlignmentAdmin"
+
+
+def statuses(channel: grpc.Channel) -> dict[str, int]:
+    """Each service's health status (every check must answer, whatever it says)."""
+    stub = health_pb2_grpc.HealthStub(channel)
+    return {
+        name: stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=10).status
+        for name in (OVERALL, READS, ADMIN)
+    }
+
+
+def test_not_serving_while_zookeeper_is_lost_beyond_the_session_timeout(
+    private_zookeeper_server: EmbeddedZooKeeper, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    zookeeper = private_zookeeper_server
+    daemon = daemon_factory(
+        {}, zookeeper=f"{zookeeper.connect_string}/health", env={"EPOCHSTATE_ZOOKEEPER_SESSION_TIMEOUT": "4"}
+    )
+    everything = dict.fromkeys((OVERALL, READS, ADMIN), SERVING)
+    with grpc.insecure_channel(daemon.target) as channel:
+        assert eventually(lambda: statuses(channel) == everything, 60, 0.2), statuses(channel)
+        zookeeper.stop()
+        lost = dict.fromkeys((OVERALL, READS, ADMIN), NOT_SERVING)
+        assert eventually(lambda: statuses(channel) == lost, 120, 0.2), statuses(channel)
+        zookeeper.start()
+        assert eventually(lambda: statuses(channel) == everything, 120, 0.2), statuses(channel)
+    assert "health: NOT_SERVING: ZooKeeper unreachable" in daemon.log_tail(200)
+
+
+def _feed(pipe: Path, data: bytes) -> None:
+    with pipe.open("wb") as writer:  # blocks until the daemon opens it to read
+        writer.write(data)
+
+
+def test_not_serving_while_ingest_is_stuck_then_serving_again(
+    spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    source = tmp_path / "source"
+    stream = FileStream(spark, tmp_path / "in", source, counts, SCHEMA, name="stuck").start()
+    try:
+        for batch in range(3):
+            stream.feed(orders(batch))
+    finally:
+        stream.stop()
+    checkpoint = tmp_path / "cp"
+    shutil.copytree(source, checkpoint)
+    (checkpoint / "commits" / "2").unlink()  # epoch 2 (store version 3) commits later
+
+    daemon = daemon_factory({"stuck": str(checkpoint)}, env={"EPOCHSTATE_INGEST_STUCK_AFTER": "2"})
+    daemon.wait_for_epoch("stuck", 1)
+    with grpc.insecure_channel(daemon.target) as channel:
+        assert eventually(lambda: statuses(channel)[OVERALL] == SERVING, 60, 0.2)
+        deltas = sorted(checkpoint.glob("state/0/*/3.delta"))
+        assert deltas
+        held = {delta: delta.read_bytes() for delta in deltas}
+        for delta in deltas:
+            delta.unlink()
+            os.mkfifo(delta)
+        commit = checkpoint / "commits" / "2"
+        shutil.copy(source / "commits" / "2", commit.with_suffix(".tmp"))
+        commit.with_suffix(".tmp").rename(commit)
+
+        stuck = {OVERALL: NOT_SERVING, READS: NOT_SERVING, ADMIN: SERVING}
+        assert eventually(lambda: statuses(channel) == stuck, 120, 0.2), statuses(channel)
+        with daemon.client() as client:
+            assert client.get("stuck", ["u1"], epoch=1).epoch == 1  # what is ingested serves on
+
+        feeders = [threading.Thread(target=_feed, args=item, daemon=True) for item in held.items()]
+        for feeder in feeders:
+            feeder.start()
+        daemon.wait_for_epoch("stuck", 2, timeout=120)
+        for feeder in feeders:
+            feeder.join(30)
+        for delta, data in held.items():  # no pipe left for a later read to block on
+            delta.unlink()
+            delta.write_bytes(data)
+        recovered = dict.fromkeys((OVERALL, READS, ADMIN), SERVING)
+        assert eventually(lambda: statuses(channel) == recovered, 60, 0.2), statuses(channel)
+    assert "no epoch after 1 was ingested" in daemon.log_tail(200)
