@@ -64,7 +64,7 @@ from epochstate.daemon.sources.rocksdb.snapshot import (
     parse_snapshot_metadata,
     read_snapshot_metadata,
 )
-from epochstate.daemon.sources.rocksdb.store_dir import RawState, apply_record
+from epochstate.daemon.sources.rocksdb.store_files import RawState, apply_record
 from epochstate.daemon.sources.rows import lz4stream
 from epochstate.daemon.sources.rows.avro import AvroStateDecoder
 from epochstate.daemon.sources.rows.statefile import iter_records

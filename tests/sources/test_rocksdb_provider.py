@@ -344,7 +344,7 @@ def test_every_snapshot_spark_took_agrees_with_its_changelog(rocksdb_checkpoints
             if not snapshot.with_suffix(".changelog").is_file():
                 continue
             assert files.committed_snapshot(partition, version, True) is not None, snapshot
-            records = as_records(files.changelog_rows(partition, version))
+            records = as_records(files.changelogs.changelog_rows(partition, version))
             with SnapshotReader(open_location(snapshot)) as opened:
                 current = opened.extracted("CURRENT").read_text().strip()
                 manifest = parse_manifest(opened.extracted(current).read_bytes())

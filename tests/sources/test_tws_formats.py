@@ -25,7 +25,7 @@ from epochstate.daemon.sources.errors import (
     UnsupportedCheckpoint,
 )
 from epochstate.daemon.sources.rocksdb.changelog import MERGE, PUT, ChangelogRecord, iter_changelog_ops
-from epochstate.daemon.sources.rocksdb.store_dir import apply_record
+from epochstate.daemon.sources.rocksdb.store_files import apply_record
 from epochstate.daemon.sources.rows.avro import AvroStateDecoder
 from epochstate.daemon.sources.tws.reader import split_list
 

@@ -1,7 +1,7 @@
 """Reading one store of one operator written by Spark's RocksDB state store provider.
 
 The files and how a version is rebuilt from them are described in
-:mod:`rocksdb_store_dir`. The changes of a version come from its changelog;
+:mod:`store_dir` and :mod:`store_files`. The changes of a version come from its changelog;
 without one (changelog checkpointing off) they are the difference between the
 states at ``v - 1`` and ``v``, which costs two snapshot reads. Keys and values are
 encoded as in :mod:`rocksdb_rows`.
@@ -33,7 +33,8 @@ from epochstate.daemon.sources.rocksdb.snapshot_diff import (
     newest_writes_changes,
     read_for_diff,
 )
-from epochstate.daemon.sources.rocksdb.store_dir import CHANGELOG, ZIP, StoreDirectory
+from epochstate.daemon.sources.rocksdb.store_dir import CHANGELOG, ZIP
+from epochstate.daemon.sources.rocksdb.store_files import StoreFiles
 
 
 class RocksDBStoreReader:
@@ -67,7 +68,7 @@ class RocksDBStoreReader:
                 than ``unsaferow``, or state checkpoint format version 2.
             MissingCheckpointFile: the checkpoint has no epoch yet to read its conf from.
         """
-        self._files = StoreDirectory(
+        self._files = StoreFiles(
             checkpoint, operator_id, store_name, check_rocksdb_conf(checkpoint), scratch_dir=scratch_dir
         )
         self.checkpoint = checkpoint
@@ -131,7 +132,7 @@ class RocksDBStoreReader:
         return decode_changes(partition, rows, self._keys, self._values, where)
 
     def _dir(self, partition: int) -> Location:
-        return self._files.dir(partition)
+        return self._files.directory.dir(partition)
 
     # Reading.
 
@@ -148,7 +149,7 @@ class RocksDBStoreReader:
         for p in range(self.num_partitions):
             zips_first = p in self._zips_first or p in self._files.without_changelogs
             try:
-                path = self._files.path(p, version, ZIP if zips_first else CHANGELOG)
+                path = self._files.directory.path(p, version, ZIP if zips_first else CHANGELOG)
             except MissingStateFile:  # which files cannot be told yet: read when asked
                 continue
             path.storage.read_ahead(path.path)
@@ -185,11 +186,11 @@ class RocksDBStoreReader:
             self._zips_first.add(partition)
         zips_first = partition in self._zips_first
         if not zips_first:
-            found_changelog = files.changelog_rows_if_any(partition, version)
+            found_changelog = files.changelogs.changelog_rows_if_any(partition, version)
             if found_changelog is not None:
                 # The last record of a key wins.
                 return RawRows(partition, dict(found_changelog[1]).items(), found_changelog[0])
-        after_zip = files.path(partition, version, ZIP)
+        after_zip = files.directory.path(partition, version, ZIP)
         ready = self._zips_read.pop(partition, None)
         try:
             after_read = ready[1] if ready is not None and ready[0] == version else read_for_diff(after_zip)
@@ -197,9 +198,11 @@ class RocksDBStoreReader:
             if zips_first:
                 self._zips_first.discard(partition)
                 return self._raw_partition_changes(partition, version)
-            raise files.missing(partition, files.path(partition, version, CHANGELOG)) from None
+            raise files.directory.missing(
+                partition, files.directory.path(partition, version, CHANGELOG)
+            ) from None
         self._zips_first.add(partition)
-        before_zip = files.path(partition, version - 1, ZIP)
+        before_zip = files.directory.path(partition, version - 1, ZIP)
         before_read = self._previous.take(before_zip) if version > 1 else None
         self._previous.record(after_zip, after_read)
         if before_read is None and version > 1:
@@ -251,12 +254,12 @@ class RocksDBStoreReader:
         """Partitions read from zips: read each one's zip now and start reading the
         table files it adds (see :meth:`Storage.read_ahead`), so that on an object
         store they arrive together rather than partition after partition."""
-        if self._files.checkpoint.root.is_local or version < 2:
+        if self._files.directory.checkpoint.root.is_local or version < 2:
             return
         self._zips_read.clear()
         for p in sorted(self._zips_first):
-            after_zip = self._files.path(p, version, ZIP)
-            before = self._previous.peek(self._files.path(p, version - 1, ZIP))
+            after_zip = self._files.directory.path(p, version, ZIP)
+            before = self._previous.peek(self._files.directory.path(p, version - 1, ZIP))
             try:
                 read = read_for_diff(after_zip)
             except SourceError:

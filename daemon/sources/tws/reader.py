@@ -28,7 +28,7 @@ from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.checkpoint.operators import LIST, TIMERS, StateVariable
 from epochstate.daemon.sources.errors import CorruptRow, CorruptStateFile
 from epochstate.daemon.sources.rocksdb.rows import StateRowDecoder
-from epochstate.daemon.sources.rocksdb.store_dir import LIST_DELIMITER, StoreDirectory
+from epochstate.daemon.sources.rocksdb.store_files import LIST_DELIMITER, StoreFiles
 from epochstate.daemon.sources.rows.avro import AvroStateDecoder
 from epochstate.daemon.sources.tws.store import ColumnFamilyStore, shared_store
 
@@ -98,7 +98,7 @@ class StateVariableReader:
         merge_delimiter: bytes = LIST_DELIMITER,
         scratch_dir: Path | None = None,
     ) -> None:
-        files = StoreDirectory(
+        files = StoreFiles(
             checkpoint,
             operator_id,
             variable.physical_store,
@@ -124,7 +124,7 @@ class StateVariableReader:
                 if k.startswith(prefix)
             ]
         except CorruptRow as err:
-            where = self._store.files.dir(partition)
+            where = self._store.files.directory.dir(partition)
             raise CorruptStateFile(f"{where}: column family {self.variable.family.name!r}: {err}") from err
         return iter(decoded)
 

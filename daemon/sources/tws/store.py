@@ -23,7 +23,8 @@ import zipfile
 from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile
 from epochstate.daemon.sources.rocksdb.changelog import ChangelogRecord
 from epochstate.daemon.sources.rocksdb.snapshot import METADATA, parse_snapshot_metadata
-from epochstate.daemon.sources.rocksdb.store_dir import CHANGELOG, ZIP, RawState, StoreDirectory, apply_record
+from epochstate.daemon.sources.rocksdb.store_dir import CHANGELOG, ZIP
+from epochstate.daemon.sources.rocksdb.store_files import RawState, StoreFiles, apply_record
 
 _FAMILY_ID_BYTES = 2
 
@@ -32,7 +33,7 @@ class ColumnFamilyStore:
     """Raw state of every partition of one physical store, with a cache of the
     newest version read. Thread-safe; returned states must not be modified."""
 
-    def __init__(self, files: StoreDirectory) -> None:
+    def __init__(self, files: StoreFiles) -> None:
         self.files = files
         self._lock = threading.Lock()
         self._states: dict[int, tuple[int, RawState]] = {}
@@ -53,17 +54,19 @@ class ColumnFamilyStore:
                 mapping = self._mapping(partition, name)
                 if family in mapping:
                     return mapping[family].to_bytes(_FAMILY_ID_BYTES, "little")
-        raise MissingStateFile(f"{self.files.dir(partition)}: no snapshot maps column family {family!r} yet")
+        raise MissingStateFile(
+            f"{self.files.directory.dir(partition)}: no snapshot maps column family {family!r} yet"
+        )
 
     def _zip_names(self, partition: int) -> list[str]:
         # Newest first: the newest snapshot maps every family still in use.
-        return self.files.zip_names(partition)
+        return self.files.directory.zip_names(partition)
 
     def _mapping(self, partition: int, name: str) -> dict[str, int]:
         cached = self._mappings.get((partition, name))
         if cached is not None:
             return cached
-        path = self.files.dir(partition) / name
+        path = self.files.directory.dir(partition) / name
         try:
             with zipfile.ZipFile(path.local_path()) as archive:
                 text = archive.read(METADATA).decode("utf-8")
@@ -83,14 +86,14 @@ class ColumnFamilyStore:
         Raises:
             ValueError: a negative version.
             MissingStateFile, UnsupportedCheckpoint, CorruptStateFile: as for
-                :meth:`StoreDirectory.raw_state`.
+                :meth:`StoreFiles.raw_state`.
         """
         with self._lock:
             cached = self._states.get(partition)
             if cached is not None and cached[0] == version:
                 return cached[1]
             if cached is not None and cached[0] == version - 1:
-                records = self.files.changelog_if_any(partition, version)
+                records = self.files.changelogs.changelog_if_any(partition, version)
                 if records is not None:
                     return self._advance(partition, version, cached[1], records)[1]
             state = self.files.raw_state(partition, version)
@@ -107,7 +110,7 @@ class ColumnFamilyStore:
             ValueError: a version below 1.
             MissingStateFile: neither the changelog nor the snapshot of ``version``
                 exists, or the state at ``version - 1`` cannot be rebuilt.
-            UnsupportedCheckpoint, CorruptStateFile: as for :class:`StoreDirectory`.
+            UnsupportedCheckpoint, CorruptStateFile: as for :class:`StoreFiles`.
         """
         if version < 1:
             raise ValueError(f"store version {version} has no changes")
@@ -116,7 +119,7 @@ class ColumnFamilyStore:
             cached = self._states.get(partition)
             if touched is not None and touched[0] == version and cached is not None and cached[0] == version:
                 return touched[1], cached[1]
-            records = self.files.changelog_if_any(partition, version)
+            records = self.files.changelogs.changelog_if_any(partition, version)
             if records is not None:
                 if cached is None or cached[0] != version - 1:
                     cached = (version - 1, self.files.raw_state(partition, version - 1))
@@ -124,9 +127,11 @@ class ColumnFamilyStore:
             try:
                 after = self.files.snapshot(partition, version)[1]
             except MissingStateFile:
-                if self.files.path(partition, version, ZIP).is_file():
+                if self.files.directory.path(partition, version, ZIP).is_file():
                     raise  # a table file the zip names is gone
-                raise self.files.missing(partition, self.files.path(partition, version, CHANGELOG)) from None
+                raise self.files.directory.missing(
+                    partition, self.files.directory.path(partition, version, CHANGELOG)
+                ) from None
             before = cached[1] if cached is not None and cached[0] == version - 1 else None
             if before is None:
                 before = self.files.raw_state(partition, version - 1)
@@ -155,9 +160,10 @@ _SHARED: weakref.WeakValueDictionary[tuple[str, int, str], ColumnFamilyStore] = 
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_store(files: StoreDirectory) -> ColumnFamilyStore:
+def shared_store(files: StoreFiles) -> ColumnFamilyStore:
     """The one :class:`ColumnFamilyStore` of ``files``' store while any reader holds it."""
-    key = (str(files.checkpoint.root), files.operator_id, files.store_name)
+    where = files.directory
+    key = (str(where.checkpoint.root), where.operator_id, where.store_name)
     with _SHARED_LOCK:
         store = _SHARED.get(key)
         if store is None:
