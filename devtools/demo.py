@@ -108,7 +108,7 @@ def run(options: DemoOptions) -> int:
                 zookeeper=zookeeper.connect_string,
                 extra_args=["--node", "demo-node"],
                 log_path=logs.daemon,
-            ).start(timeout=60)
+            ).start(timeout=120)
             target = daemon.target
         console.print(f"[green]✓[/green] daemon serving gRPC on {target}")
         with console.status("starting Spark and the streaming job"):
@@ -200,7 +200,7 @@ def _epochs_in_zookeeper(connect: str) -> int:
     from kazoo.client import KazooClient
 
     zk = KazooClient(hosts=connect)
-    zk.start(timeout=10)
+    zk.start(timeout=30)
     try:
         path = f"/epochstate/jobs/{JOB}/epochs"
         return len(zk.get_children(path)) if zk.exists(path) else 0

@@ -145,7 +145,7 @@ def run(options: ChainDemoOptions) -> int:
             broker = stack.enter_context(TansuProcess(directory / "kafka", log_path=logs.kafka_broker))
             daemon = LocalDaemon(
                 directory / "daemon", {}, zookeeper=zookeeper.connect_string, log_path=logs.daemon
-            ).start(timeout=60)
+            ).start(timeout=120)
             stack.callback(daemon.stop)
         console.print(
             f"[green]✓[/green] ZooKeeper {zookeeper.connect_string}, Kafka (tansu) {broker.bootstrap}, "
@@ -192,7 +192,7 @@ def run(options: ChainDemoOptions) -> int:
             f"{options.comments_per_second:g} comments/s"
         )
         zk = KazooClient(hosts=zookeeper.connect_string)
-        zk.start(timeout=15)
+        zk.start(timeout=30)
         stack.callback(zk.stop)
         client = stack.enter_context(EpochStateClient(daemon.target, timeout=60))
         checked = _follow(batches, jobs, client, SubjectRegistry(zk), workload, options.duration)
