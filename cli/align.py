@@ -159,15 +159,8 @@ def catch_up(
     as_json: JsonOpt = False,
 ) -> None:
     """CatchUp: the source reports ready once it has passed the subject's second-to-last epoch."""
-    _send(
-        _control(target, zookeeper, root, timeout, zookeeper_auth_file),
-        "catch-up",
-        topic,
-        job,
-        None,
-        wait,
-        as_json,
-    )
+    control = _control(target, zookeeper, root, timeout, zookeeper_auth_file)
+    _send(control, "catch-up", topic, job, None, wait, as_json)
 
 
 @align_app.command()
@@ -186,15 +179,8 @@ def align(
     as_json: JsonOpt = False,
 ) -> None:
     """Align(k): a ready source reads up to the start of subject epoch k, then one batch per epoch."""
-    _send(
-        _control(target, zookeeper, root, timeout, zookeeper_auth_file),
-        "align",
-        topic,
-        job,
-        epoch,
-        wait,
-        as_json,
-    )
+    control = _control(target, zookeeper, root, timeout, zookeeper_auth_file)
+    _send(control, "align", topic, job, epoch, wait, as_json)
 
 
 @align_app.command()
@@ -210,15 +196,8 @@ def abort(
     as_json: JsonOpt = False,
 ) -> None:
     """Abort: the source reads unaligned again, from where its newest batch ended."""
-    _send(
-        _control(target, zookeeper, root, timeout, zookeeper_auth_file),
-        "abort",
-        topic,
-        job,
-        None,
-        wait,
-        as_json,
-    )
+    control = _control(target, zookeeper, root, timeout, zookeeper_auth_file)
+    _send(control, "abort", topic, job, None, wait, as_json)
 
 
 @align_app.command()

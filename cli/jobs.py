@@ -32,7 +32,9 @@ from epochstate.core.sparktypes import type_to_simple_string
 from epochstate.v1 import epochstate_pb2 as pb
 
 
-def jobs(target: TargetOpt = DEFAULT_TARGET, as_json: JsonOpt = False, timeout: TimeoutOpt = 10.0) -> None:
+def jobs(
+    target: TargetOpt = DEFAULT_TARGET, as_json: JsonOpt = False, timeout: TimeoutOpt = 10.0
+) -> None:
     """List the jobs the daemon follows."""
     with EpochStateClient(target, timeout=timeout) as client:
         found = run_client(client.jobs)
