@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test compat compat-venvs lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-ingest bench-object-store bench-s3-clients bench-alignment clean
+.PHONY: demo demo-chain test compat compat-venvs zookeeper-auth lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-ingest bench-object-store bench-s3-clients bench-alignment clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,14 @@ docs: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The ZooKeeper-facing tests again, every component and test client authenticated
+# (docs/zookeeper.md): tests/e2e/test_zookeeper_acl.py covers auth in `make pytest`.
+ZK_AUTH_TESTS := tests/e2e/test_aligned_selector.py tests/e2e/test_zookeeper.py tests/registry \
+	tests/alignment/test_subjects.py tests/alignment/test_coordinator.py
+zookeeper-auth: $(STAMP)
+	mkdir -p build && (umask 077 && echo "epochstate:$$(openssl rand -hex 32)" > build/zookeeper-digest)
+	EPOCHSTATE_ZOOKEEPER_AUTH_FILE=$(CURDIR)/build/zookeeper-digest $(BIN)/python -m pytest $(ZK_AUTH_TESTS) $(PYTEST_ARGS)
 
 # The compatibility suite alone (make pytest runs it too): Spark 3.5, 4.0, 4.1, 4.2,
 # each in a virtualenv under $EPOCHSTATE_COMPAT_HOME (~/.cache/epochstate/compat).

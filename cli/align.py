@@ -22,6 +22,7 @@ With ``--json`` each command prints exactly one JSON document:
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -30,6 +31,7 @@ from epochstate.cli.align_control import AlignControl, AlignFailure, CommandKind
 from epochstate.cli.console import fail
 from epochstate.cli.output import print_document, print_line
 from epochstate.cli.tables import print_table
+from epochstate.cli.zookeeper_options import AuthFileOpt, RootOpt, ZooKeeperOpt
 
 align_app = typer.Typer(
     name="align",
@@ -40,15 +42,6 @@ align_app = typer.Typer(
 )
 T = TypeVar("T")
 
-ZooKeeperOpt = Annotated[
-    str,
-    typer.Option(
-        "--zookeeper",
-        "-z",
-        envvar="EPOCHSTATE_ZOOKEEPER",
-        help="ZooKeeper connect string: host:port,... and an optional /chroot",
-    ),
-]
 TargetOpt = Annotated[
     str | None,
     typer.Option(
@@ -57,7 +50,6 @@ TargetOpt = Annotated[
         help="go through this daemon (host:port or unix:///path) instead of ZooKeeper",
     ),
 ]
-RootOpt = Annotated[str, typer.Option("--root", help="the epochstate root znode")]
 WaitOpt = Annotated[
     float, typer.Option("--wait", help="seconds to wait until the source did it (0: do not wait)")
 ]
@@ -67,14 +59,16 @@ Topic = Annotated[str, typer.Argument(help="the subject (Kafka topic)")]
 Job = Annotated[str, typer.Argument(help="the reading job (the source's option job)")]
 
 
-def _control(target: str | None, zookeeper: str, root: str, timeout: float) -> AlignControl:
+def _control(
+    target: str | None, zookeeper: str, root: str, timeout: float, auth_file: Path | None
+) -> AlignControl:
     if target:
         from epochstate.cli.align_daemon import DaemonControl
 
         return DaemonControl(target, timeout)
     from epochstate.cli.align_zookeeper import ZooKeeperControl
 
-    return ZooKeeperControl(zookeeper, root, timeout)
+    return ZooKeeperControl(zookeeper, root, timeout, auth_file)
 
 
 def _run(action: Callable[[], T]) -> T:
@@ -96,9 +90,10 @@ def status(
     timeout: TimeoutOpt = 10.0,
     as_json: JsonOpt = False,
     target: TargetOpt = None,
+    zookeeper_auth_file: AuthFileOpt = None,
 ) -> None:
     """Show each source of a subject: mode, state, newest command, last subject epoch, position."""
-    control = _control(target, zookeeper, root, timeout)
+    control = _control(target, zookeeper, root, timeout, zookeeper_auth_file)
     rows = _run(lambda: control.status(topic))
     if as_json:
         print_document(rows)
@@ -160,10 +155,12 @@ def catch_up(
     timeout: TimeoutOpt = 10.0,
     wait: WaitOpt = 0.0,
     target: TargetOpt = None,
+    zookeeper_auth_file: AuthFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """CatchUp: the source reports ready once it has passed the subject's second-to-last epoch."""
-    _send(_control(target, zookeeper, root, timeout), "catch-up", topic, job, None, wait, as_json)
+    control = _control(target, zookeeper, root, timeout, zookeeper_auth_file)
+    _send(control, "catch-up", topic, job, None, wait, as_json)
 
 
 @align_app.command()
@@ -178,10 +175,12 @@ def align(
     timeout: TimeoutOpt = 10.0,
     wait: WaitOpt = 0.0,
     target: TargetOpt = None,
+    zookeeper_auth_file: AuthFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Align(k): a ready source reads up to the start of subject epoch k, then one batch per epoch."""
-    _send(_control(target, zookeeper, root, timeout), "align", topic, job, epoch, wait, as_json)
+    control = _control(target, zookeeper, root, timeout, zookeeper_auth_file)
+    _send(control, "align", topic, job, epoch, wait, as_json)
 
 
 @align_app.command()
@@ -193,10 +192,12 @@ def abort(
     timeout: TimeoutOpt = 10.0,
     wait: WaitOpt = 0.0,
     target: TargetOpt = None,
+    zookeeper_auth_file: AuthFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Abort: the source reads unaligned again, from where its newest batch ended."""
-    _send(_control(target, zookeeper, root, timeout), "abort", topic, job, None, wait, as_json)
+    control = _control(target, zookeeper, root, timeout, zookeeper_auth_file)
+    _send(control, "abort", topic, job, None, wait, as_json)
 
 
 @align_app.command()
@@ -209,12 +210,13 @@ def prune(
     timeout: TimeoutOpt = 10.0,
     as_json: JsonOpt = False,
     target: TargetOpt = None,
+    zookeeper_auth_file: AuthFileOpt = None,
 ) -> None:
     """Apply the subject's retention: delete epochs (and mapping entries) no source or daemon needs.
 
     The aligned sink does this itself as it writes (option subjectRetention).
     """
-    control = _control(target, zookeeper, root, timeout)
+    control = _control(target, zookeeper, root, timeout, zookeeper_auth_file)
     pruned = _run(lambda: control.prune(topic, keep, dry_run))
     if as_json:
         holds = [{"epoch": epoch, "reason": reason} for epoch, reason in pruned.holds]

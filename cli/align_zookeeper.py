@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from epochstate.cli.align_control import (
@@ -14,6 +15,7 @@ from epochstate.cli.align_control import (
     PruneOutcome,
     SourceRow,
 )
+from epochstate.cli.zookeeper_session import connect
 
 if TYPE_CHECKING:
     from epochstate.core.alignment.commands import Command
@@ -55,19 +57,18 @@ def source_row(status: SourceStatus) -> SourceRow:
 class ZooKeeperControl:
     """Each call connects to ZooKeeper, does its work and disconnects."""
 
-    def __init__(self, zookeeper: str, root: str, timeout: float) -> None:
+    def __init__(self, zookeeper: str, root: str, timeout: float, auth_file: Path | None = None) -> None:
         self._zookeeper, self._root, self._timeout = zookeeper, root, timeout
+        self._auth_file = auth_file
 
     @contextmanager
     def _coordinator(self) -> Iterator[AlignmentCoordinator]:
         try:
-            from kazoo.handlers.threading import KazooTimeoutError
-
             from epochstate.core.alignment.coordinator import AlignmentCoordinator
             from epochstate.core.alignment.errors import AlignmentError
             from epochstate.core.alignment.layout import SubjectLayout
             from epochstate.core.alignment.subjects import SubjectRegistry
-            from epochstate.core.zookeeper.client import new_client
+            from epochstate.core.zookeeper.errors import AccessDenied
         except ImportError as error:
             needs = f"align needs the spark extra: pip install 'epochstate[spark]' ({error})"
             raise AlignFailure(needs, 1) from None
@@ -75,18 +76,13 @@ class ZooKeeperControl:
             SubjectLayout(self._root)
         except AlignmentError as error:
             raise AlignFailure(f"--root: {error}", 2) from None
-        client = new_client(self._zookeeper)
-        try:
-            client.start(timeout=self._timeout)
-        except KazooTimeoutError:
-            client.close()
-            raise AlignFailure(
-                f"ZooKeeper {self._zookeeper} did not answer within {self._timeout:g} s", 6
-            ) from None
+        client = connect(self._zookeeper, self._auth_file, self._timeout)
         try:
             yield AlignmentCoordinator(SubjectRegistry(client, self._root, timeout=self._timeout))
         except AlignmentError as error:
             raise AlignFailure(str(error), _exit_code(error)) from None
+        except AccessDenied as error:
+            raise AlignFailure(str(error), 1) from None
         finally:
             client.stop()
             client.close()

@@ -32,6 +32,7 @@ from epochstate.cli.daemon_command import daemon
 from epochstate.cli.dev_commands import demo, demo_chain, zookeeper
 from epochstate.cli.jobs import describe, epochs, jobs
 from epochstate.cli.reads import get, scan
+from epochstate.cli.secure_zookeeper import secure_zookeeper
 from epochstate.cli.watch import watch
 
 app = typer.Typer(
@@ -50,6 +51,7 @@ app.command()(watch)
 app.add_typer(align_app, name="align")
 app.command()(daemon)
 app.command()(zookeeper)
+app.command("secure-zookeeper")(secure_zookeeper)
 app.command()(demo)
 app.command("demo-chain")(demo_chain)
 

@@ -22,6 +22,12 @@ def daemon(
     ] = None,
     data_dir: Annotated[Path | None, typer.Option(help="directory for the store")] = None,
     zookeeper: Annotated[str | None, typer.Option(help="ZooKeeper connect string")] = None,
+    zookeeper_auth_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="file with one line user:password: the ZooKeeper digest identity (docs/zookeeper.md)"
+        ),
+    ] = None,
     node: Annotated[str | None, typer.Option(help="node name in ZooKeeper")] = None,
     job: Annotated[list[str] | None, typer.Option(help="NAME=CHECKPOINT to follow (repeatable)")] = None,
     address_file: Annotated[
@@ -54,6 +60,7 @@ def daemon(
             listen_unix=listen_unix,
             data_dir=data_dir,
             zookeeper=zookeeper,
+            zookeeper_auth_file=zookeeper_auth_file,
             node=node,
             jobs=jobs_given,
             poll_interval=poll_interval,

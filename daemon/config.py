@@ -55,6 +55,12 @@ class DaemonSettings(BaseSettings):
     zookeeper: str | None = Field(default=None, description="ZooKeeper connect string; None: no registry")
     zookeeper_root: str = "/epochstate"
     zookeeper_session_timeout: float = 10.0
+    zookeeper_auth_file: Path | None = Field(
+        default=None,
+        description="file holding one line user:password (a mounted secret): the ZooKeeper digest identity "
+        "the daemon authenticates as and gives sole rights on every znode it creates; none: no "
+        "authentication, znodes open to anyone (docs/zookeeper.md)",
+    )
     retention_epochs: int = Field(default=100, ge=1)
     ingest_known_keys: int = Field(
         default=1_000_000,

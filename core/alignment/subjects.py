@@ -2,7 +2,8 @@
 
 Every call waits at most ``timeout`` seconds per ZooKeeper request, repeats
 requests that failed on a lost connection, and raises :class:`RegistryUnavailable`
-when ZooKeeper still does not answer. Writes are idempotent: repeating one after
+when ZooKeeper still does not answer, :class:`AccessDenied` when a znode's ACL
+refuses the client's identity. Writes are idempotent: repeating one after
 a timeout (whose request may have run anyway) ends in the same state.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 from kazoo.retry import ForceRetryError, KazooRetry
 
@@ -27,6 +28,7 @@ from epochstate.core.alignment.errors import (
 )
 from epochstate.core.alignment.layout import DEFAULT_ROOT, SubjectLayout, parse_epoch_name
 from epochstate.core.alignment.records import Mode, SourceRecord, SubjectEpoch
+from epochstate.core.zookeeper.errors import AccessDenied
 from epochstate.core.zookeeper.layout import Layout
 from epochstate.core.zookeeper.records import decode
 from epochstate.core.zookeeper.session import CONNECTION_ERRORS, wait
@@ -257,7 +259,16 @@ class SubjectRegistry:
             result: T = self._retry.copy()(operation)
         except CONNECTION_ERRORS as error:
             raise RegistryUnavailable(f"ZooKeeper did not answer: {error!r}") from error
+        except NoAuthError:
+            raise AccessDenied(ACCESS_DENIED) from None
         return result
+
+
+ACCESS_DENIED = (
+    "ZooKeeper refused a request on the subject registry: the znode's ACL does not grant it to "
+    "this identity; give the component the ZooKeeper credentials the tree was secured with "
+    "(zookeeperAuthFile, --zookeeper-auth-file or EPOCHSTATE_ZOOKEEPER_AUTH_FILE)"
+)
 
 
 def _same_writer(existing: SubjectEpoch, new: SubjectEpoch) -> bool:

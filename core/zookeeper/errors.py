@@ -28,3 +28,15 @@ class InvalidName(RegistryError):
 
 class InvalidRecord(RegistryError):
     reason = reasons.CORRUPT_REGISTRY_RECORD
+
+
+class AuthConfigError(RegistryError):
+    """The ZooKeeper credentials file is missing, unreadable or malformed."""
+
+
+class AccessDenied(RegistryError):
+    """ZooKeeper refused a request: the znode's ACL does not grant it to this identity.
+
+    The component runs without the credentials the tree was secured with (or with
+    others); see docs/zookeeper.md, "Authentication and ACLs".
+    """

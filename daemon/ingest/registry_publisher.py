@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from epochstate.core import jsontext
+from epochstate.core.zookeeper.auth import load_auth
 from epochstate.core.zookeeper.client import new_client
 from epochstate.core.zookeeper.errors import RegistryError
 from epochstate.core.zookeeper.records import JsonObject
@@ -35,10 +36,17 @@ class RegistryPublisher:
 
     @classmethod
     def connect(cls, settings: DaemonSettings, version: str) -> RegistryPublisher:
-        """Connect in the background (ZooKeeper may be down)."""
+        """Connect in the background (ZooKeeper may be down), authenticated if configured.
+
+        Raises:
+            RegistryError: no connect string; AuthConfigError: an unusable credentials file.
+        """
         if not settings.zookeeper:
             raise RegistryError("no ZooKeeper connect string configured")
-        client = new_client(settings.zookeeper, session_timeout=settings.zookeeper_session_timeout)
+        auth = load_auth(settings.zookeeper_auth_file)
+        if auth is None:
+            log.warning("ZooKeeper without authentication: the znodes this daemon creates are open to anyone")
+        client = new_client(settings.zookeeper, auth=auth, session_timeout=settings.zookeeper_session_timeout)
         client.start_async()
         registry = Registry(client, settings.zookeeper_root, settings.node, wait_timeout=0.0)
         return cls(registry, version)

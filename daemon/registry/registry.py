@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
 from kazoo.retry import KazooRetry
 
 from epochstate.core.zookeeper.errors import EpochConflict, JobNotRegistered, RegistryError
@@ -207,7 +208,7 @@ class Registry(RegistryView):
         if self.client.connected:
             try:
                 self._writer.delete_ephemerals()
-            except CONNECTION_ERRORS as error:
+            except (*CONNECTION_ERRORS, NoAuthError) as error:
                 log.info("could not delete ephemeral znodes (the session ends anyway): %r", error)
         self.client.stop()
         self.client.close()

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
 from kazoo.protocol.states import KazooState
 
 from epochstate.core.zookeeper.errors import RegistryError
@@ -28,6 +29,10 @@ log = logging.getLogger(__name__)
 
 # InterruptedError: a retry inside the sync noticed that the thread is stopping.
 _UNAVAILABLE: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, InterruptedError)
+NOT_AUTHORIZED = (
+    "registry sync waits: ZooKeeper refused a write, the znode's ACL does not grant it to this "
+    "daemon's identity; set zookeeper_auth_file to the credentials the tree was secured with"
+)
 
 
 class SyncThread:
@@ -101,6 +106,8 @@ class SyncThread:
                 self._failed(f"ZooKeeper unavailable during sync: {error!r}", logging.INFO)
             except RegistryError as error:
                 self._failed(f"registry sync waits: {error}", logging.WARNING)
+            except NoAuthError:
+                self._failed(NOT_AUTHORIZED, logging.ERROR)
             except Exception as error:
                 self._failed(f"registry sync failed: {error!r}", logging.ERROR, error)
             else:

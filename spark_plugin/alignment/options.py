@@ -47,22 +47,29 @@ class KafkaOptions:
 
 @dataclass(frozen=True)
 class RegistryOptions:
-    """Where the subject registry is: ZooKeeper ``hosts[/chroot]`` and the root path."""
+    """Where the subject registry is: ZooKeeper ``hosts[/chroot]`` and the root path, and
+    ``auth_file``, the file with the ZooKeeper identity (``zookeeperAuthFile``; None:
+    ``$EPOCHSTATE_ZOOKEEPER_AUTH_FILE`` on the driver, else no authentication).
+
+    The file's path, not its content, travels with the options: the credentials
+    are read where the session is opened (:mod:`.connections`).
+    """
 
     zookeeper: str
     root: str = DEFAULT_ROOT
+    auth_file: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> RegistryOptions:
         root = options.get("zookeeperroot", DEFAULT_ROOT)
         SubjectLayout(root)  # checks the root
-        return cls(_required(options, "zookeeper"), root)
+        return cls(_required(options, "zookeeper"), root, options.get("zookeeperauthfile") or None)
 
 
 @dataclass(frozen=True)
 class SinkOptions:
-    """``topic``, ``bootstrap``, ``zookeeper`` [, ``zookeeperRoot``, ``job``, ``idempotent``,
-    ``subjectRetention``].
+    """``topic``, ``bootstrap``, ``zookeeper`` [, ``zookeeperRoot``, ``zookeeperAuthFile``, ``job``,
+    ``idempotent``, ``subjectRetention``].
 
     ``job`` defaults to the query name. ``checkpointLocation`` is Spark's own and
     tells the commit the query id when no task did. ``subjectRetention`` is the

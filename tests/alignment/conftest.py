@@ -33,7 +33,7 @@ from epochstate.spark_plugin.alignment import (
 from epochstate.spark_plugin.alignment.connections import close_shared_clients
 from epochstate.spark_plugin.kafka.reader import read_range
 from tests.fixtures.kafka import KafkaBroker
-from tests.fixtures.zookeeper import new_test_client
+from tests.fixtures.zookeeper import new_admin_client, new_test_client
 
 FORMAT = EpochStateKafka.name()
 LAUNCH_FAILURE = "Python worker failed to connect back"
@@ -265,8 +265,7 @@ IDLE = 4  # the upstream batch written while both aligned readers wait for it
 def subjects_zookeeper(zookeeper_server: EmbeddedZooKeeper) -> Iterator[tuple[str, KazooClient]]:
     """A ZooKeeper chroot for the package's scenario: its connect string and a client on it."""
     chroot = f"/tests-{uuid.uuid4().hex}"
-    admin = new_test_client(zookeeper_server.connect_string)
-    admin.start(timeout=15)
+    admin = new_admin_client(zookeeper_server.connect_string)
     admin.ensure_path(chroot)
     client = new_test_client(f"{zookeeper_server.connect_string}{chroot}")
     client.start(timeout=15)
