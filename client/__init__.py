@@ -9,6 +9,7 @@ from epochstate.client.client import (
     selector,
 )
 from epochstate.client.errors import (
+    CheckpointNotAllowed,
     CommandRefused,
     DataLoss,
     DeadlineExceeded,
@@ -22,14 +23,19 @@ from epochstate.client.errors import (
     NoSuchEpoch,
     NotFound,
     NoZooKeeper,
+    PermissionDenied,
+    RoleMissing,
     StoreNotFound,
+    Unauthenticated,
     Unavailable,
 )
 from epochstate.client.structs import AmbiguousField, Struct
+from epochstate.client.tls import TlsOptions
 
 __all__ = [
     "AlignedWith",
     "AmbiguousField",
+    "CheckpointNotAllowed",
     "CommandRefused",
     "DataLoss",
     "DeadlineExceeded",
@@ -46,9 +52,13 @@ __all__ = [
     "NoSuchEpoch",
     "NoZooKeeper",
     "NotFound",
+    "PermissionDenied",
+    "RoleMissing",
     "StoreNotFound",
     "StoreSchema",
     "Struct",
+    "TlsOptions",
+    "Unauthenticated",
     "Unavailable",
     "selector",
 ]

@@ -115,6 +115,26 @@ class EpochDamaged(DataLoss):
     """The epoch exists but its state files could not be read."""
 
 
+class Unauthenticated(EpochStateClientError):
+    """The daemon requires credentials and the call carried none it accepts (see TlsOptions)."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(EpochStateClientError):
+    """The caller's identity may not do this."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class RoleMissing(PermissionDenied):
+    """The identity lacks the role (read, report, admin) the method needs."""
+
+
+class CheckpointNotAllowed(PermissionDenied):
+    """The checkpoint to follow is outside the daemon's configured checkpoint roots."""
+
+
 _BY_CODE: dict[grpc.StatusCode, type[EpochStateClientError]] = {
     cls.code: cls
     for cls in (
@@ -125,6 +145,8 @@ _BY_CODE: dict[grpc.StatusCode, type[EpochStateClientError]] = {
         DeadlineExceeded,
         Unavailable,
         DataLoss,
+        Unauthenticated,
+        PermissionDenied,
     )
 }
 
@@ -149,6 +171,9 @@ BY_REASON: Mapping[str, type[EpochStateClientError]] = {
     reasons.SHUTTING_DOWN: Unavailable,
     reasons.REGISTRY_UNAVAILABLE: Unavailable,
     reasons.INTERNAL: EpochStateClientError,
+    reasons.NOT_AUTHENTICATED: Unauthenticated,
+    reasons.ROLE_MISSING: RoleMissing,
+    reasons.CHECKPOINT_NOT_ALLOWED: CheckpointNotAllowed,
 }
 """The one table from the daemon's reasons to exception classes; it covers every reason."""
 

@@ -178,3 +178,25 @@ STORE_DAMAGED: Final = _reason(
     "Do not retry on this daemon; read from another replica. An operator must look at the daemon's "
     "log; deleting its store directory makes it re-ingest the retained epochs from the checkpoints.",
 )
+NOT_AUTHENTICATED: Final = _reason(
+    "NOT_AUTHENTICATED",
+    "UNAUTHENTICATED",
+    "The daemon requires an identity and the call carried none it accepts: no client certificate "
+    "and no bearer token, an unknown token, or a token sent over plaintext TCP.",
+    "Connect with a client certificate the daemon's client CA signed, or send the token of an "
+    "identity (TLS or the Unix socket only); do not retry unchanged.",
+)
+ROLE_MISSING: Final = _reason(
+    "ROLE_MISSING",
+    "PERMISSION_DENIED",
+    "The caller's identity does not have the role the method needs (read, report or admin); "
+    "the metadata names the identity and the role.",
+    "Call with an identity that has the role, or have an operator add the role to auth.roles.",
+)
+CHECKPOINT_NOT_ALLOWED: Final = _reason(
+    "CHECKPOINT_NOT_ALLOWED",
+    "PERMISSION_DENIED",
+    "The checkpoint location to follow is not under one of the daemon's auth.checkpoint_roots, "
+    "so the daemon will not read it (it would read any path it can reach for the caller).",
+    "Use a checkpoint under a configured root, or have an operator add the root.",
+)

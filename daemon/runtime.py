@@ -34,6 +34,7 @@ from epochstate.daemon.server.aligned import SubjectAlignment
 from epochstate.daemon.server.alignment_admin import add_alignment_admin
 from epochstate.daemon.server.handlers import add_to_server
 from epochstate.daemon.server.metrics import DaemonMetrics
+from epochstate.daemon.server.security import ServerSecurity
 from epochstate.daemon.server.service import EpochStateService
 from epochstate.daemon.store.catalog import Catalog, JobEntry
 from epochstate.daemon.store.descriptors import EpochRecord
@@ -71,6 +72,8 @@ class Daemon:
 
     def __init__(self, settings: DaemonSettings) -> None:
         self.settings = settings
+        # First: settings that would expose the daemon, or unusable TLS files, stop it here.
+        self.security = ServerSecurity(settings)
         self.metrics = DaemonMetrics()
         self.catalog = Catalog()
         self.store = VersionedStore(
@@ -148,11 +151,14 @@ class Daemon:
 
     def start(self) -> None:
         alignment = None if self.subjects is None else SubjectAlignment(self.subjects)
-        self.service = EpochStateService(self.store, self.catalog, self.ingest, alignment)
-        add_to_server(self.service, self.server, self.metrics)
+        ingest = self.security.ingest(self.ingest)  # follows only checkpoints under the allowed roots
+        self.service = EpochStateService(self.store, self.catalog, ingest, alignment)
+        add_to_server(self.service, self.server, self.metrics, guard=self.security.guard)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         zk = None if self.subjects is None else self.subjects.client
-        admin = add_alignment_admin(self.server, zk, self.settings.zookeeper_root, self.metrics)
+        admin = add_alignment_admin(
+            self.server, zk, self.settings.zookeeper_root, self.metrics, self.security.guard
+        )
         reflection.enable_server_reflection(
             (
                 SERVICE_NAME,
@@ -162,7 +168,7 @@ class Daemon:
             ),
             self.server,
         )
-        self.port = self.server.add_insecure_port(self.settings.listen)
+        self.port = self.security.add_tcp_port(self.server, self.settings.listen)
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
         self._listen_unix()
@@ -173,7 +179,10 @@ class Daemon:
         self.ingest.start()
         self.server.start()
         if self.settings.metrics_port is not None:
-            start_http_server(self.settings.metrics_port, registry=self.metrics.registry)
+            certfile, keyfile = self.security.metrics_tls()
+            start_http_server(
+                self.settings.metrics_port, registry=self.metrics.registry, certfile=certfile, keyfile=keyfile
+            )
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         host = self.settings.listen.rsplit(":", 1)[0]
@@ -192,6 +201,7 @@ class Daemon:
             self.server.add_insecure_port(address)
         except RuntimeError as error:  # gRPC says only "failed to bind"
             raise unix_socket.UnixSocketUnusable(f"cannot serve on Unix socket {path}: {error}") from error
+        self.security.restrict_unix_socket(path)
         self.unix_target = address
 
     @property

@@ -46,6 +46,24 @@ class NoZooKeeper(EpochStateError):
     reason = reasons.NO_ZOOKEEPER
 
 
+class NotAuthenticated(EpochStateError):
+    """The call carried no credentials the daemon accepts (auth is enabled)."""
+
+    reason = reasons.NOT_AUTHENTICATED
+
+
+class RoleMissing(EpochStateError):
+    """The caller's identity lacks the role the method needs."""
+
+    reason = reasons.ROLE_MISSING
+
+
+class CheckpointNotAllowed(EpochStateError):
+    """A checkpoint to follow that lies outside ``auth.checkpoint_roots``."""
+
+    reason = reasons.CHECKPOINT_NOT_ALLOWED
+
+
 STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (JobNotFound, grpc.StatusCode.NOT_FOUND),
     (StoreNotFound, grpc.StatusCode.NOT_FOUND),
@@ -72,6 +90,10 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (alignment.RegistryUnavailable, grpc.StatusCode.UNAVAILABLE),
     (alignment.CorruptSubjectRecord, grpc.StatusCode.DATA_LOSS),
     (NoZooKeeper, grpc.StatusCode.FAILED_PRECONDITION),
+    # Authorization (daemon/server/security): who the caller is, what it may do.
+    (NotAuthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (RoleMissing, grpc.StatusCode.PERMISSION_DENIED),
+    (CheckpointNotAllowed, grpc.StatusCode.PERMISSION_DENIED),
 )
 
 
