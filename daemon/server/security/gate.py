@@ -13,7 +13,7 @@ A caller's identity, in this order:
 2. the client certificate of a TLS connection: its common name and subject
    alternative names, each looked up in ``auth.roles`` (the roles of every name
    that matches count);
-3. a caller on the Unix socket: ``auth.unix_roles``.
+3. a caller on the Unix socket: ``auth.unix_roles`` (when empty, it must send a token).
 
 No identity: NOT_AUTHENTICATED (UNAUTHENTICATED). An identity without the
 method's role: ROLE_MISSING (PERMISSION_DENIED), the identity and the role in the
@@ -107,7 +107,7 @@ class Gate:
             if names:
                 roles = frozenset(r for n in names for r in self._roles.get(n, ()))
                 return f"certificate {', '.join(sorted(names))}", roles
-        if unix:
+        if unix and self._unix_roles:  # none: the socket's callers must send a token
             return "a Unix socket caller", self._unix_roles
         abort(
             context,
