@@ -62,15 +62,15 @@ def call(channel: grpc.Channel, rpc: Rpc, metadata: tuple[tuple[str, str], ...] 
     serialize: Callable[[Any], bytes] = type(rpc.request).SerializeToString
     try:
         if rpc.streaming:
-            stream = channel.unary_stream(rpc.path, request_serializer=serialize)
+            stream = channel.unary_stream(rpc.path, serialize, None)
             next(iter(stream(rpc.request, timeout=20, metadata=metadata)))
         else:
-            channel.unary_unary(rpc.path, request_serializer=serialize)(
+            channel.unary_unary(rpc.path, serialize, None)(
                 rpc.request, timeout=20, metadata=metadata
             )
     except grpc.RpcError as error:
         info = error_info(error)
-        return Outcome(error.code(), "" if info is None else info.reason)  # type: ignore[attr-defined]
+        return Outcome(error.code(), "" if info is None else info.reason)
     return Outcome(grpc.StatusCode.OK, "")
 
 

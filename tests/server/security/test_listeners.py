@@ -14,7 +14,13 @@ import pytest
 
 from epochstate.client import EpochStateClient, InvalidArgument, RoleMissing, Unauthenticated
 from epochstate.client.tls import TlsOptions, open_channel
-from epochstate.daemon.security_config import AuthSettings, TlsSettings, exposure_problem, is_loopback
+from epochstate.daemon.security_config import (
+    AuthSettings,
+    Role,
+    TlsSettings,
+    exposure_problem,
+    is_loopback,
+)
 from epochstate.daemon.server.security import UNIX_SOCKET_MODE
 from tests.fixtures.certs import Certificates
 from tests.fixtures.daemon import DaemonProcess
@@ -66,7 +72,7 @@ def test_tls_and_auth_let_it_start_beyond_loopback(
 
 def test_what_counts_as_exposed() -> None:
     tls = TlsSettings(cert=Path("c"), key=Path("k"))
-    auth = AuthSettings(enabled=True, roles={"a": ["read"]})
+    auth = AuthSettings(enabled=True, roles={"a": [Role.READ]})
     for loopback in ("127.0.0.1:7070", "127.3.2.1:1", "[::1]:7070", "localhost:7070"):
         assert is_loopback(loopback), loopback
         assert exposure_problem(loopback, TlsSettings(), AuthSettings(), insecure=False) is None
