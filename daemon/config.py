@@ -107,6 +107,17 @@ class DaemonSettings(BaseSettings):
         return (self.data_dir / self.listen_unix).absolute()
 
 
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over``'s values; a section (``tls``, ``auth``) merged field by field."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def load_settings(path: Path | None = None, **overrides: Any) -> DaemonSettings:
     """Settings from ``path`` (YAML or JSON), environment and ``overrides`` (highest)."""
     from_file: dict[str, Any] = {}
@@ -126,7 +137,7 @@ def load_settings(path: Path | None = None, **overrides: Any) -> DaemonSettings:
         from_file = loaded
     try:
         env = DaemonSettings()
-        merged = {**from_file, **{k: v for k, v in env.model_dump().items() if k in env.model_fields_set}}
+        merged = _deep_merge(from_file, env.model_dump(exclude_unset=True))
         merged.update({k: v for k, v in overrides.items() if v is not None})
         settings = DaemonSettings(**merged)
     except ValidationError as error:
