@@ -98,7 +98,7 @@ def is_loopback(listen: str) -> bool:
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name, "", "0.0.0.0"-like wildcards are parsed above
+    except ValueError:  # a host name, or no host (every interface)
         return False
 
 
