@@ -198,10 +198,10 @@ class Daemon:
             return
         address = unix_socket.prepare(path)
         try:
-            self.server.add_insecure_port(address)
+            self.server.add_insecure_port(self.security.unix_bind_address(path, address))
         except RuntimeError as error:  # gRPC says only "failed to bind"
             raise unix_socket.UnixSocketUnusable(f"cannot serve on Unix socket {path}: {error}") from error
-        self.security.restrict_unix_socket(path)
+        self.security.expose_unix_socket(path)
         self.unix_target = address
 
     @property
@@ -219,6 +219,7 @@ class Daemon:
             if self.subjects is not None:
                 self.subjects.close()  # so do reads waiting for an aligned epoch
             self.server.stop(self.settings.shutdown_grace).wait()
+            self.security.close()
             if self.unix_target and self.settings.unix_socket is not None:
                 unix_socket.remove(self.settings.unix_socket)
             self.ingest.stop()

@@ -75,6 +75,11 @@ class AuthSettings(BaseModel):
         description="roles of a caller on the Unix socket that sends no token (the socket is 0660: "
         "only its owner and group can connect)",
     )
+    unix_peer_uids: list[int] = Field(
+        default_factory=list,
+        description="if not empty, only processes of these user ids may connect to the Unix socket "
+        "(checked with SO_PEERCRED; the daemon then relays the socket's connections itself)",
+    )
     checkpoint_roots: list[str] = Field(
         default_factory=list,
         description="FollowJob and ReportEpoch may start following only checkpoints under these "

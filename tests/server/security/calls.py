@@ -65,9 +65,7 @@ def call(channel: grpc.Channel, rpc: Rpc, metadata: tuple[tuple[str, str], ...] 
             stream = channel.unary_stream(rpc.path, serialize, None)
             next(iter(stream(rpc.request, timeout=20, metadata=metadata)))
         else:
-            channel.unary_unary(rpc.path, serialize, None)(
-                rpc.request, timeout=20, metadata=metadata
-            )
+            channel.unary_unary(rpc.path, serialize, None)(rpc.request, timeout=20, metadata=metadata)
     except grpc.RpcError as error:
         info = error_info(error)
         return Outcome(error.code(), "" if info is None else info.reason)

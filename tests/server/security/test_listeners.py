@@ -3,6 +3,7 @@ socket's mode; where a bearer token is accepted."""
 
 from __future__ import annotations
 
+import os
 import stat
 import subprocess
 import sys
@@ -12,7 +13,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from epochstate.client import EpochStateClient, InvalidArgument, RoleMissing, Unauthenticated
+from epochstate.client import (
+    EpochStateClient,
+    InvalidArgument,
+    RoleMissing,
+    Unauthenticated,
+    Unavailable,
+)
 from epochstate.client.tls import TlsOptions, open_channel
 from epochstate.daemon.security_config import (
     AuthSettings,
@@ -126,3 +133,30 @@ def test_open_unix_socket_callers_get_the_unix_roles(
         outcomes = {rpc.name: call(channel, rpc) for rpc in every_rpc(str(tmp_path / "cp"))}
     assert outcomes["ListJobs"].code == grpc.StatusCode.OK
     assert outcomes["ReportEpoch"].reason == outcomes["FollowJob"].reason == "ROLE_MISSING"
+
+
+def test_the_unix_socket_takes_only_the_allowed_user_ids(
+    secure_daemon: Callable[..., DaemonProcess], tmp_path: Path
+) -> None:
+    """SO_PEERCRED: this test's own user id let in, or, when not listed, shut out at connect."""
+    me = os.getuid()
+    allowed = secure_daemon({"auth": {"unix_peer_uids": [me]}}, name="allowed")
+    socket_file = Path(allowed.unix_target.removeprefix("unix://"))
+    assert stat.S_IMODE(socket_file.stat().st_mode) == 0o660
+    with EpochStateClient(allowed.unix_target, tls=TlsOptions(), timeout=20) as client:
+        for _ in range(3):  # several calls over the one relayed connection
+            assert client.jobs() == []
+        with pytest.raises(InvalidArgument, match="does not exist"):  # an error's trailers pass too
+            client.follow("orders", str(tmp_path / "cp"))
+        assert client.jobs() == []
+
+    other = secure_daemon({"auth": {"unix_peer_uids": [me + 1]}}, name="other")
+    with (
+        pytest.raises(Unavailable),
+        EpochStateClient(other.unix_target, tls=TlsOptions(), timeout=2) as client,
+    ):
+        client.jobs()
+    assert f"refused a connection of user id {me}" in other.log_tail(100)
+    # TCP on loopback is not the Unix socket: the check does not apply there.
+    with EpochStateClient(other.target, tls=TlsOptions()) as client:
+        assert client.jobs() == []
