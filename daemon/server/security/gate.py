@@ -78,7 +78,7 @@ class Gate:
                 abort(
                     context,
                     RoleMissing(
-                        f"{identity} may not call {method.rsplit('.', 1)[1]}: it needs the "
+                        f"{identity!r} may not call {method.rsplit('.', 1)[1]}: it needs the "
                         f"{role.value!r} role",
                         metadata={"identity": identity, "role": role.value},
                     ),
@@ -88,7 +88,8 @@ class Gate:
         return guarded
 
     def caller(self, context: grpc.ServicerContext) -> tuple[str, frozenset[Role]]:
-        """The caller's identity (for messages) and its roles; aborts NOT_AUTHENTICATED without one."""
+        """The caller's identity (a token's identity; a certificate's names, comma-separated;
+        ``unix socket``) and its roles; aborts NOT_AUTHENTICATED without one."""
         auth: dict[str, list[bytes]] = context.auth_context()  # type: ignore[assignment]
         tls = auth.get("transport_security_type") == [b"ssl"]
         unix = not tls and context.peer().startswith("unix:")
@@ -101,14 +102,14 @@ class Gate:
             identity = self._tokens.identity(token)
             if identity is None:
                 abort(context, NotAuthenticated("the bearer token is not one the daemon knows"))
-            return f"identity {identity!r}", self._roles.get(identity, frozenset())
+            return identity, self._roles.get(identity, frozenset())
         if tls:
             names = _names(auth)
             if names:
                 roles = frozenset(r for n in names for r in self._roles.get(n, ()))
-                return f"certificate {', '.join(sorted(names))}", roles
+                return ", ".join(sorted(names)), roles
         if unix and self._unix_roles:  # none: the socket's callers must send a token
-            return "a Unix socket caller", self._unix_roles
+            return "unix socket", self._unix_roles
         abort(
             context,
             NotAuthenticated(

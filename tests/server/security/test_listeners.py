@@ -115,7 +115,7 @@ def test_the_unix_socket_is_owner_and_group_only_and_takes_tokens(
         assert reader.jobs() == []
         with pytest.raises(RoleMissing) as missing:
             reader.follow("x", str(tmp_path / "cp"))
-        assert missing.value.metadata == {"identity": "identity 'dashboards'", "role": "admin"}
+        assert missing.value.metadata == {"identity": "dashboards", "role": "admin"}
     # Over plaintext TCP the client will not send a token, and the daemon would not take one.
     with pytest.raises(InvalidArgument, match="not plaintext TCP"):
         EpochStateClient(daemon.target, tls=TlsOptions(token_file=files["ops"]))
