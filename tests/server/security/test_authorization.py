@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -188,18 +189,21 @@ def test_no_call_gets_through_without_the_right_token(
     _report("TLS daemon with tokens, the right token", passed)
     assert [o.code for _, _, o in passed] == [grpc.StatusCode.OK] * len(passed) and len(passed) == 9
 
-    # FollowJob outside the checkpoint roots, also by way of "..": refused, whoever asks.
+    # FollowJob, or a report of a job not followed yet, outside the checkpoint roots (also by
+    # way of ".."): refused, whoever asks.
     outside = [str(tmp_path / "elsewhere"), f"{orders_checkpoint.parent}/../../etc"]
-    admin = TlsOptions(ca=certs.ca.pem_path, token_file=files["ops"])
-    with open_channel(daemon.target, admin) as channel:
-        for checkpoint in outside:
-            follow = Rpc(
-                "/epochstate.v1.EpochState/FollowJob",
-                "admin",
-                pb.FollowJobRequest(job="x", checkpoint=checkpoint),
-            )
-            outcome = call(channel, follow)
-            assert (outcome.code, outcome.reason) == (
-                grpc.StatusCode.PERMISSION_DENIED,
-                "CHECKPOINT_NOT_ALLOWED",
-            ), checkpoint
+    tries: list[tuple[str, str, Any]] = [
+        ("ops", "FollowJob", pb.FollowJobRequest(job="x", checkpoint=checkpoint)) for checkpoint in outside
+    ]
+    tries += [
+        ("spark-listener", "ReportEpoch", pb.ReportEpochRequest(job="y", epoch=0, checkpoint=checkpoint))
+        for checkpoint in outside
+    ]
+    for identity, method, request in tries:
+        tls = TlsOptions(ca=certs.ca.pem_path, token_file=files[identity])
+        with open_channel(daemon.target, tls) as channel:
+            outcome = call(channel, Rpc(f"/epochstate.v1.EpochState/{method}", "", request))
+        assert (outcome.code, outcome.reason) == (
+            grpc.StatusCode.PERMISSION_DENIED,
+            "CHECKPOINT_NOT_ALLOWED",
+        ), (method, request)
