@@ -19,6 +19,8 @@ RUN useradd --uid 10001 --create-home epochstate
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir --no-index --find-links /wheels 'epochstate[daemon,s3,gcs,azure,hdfs]' && rm -rf /wheels
 USER epochstate
+# Beyond loopback the daemon starts only with TLS and auth configured (EPOCHSTATE_TLS__CERT, ...,
+# or a --config file; docs/security.md), or with --insecure.
 ENV EPOCHSTATE_LISTEN=0.0.0.0:7070 \
     EPOCHSTATE_DATA_DIR=/var/lib/epochstate
 VOLUME /var/lib/epochstate

@@ -6,6 +6,7 @@ a Unix socket at PATH, as the daemon does.
     python bench/echo_server.py            # thread pool, the daemon's server model
     python bench/echo_server.py --asyncio  # grpc.aio, one event loop
     python bench/echo_server.py --unix /tmp/echo.sock
+    python bench/echo_server.py --tls-cert s.pem --tls-key s.key --tls-client-ca ca.pem  # (m)TLS on TCP
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from concurrent import futures
+from typing import cast
 
 import grpc
 
@@ -31,10 +34,36 @@ def _handler(behavior: object) -> grpc.GenericRpcHandler[bytes, bytes]:
     return grpc.method_handlers_generic_handler("bench.Echo", {"Echo": method})
 
 
-def serve_threads(unix: str | None) -> None:
+def _credentials(args: argparse.Namespace) -> grpc.ServerCertificateConfiguration | None:
+    if not args.tls_cert:
+        return None
+    with open(args.tls_cert, "rb") as cert, open(args.tls_key, "rb") as key:
+        pair = (key.read(), cert.read())
+    roots = None
+    if args.tls_client_ca:
+        with open(args.tls_client_ca, "rb") as ca:
+            roots = ca.read()
+    return grpc.ssl_server_certificate_configuration([pair], root_certificates=roots)
+
+
+def _tcp_port(server: grpc.Server | grpc.aio.Server, args: argparse.Namespace) -> int:
+    """TCP on loopback: TLS as the daemon serves it (its dynamic credentials, mTLS with a
+    client CA) when a certificate is given, plaintext otherwise."""
+    configuration = _credentials(args)
+    if configuration is None:
+        return server.add_insecure_port("127.0.0.1:0")
+    # Never a new configuration (None); grpc's stubs do not allow for that answer.
+    unchanged = cast(Callable[[], grpc.ServerCertificateConfiguration], lambda: None)
+    credentials = grpc.dynamic_ssl_server_credentials(
+        configuration, unchanged, require_client_authentication=bool(args.tls_client_ca)
+    )
+    return server.add_secure_port("127.0.0.1:0", credentials)
+
+
+def serve_threads(unix: str | None, args: argparse.Namespace) -> None:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     server.add_generic_rpc_handlers((_handler(echo),))
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = _tcp_port(server, args)
     if unix:
         server.add_insecure_port(f"unix://{unix}")
     server.start()
@@ -43,10 +72,10 @@ def serve_threads(unix: str | None) -> None:
     server.stop(0)
 
 
-async def serve_asyncio(unix: str | None) -> None:
+async def serve_asyncio(unix: str | None, args: argparse.Namespace) -> None:
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((_handler(echo_async),))
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = _tcp_port(server, args)
     if unix:
         server.add_insecure_port(f"unix://{unix}")
     await server.start()
@@ -61,8 +90,11 @@ if __name__ == "__main__":
     )
     parser.add_argument("--asyncio", action="store_true", help="serve with grpc.aio")
     parser.add_argument("--unix", help="also serve on a Unix socket at this absolute path")
+    parser.add_argument("--tls-cert", help="serve TCP with TLS: this certificate (PEM)")
+    parser.add_argument("--tls-key", help="the certificate's key (PEM)")
+    parser.add_argument("--tls-client-ca", help="require client certificates this CA signed (mTLS)")
     args = parser.parse_args()
     if args.asyncio:
-        asyncio.run(serve_asyncio(args.unix))
+        asyncio.run(serve_asyncio(args.unix, args))
     else:
-        serve_threads(args.unix)
+        serve_threads(args.unix, args)

@@ -17,6 +17,10 @@ commit of a batch to that epoch being queryable.
 socket (the echo server listens on both as well); every target on latency is
 judged per transport, against the echo floor of the same transport. Rows compared
 with each other (each transport; echo and Get) are timed in interleaved rounds.
+
+(f) TLS: a second daemon follows the same checkpoint with mTLS and roles on (see
+bench/tls_lookup.py); its Get is judged against an echo server with the same
+mTLS, and timed in the same rounds as the plaintext echo and Get, shown alongside.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from epochstate.devtools.spark_session import local_session  # noqa: E402
 from epochstate.v1 import epochstate_pb2 as pb  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+import tls_lookup  # noqa: E402
 from streams import run_streams  # noqa: E402
 from table import print_table  # noqa: E402
 
@@ -112,6 +117,41 @@ def echo_server(unix_socket: Path, *options: str) -> tuple[subprocess.Popen[str]
     )
     assert process.stdout is not None
     return process, [f"127.0.0.1:{process.stdout.readline().strip()}", f"unix://{unix_socket}"]
+
+
+def measure_tls(
+    workdir: Path,
+    checkpoint: Path,
+    retention: int,
+    epoch: int,
+    requests: list[Any],
+    plain: EpochStateClient,
+    calls: int,
+    add: Callable[[str, list[float]], tuple[float, float, float]],
+) -> float:
+    """Rows (f): echo and Get, plaintext and over mTLS, in the same interleaved rounds; the
+    ratio of Get's p50 over mTLS to the mTLS echo's."""
+    setup = tls_lookup.start(workdir, checkpoint, retention, epoch)
+    server, echo_targets = echo_server(workdir / "echo-plain.sock")
+    try:
+        with setup.client() as secure:
+            plain_echo = grpc.insecure_channel(echo_targets[0], options=CHANNEL_OPTIONS)
+            rows: dict[str, Callable[[], Any]] = {
+                "(f) gRPC echo, thread pool, TCP plaintext": functools.partial(
+                    plain_echo.unary_unary("/bench.Echo/Echo", None, None), b"x" * 40
+                ),
+                "(f) gRPC echo, thread pool, TCP mTLS": setup.echo_call(),
+                "(f) Get, pinned epoch, TCP plaintext": cycle_calls(plain.stub.Get, requests),
+                "(f) Get, pinned epoch, TCP mTLS + roles": cycle_calls(secure.stub.Get, requests),
+            }
+            timings = interleaved(rows, calls)
+            plain_echo.close()
+        p50 = {name: add(name, samples)[0] for name, samples in timings.items()}
+    finally:
+        server.stdin.close()  # type: ignore[union-attr]
+        server.wait(10)
+        setup.close()
+    return p50["(f) Get, pinned epoch, TCP mTLS + roles"] / p50["(f) gRPC echo, thread pool, TCP mTLS"]
 
 
 def build_state(spark: Any, workdir: Path, keys: int, epochs: int, changed: int) -> Path:
@@ -265,6 +305,9 @@ def main() -> None:
                     echo_floor[transport] = min(echo_floor.get(transport, float("inf")), p50)
                 else:
                     get_p50[transport] = p50
+        tls_ratio = measure_tls(
+            workdir, checkpoint, max(100, args.epochs), last, requests, clients["TCP"], args.calls, add
+        )
         multis = [
             pb.MultiGetRequest(
                 store=pb.StoreRef(job="bench"),
@@ -322,6 +365,10 @@ def main() -> None:
                 f"  Get p50 within 1.5x of echo floor, {transport + ':':12s} {ratio:.2f}x  "
                 f"{'met' if ratio <= 1.5 else 'NOT met'} (floor: the lower echo p50)"
             )
+        print(
+            f"  Get p50 within 1.3x of echo floor, TCP mTLS:   {tls_ratio:.2f}x  "
+            f"{'met' if tls_ratio <= 1.3 else 'NOT met'} (both over mTLS; the Get with role checks)"
+        )
         verdict = "met" if multi_rate >= 50_000 else "NOT met"
         print(
             f"  MultiGet >= 50,000 keys/s:                       {multi_rate:,.0f} ({multi_best})  {verdict}"

@@ -14,6 +14,7 @@ from epochstate.cli.align_control import (
     PruneOutcome,
     SourceRow,
 )
+from epochstate.cli.connection import connect
 from epochstate.cli.console import client_error_line
 from epochstate.client import errors
 from epochstate.client.client import EpochStateClient
@@ -29,6 +30,8 @@ _EXIT_CODES: list[tuple[type[errors.EpochStateClientError], int]] = [
     (errors.InvalidArgument, 4),
     (errors.DeadlineExceeded, 5),
     (errors.Unavailable, 6),
+    (errors.Unauthenticated, 7),
+    (errors.PermissionDenied, 7),
 ]
 
 
@@ -62,7 +65,7 @@ class DaemonControl:
 
     def _call(self, action: Callable[[EpochStateClient], T]) -> T:
         try:
-            with EpochStateClient(self._target, timeout=self._timeout) as client:
+            with connect(self._target, self._timeout) as client:
                 return action(client)
         except errors.EpochStateClientError as error:
             code = next((c for kind, c in _EXIT_CODES if isinstance(error, kind)), 1)

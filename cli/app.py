@@ -13,7 +13,8 @@ nothing of a failed command goes to stdout.
 Exit codes: 0 success; 1 unexpected error; 2 bad usage; 3 not found; 4 invalid
 argument (e.g. a key that does not match the key schema); 5 epoch not available
 (not committed yet, older than retention, or deadline passed); 6 daemon
-unavailable; 130 interrupted (Ctrl-C). A command group without arguments
+unavailable; 7 not allowed (no or unknown credentials, a missing role); 130
+interrupted (Ctrl-C). A command group without arguments
 (``epochstate``, ``epochstate align``) prints its help and exits 0.
 ``EPOCHSTATE_DEBUG=1`` shows the traceback of an unexpected error.
 """
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 import typer
 
 from epochstate.cli.align import align_app
+from epochstate.cli.connection import tls_options
 from epochstate.cli.console import fail
 from epochstate.cli.daemon_command import daemon
 from epochstate.cli.dev_commands import demo, demo_chain, zookeeper
@@ -42,6 +44,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.callback()(tls_options)
 app.command()(get)
 app.command()(scan)
 app.command()(jobs)

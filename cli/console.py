@@ -24,6 +24,8 @@ EXIT_BY_CODE = {
     grpc.StatusCode.DEADLINE_EXCEEDED: 5,
     grpc.StatusCode.DATA_LOSS: 5,
     grpc.StatusCode.UNAVAILABLE: 6,
+    grpc.StatusCode.UNAUTHENTICATED: 7,
+    grpc.StatusCode.PERMISSION_DENIED: 7,
 }
 
 T = TypeVar("T")

@@ -36,6 +36,13 @@ def daemon(
     poll_interval: Annotated[float | None, typer.Option(help="seconds between checkpoint looks")] = None,
     retention_epochs: Annotated[int | None, typer.Option(help="how many epochs to keep")] = None,
     log_level: Annotated[str, typer.Option(envvar="EPOCHSTATE_LOG_LEVEL")] = "INFO",
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="serve beyond loopback without TLS and auth (anyone on the network may call anything)",
+        ),
+    ] = False,
 ) -> None:
     """Run the daemon (settings: defaults < --config file < EPOCHSTATE_* env < options)."""
     try:
@@ -65,6 +72,7 @@ def daemon(
             jobs=jobs_given,
             poll_interval=poll_interval,
             retention_epochs=retention_epochs,
+            insecure=insecure or None,
         )
     except ConfigError as error:
         raise fail(str(error), 2) from None

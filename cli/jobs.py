@@ -24,10 +24,11 @@ from typing import Annotated, Any
 import typer
 
 from epochstate.cli.arguments import DEFAULT_TARGET, JsonOpt, TargetOpt, TimeoutOpt
+from epochstate.cli.connection import connect
 from epochstate.cli.console import run_client
 from epochstate.cli.output import print_document, print_line
 from epochstate.cli.tables import print_table
-from epochstate.client.client import EpochStateClient, StoreSchema
+from epochstate.client.client import StoreSchema
 from epochstate.core.sparktypes import type_to_simple_string
 from epochstate.v1 import epochstate_pb2 as pb
 
@@ -36,7 +37,7 @@ def jobs(
     target: TargetOpt = DEFAULT_TARGET, as_json: JsonOpt = False, timeout: TimeoutOpt = 10.0
 ) -> None:
     """List the jobs the daemon follows."""
-    with EpochStateClient(target, timeout=timeout) as client:
+    with connect(target, timeout) as client:
         found = run_client(client.jobs)
     rows = [
         {
@@ -66,7 +67,7 @@ def describe(
     timeout: TimeoutOpt = 10.0,
 ) -> None:
     """Show a job's operators, stores, schemas and retained epochs."""
-    with EpochStateClient(target, timeout=timeout) as client:
+    with connect(target, timeout) as client:
         d = run_client(lambda: client.describe(job, refresh=True))
     stores = [_store_record(s) for s in d.stores]
     if as_json:
@@ -107,7 +108,7 @@ def epochs(
     timeout: TimeoutOpt = 10.0,
 ) -> None:
     """List a job's queryable epochs with their commit times and source offsets."""
-    with EpochStateClient(target, timeout=timeout) as client:
+    with connect(target, timeout) as client:
         found = run_client(lambda: client.epochs(job, from_epoch=from_epoch, limit=limit))
     if as_json:
         print_document([epoch_record(job, e) for e in found])

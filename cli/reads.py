@@ -39,10 +39,11 @@ from epochstate.cli.arguments import (
     parse_json,
     parse_position,
 )
+from epochstate.cli.connection import connect
 from epochstate.cli.console import fail, run_client
 from epochstate.cli.output import compact, print_json_line
 from epochstate.cli.tables import print_table
-from epochstate.client.client import EpochStateClient, Lookup
+from epochstate.client.client import Lookup
 
 T = TypeVar("T")
 
@@ -72,7 +73,7 @@ def get(
     chosen = parse_epoch(epoch)
     position = parse_position(covers) if covers is not None else None
     aligned = parse_aligned(aligned_with) if aligned_with is not None else None
-    with EpochStateClient(target, timeout=timeout) as client:
+    with connect(target, timeout) as client:
         lookups = _read(
             lambda: client.multi_get(
                 job,
@@ -103,7 +104,7 @@ def scan(
     """List a job's state at one epoch, in key order."""
     parsed = parse_json(prefix, "prefix")
     chosen = parse_epoch(epoch)
-    with EpochStateClient(target, timeout=timeout) as client:
+    with connect(target, timeout) as client:
         pages = client.scan(job, prefix=parsed, epoch=chosen, operator_id=operator, store=store, limit=limit)
         if as_json:
             # A line per record as the pages arrive: a long scan starts printing at once.

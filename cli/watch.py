@@ -14,10 +14,10 @@ from typing import Annotated
 import typer
 
 from epochstate.cli.arguments import DEFAULT_TARGET, JsonLinesOpt, TargetOpt
+from epochstate.cli.connection import connect
 from epochstate.cli.console import run_client
 from epochstate.cli.jobs import epoch_record
 from epochstate.cli.output import print_json_line, print_line
-from epochstate.client.client import EpochStateClient
 
 
 def watch(
@@ -31,7 +31,7 @@ def watch(
     as_json: JsonLinesOpt = False,
 ) -> None:
     """Print each new epoch of a job as it becomes queryable."""
-    with EpochStateClient(target) as client:
+    with connect(target) as client:
         stream = client.watch(job, after_epoch=after)
         seen = 0
         while not count or seen < count:

@@ -9,6 +9,7 @@ from epochstate.client.client import (
     selector,
 )
 from epochstate.client.errors import (
+    CheckpointNotAllowed,
     CommandRefused,
     DataLoss,
     DeadlineExceeded,
@@ -22,17 +23,22 @@ from epochstate.client.errors import (
     NoSuchEpoch,
     NotFound,
     NoZooKeeper,
+    PermissionDenied,
     ResourceExhausted,
     ResponseTooLarge,
+    RoleMissing,
     StoreNotFound,
     TooManyCalls,
+    Unauthenticated,
     Unavailable,
 )
 from epochstate.client.structs import AmbiguousField, Struct
+from epochstate.client.tls import TlsOptions
 
 __all__ = [
     "AlignedWith",
     "AmbiguousField",
+    "CheckpointNotAllowed",
     "CommandRefused",
     "DataLoss",
     "DeadlineExceeded",
@@ -49,12 +55,16 @@ __all__ = [
     "NoSuchEpoch",
     "NoZooKeeper",
     "NotFound",
+    "PermissionDenied",
     "ResourceExhausted",
     "ResponseTooLarge",
+    "RoleMissing",
     "StoreNotFound",
     "StoreSchema",
     "Struct",
+    "TlsOptions",
     "TooManyCalls",
+    "Unauthenticated",
     "Unavailable",
     "selector",
 ]

@@ -21,6 +21,7 @@ import grpc
 from epochstate.client.alignment_admin import AlignmentAdmin
 from epochstate.client.errors import DeadlineExceeded, InvalidArgument, from_rpc_error
 from epochstate.client.structs import Struct
+from epochstate.client.tls import TlsOptions, open_channel
 from epochstate.client.values import from_row, to_row
 from epochstate.core.sparktypes import StructType, parse_struct
 from epochstate.v1 import epochstate_pb2 as pb
@@ -150,12 +151,17 @@ class EpochStateClient:
 
     ``target`` is ``host:port`` or, for a daemon on the same node, its Unix socket
     ``unix:///path/to/epochstate.sock`` (by default in the daemon's data directory).
+    ``tls`` says how to secure the connection and which credentials to present
+    (None: the ``EPOCHSTATE_TLS_*`` environment variables, see
+    :class:`~epochstate.client.tls.TlsOptions`). A daemon that refuses the caller
+    raises ``Unauthenticated`` or ``PermissionDenied``; a failed TLS handshake (a
+    certificate the daemon does not trust) is ``Unavailable``.
     """
 
-    def __init__(self, target: str, *, timeout: float = 10.0) -> None:
+    def __init__(self, target: str, *, timeout: float = 10.0, tls: TlsOptions | None = None) -> None:
         self.target = target
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._channel = open_channel(target, tls, CHANNEL_OPTIONS)
         self._stub = pb_grpc.EpochStateStub(self._channel)
         self._schemas: dict[str, JobDescription] = {}
 

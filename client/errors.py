@@ -131,6 +131,26 @@ class ResponseTooLarge(ResourceExhausted):
     """The answer would exceed the daemon's response size limit: ask for fewer keys or a smaller page."""
 
 
+class Unauthenticated(EpochStateClientError):
+    """The daemon requires credentials and the call carried none it accepts (see TlsOptions)."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(EpochStateClientError):
+    """The caller's identity may not do this."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class RoleMissing(PermissionDenied):
+    """The identity lacks the role (read, report, admin) the method needs."""
+
+
+class CheckpointNotAllowed(PermissionDenied):
+    """The checkpoint to follow is outside the daemon's configured checkpoint roots."""
+
+
 _BY_CODE: dict[grpc.StatusCode, type[EpochStateClientError]] = {
     cls.code: cls
     for cls in (
@@ -142,6 +162,8 @@ _BY_CODE: dict[grpc.StatusCode, type[EpochStateClientError]] = {
         Unavailable,
         DataLoss,
         ResourceExhausted,
+        Unauthenticated,
+        PermissionDenied,
     )
 }
 
@@ -168,6 +190,9 @@ BY_REASON: Mapping[str, type[EpochStateClientError]] = {
     reasons.INTERNAL: EpochStateClientError,
     reasons.TOO_MANY_CALLS: TooManyCalls,
     reasons.RESPONSE_TOO_LARGE: ResponseTooLarge,
+    reasons.NOT_AUTHENTICATED: Unauthenticated,
+    reasons.ROLE_MISSING: RoleMissing,
+    reasons.CHECKPOINT_NOT_ALLOWED: CheckpointNotAllowed,
 }
 """The one table from the daemon's reasons to exception classes; it covers every reason."""
 

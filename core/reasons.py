@@ -192,3 +192,25 @@ RESPONSE_TOO_LARGE: Final = _reason(
     "The answer would be larger than the daemon's response size limit.",
     "Ask for fewer keys per MultiGet, or a smaller Scan page (limit); do not retry unchanged.",
 )
+NOT_AUTHENTICATED: Final = _reason(
+    "NOT_AUTHENTICATED",
+    "UNAUTHENTICATED",
+    "The daemon requires an identity and the call carried none it accepts: no client certificate "
+    "and no bearer token, an unknown token, or a token sent over plaintext TCP.",
+    "Connect with a client certificate the daemon's client CA signed, or send the token of an "
+    "identity (TLS or the Unix socket only); do not retry unchanged.",
+)
+ROLE_MISSING: Final = _reason(
+    "ROLE_MISSING",
+    "PERMISSION_DENIED",
+    "The caller's identity does not have the role the method needs (read, report or admin); "
+    "the metadata names the identity and the role.",
+    "Call with an identity that has the role, or have an operator add the role to auth.roles.",
+)
+CHECKPOINT_NOT_ALLOWED: Final = _reason(
+    "CHECKPOINT_NOT_ALLOWED",
+    "PERMISSION_DENIED",
+    "The checkpoint location to follow is not under one of the daemon's auth.checkpoint_roots, "
+    "so the daemon will not read it (it would read any path it can reach for the caller).",
+    "Use a checkpoint under a configured root, or have an operator add the root.",
+)

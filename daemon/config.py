@@ -2,7 +2,10 @@
 
 Environment variables are ``EPOCHSTATE_<FIELD>`` (``EPOCHSTATE_LISTEN=0.0.0.0:7070``,
 ``EPOCHSTATE_LISTEN_UNIX=""`` for no Unix socket); jobs can be given as JSON in
-``EPOCHSTATE_JOBS``.
+``EPOCHSTATE_JOBS``; a field of a section after a double underscore
+(``EPOCHSTATE_TLS__CERT=/etc/epochstate/tls.crt``, ``EPOCHSTATE_AUTH__ENABLED=true``).
+Settings that would serve beyond loopback without TLS and auth are refused
+(:func:`~epochstate.daemon.security_config.exposure_problem`) unless ``insecure``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from epochstate.core.errors import EpochStateError
 from epochstate.core.storage.location import redact
+from epochstate.daemon.security_config import AuthSettings, TlsSettings, exposure_problem
 
 
 class ConfigError(EpochStateError):
@@ -42,7 +46,7 @@ class JobConfig(BaseModel):
 
 
 class DaemonSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="EPOCHSTATE_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="EPOCHSTATE_", extra="forbid", env_nested_delimiter="__")
 
     node: str = Field(default_factory=socket.gethostname, description="this node's name in ZooKeeper")
     listen: str = Field(default="127.0.0.1:7070", description="gRPC listen address host:port")
@@ -151,6 +155,11 @@ class DaemonSettings(BaseSettings):
     )
     shutdown_grace: float = Field(default=5.0, ge=0)
     jobs: list[JobConfig] = Field(default_factory=list)
+    tls: TlsSettings = Field(default_factory=TlsSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    insecure: bool = Field(
+        default=False, description="serve beyond loopback even without TLS and auth (never in production)"
+    )
 
     @property
     def advertised(self) -> str:
@@ -162,6 +171,17 @@ class DaemonSettings(BaseSettings):
         if not self.listen_unix:
             return None
         return (self.data_dir / self.listen_unix).absolute()
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over``'s values; a section (``tls``, ``auth``) merged field by field."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> DaemonSettings:
@@ -183,9 +203,13 @@ def load_settings(path: Path | None = None, **overrides: Any) -> DaemonSettings:
         from_file = loaded
     try:
         env = DaemonSettings()
-        merged = {**from_file, **{k: v for k, v in env.model_dump().items() if k in env.model_fields_set}}
+        merged = _deep_merge(from_file, env.model_dump(exclude_unset=True))
         merged.update({k: v for k, v in overrides.items() if v is not None})
-        return DaemonSettings(**merged)
+        settings = DaemonSettings(**merged)
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
         raise ConfigError(f"invalid settings: {problems}") from error
+    problem = exposure_problem(settings.listen, settings.tls, settings.auth, settings.insecure)
+    if problem is not None:
+        raise ConfigError(problem)
+    return settings

@@ -40,6 +40,7 @@ from epochstate.daemon.server.health import (
 )
 from epochstate.daemon.server.limits import CallLimits, limited_server
 from epochstate.daemon.server.metrics import DaemonMetrics
+from epochstate.daemon.server.security import ServerSecurity
 from epochstate.daemon.server.service import EpochStateService
 from epochstate.daemon.store.catalog import Catalog, JobEntry
 from epochstate.daemon.store.descriptors import EpochRecord
@@ -77,6 +78,8 @@ class Daemon:
 
     def __init__(self, settings: DaemonSettings) -> None:
         self.settings = settings
+        # First: settings that would expose the daemon, or unusable TLS files, stop it here.
+        self.security = ServerSecurity(settings)
         self.metrics = DaemonMetrics()
         self.catalog = Catalog()
         self.store = VersionedStore(
@@ -171,13 +174,16 @@ class Daemon:
 
     def start(self) -> None:
         alignment = None if self.subjects is None else SubjectAlignment(self.subjects)
+        ingest = self.security.ingest(self.ingest)  # follows only checkpoints under the allowed roots
         self.service = EpochStateService(
-            self.store, self.catalog, self.ingest, alignment, max_wait=self.settings.max_wait
+            self.store, self.catalog, ingest, alignment, max_wait=self.settings.max_wait
         )
-        add_to_server(self.service, self.server, self.metrics)
+        add_to_server(self.service, self.server, self.metrics, guard=self.security.guard)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         zk = None if self.subjects is None else self.subjects.client
-        admin = add_alignment_admin(self.server, zk, self.settings.zookeeper_root, self.metrics)
+        admin = add_alignment_admin(
+            self.server, zk, self.settings.zookeeper_root, self.metrics, self.security.guard
+        )
         reflection.enable_server_reflection(
             (
                 SERVICE_NAME,
@@ -187,7 +193,7 @@ class Daemon:
             ),
             self.server,
         )
-        self.port = self.server.add_insecure_port(self.settings.listen)
+        self.port = self.security.add_tcp_port(self.server, self.settings.listen)
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
         self._listen_unix()
@@ -198,8 +204,13 @@ class Daemon:
         self.ingest.start()
         self.server.start()
         if self.settings.metrics_port is not None:
+            certfile, keyfile = self.security.metrics_tls()
             start_http_server(
-                self.settings.metrics_port, addr=self.settings.metrics_address, registry=self.metrics.registry
+                self.settings.metrics_port,
+                addr=self.settings.metrics_address,
+                registry=self.metrics.registry,
+                certfile=certfile,
+                keyfile=keyfile,
             )
         self.health_monitor.start()
         host = self.settings.listen.rsplit(":", 1)[0]
@@ -215,9 +226,10 @@ class Daemon:
             return
         address = unix_socket.prepare(path)
         try:
-            self.server.add_insecure_port(address)
+            self.server.add_insecure_port(self.security.unix_bind_address(path, address))
         except RuntimeError as error:  # gRPC says only "failed to bind"
             raise unix_socket.UnixSocketUnusable(f"cannot serve on Unix socket {path}: {error}") from error
+        self.security.expose_unix_socket(path)
         self.unix_target = address
 
     @property
@@ -236,6 +248,7 @@ class Daemon:
             if self.subjects is not None:
                 self.subjects.close()  # so do reads waiting for an aligned epoch
             self.server.stop(self.settings.shutdown_grace).wait()
+            self.security.close()
             if self.unix_target and self.settings.unix_socket is not None:
                 unix_socket.remove(self.settings.unix_socket)
             self.ingest.stop()

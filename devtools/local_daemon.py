@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from epochstate.client.client import EpochStateClient
+from epochstate.client.tls import TlsOptions
 
 
 class LocalDaemon:
@@ -29,6 +30,7 @@ class LocalDaemon:
         env: dict[str, str] | None = None,
         listen: str = "127.0.0.1:0",
         log_path: Path | None = None,
+        tls: TlsOptions | None = None,
     ) -> None:
         self.listen = listen
         self.data_dir = data_dir
@@ -40,6 +42,7 @@ class LocalDaemon:
         self.target = ""  # TCP host:port
         self.unix_target = ""  # unix:///path of its Unix socket ("" when it has none)
         self.log_path = log_path or data_dir / "daemon.log"  # appended to by every start
+        self.tls = tls or TlsOptions()  # what :meth:`client` connects with
 
     def start(self, timeout: float = 30.0) -> LocalDaemon:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -87,7 +90,7 @@ class LocalDaemon:
             return ""
 
     def client(self, timeout: float = 10.0) -> EpochStateClient:
-        return EpochStateClient(self.target, timeout=timeout)
+        return EpochStateClient(self.target, timeout=timeout, tls=self.tls)
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hooks run (crash simulation)."""

@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 
+from epochstate.client.tls import TlsOptions, open_channel
 from epochstate.v1 import epochstate_pb2 as pb
 from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
 
@@ -60,7 +61,13 @@ def report_of(progress: Any, checkpoints: Mapping[str, str]) -> pb.ReportEpochRe
 
 
 class EpochReporter(StreamingQueryListener):
-    """Reports committed epochs of every streaming query of a session."""
+    """Reports committed epochs of every streaming query of a session.
+
+    ``tls``: how to reach a daemon that requires TLS and an identity with the
+    ``report`` role (a client certificate or a token file); None: the
+    ``EPOCHSTATE_TLS_*`` environment variables of the driver. Unreadable TLS
+    files raise at construction, so a misconfigured listener fails at ``attach``.
+    """
 
     def __init__(
         self,
@@ -69,6 +76,7 @@ class EpochReporter(StreamingQueryListener):
         checkpoints: Mapping[str, str] | None = None,
         timeout: float = 2.0,
         queue_size: int = 1000,
+        tls: TlsOptions | None = None,
     ) -> None:
         self.target = target
         self.checkpoints = dict(checkpoints or {})
@@ -77,7 +85,7 @@ class EpochReporter(StreamingQueryListener):
         self.dropped = 0
         self._queue: queue.Queue[pb.ReportEpochRequest | None] = queue.Queue(queue_size)
         self._last_warning = 0.0
-        self._channel = grpc.insecure_channel(target)
+        self._channel = open_channel(target, tls)
         self._stub = pb_grpc.EpochStateStub(self._channel)
         self._thread = threading.Thread(target=self._send_loop, name="epochstate-reporter", daemon=True)
         self._thread.start()
@@ -147,13 +155,16 @@ def attach(
     target: str = "127.0.0.1:7070",
     *,
     checkpoints: Mapping[str, str] | None = None,
+    tls: TlsOptions | None = None,
 ) -> EpochReporter:
     """Report every streaming query of ``spark`` to the daemon at ``target``.
 
     A query's job name is its ``queryName`` (its id when unnamed). Give
     ``checkpoints`` (job name -> checkpoint location) to let the daemon start
-    following a job it was not configured with on the first report.
+    following a job it was not configured with on the first report (within the
+    daemon's ``auth.checkpoint_roots`` when it has auth on). ``tls``: see
+    :class:`EpochReporter`.
     """
-    reporter = EpochReporter(target, checkpoints=checkpoints)
+    reporter = EpochReporter(target, checkpoints=checkpoints, tls=tls)
     spark.streams.addListener(reporter)
     return reporter

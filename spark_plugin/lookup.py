@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from epochstate.client.client import AlignedWith, EpochStateClient, Lookup
+from epochstate.client.tls import TlsOptions
 from epochstate.spark_plugin.zip_imports import steady_zip_imports
 
 # The daemon's limit of keys per MultiGet call.
@@ -57,6 +58,8 @@ class AlignedLookup:
 
     ``subject`` names the subject to align through when the jobs share several.
     Holds no connection, so it can be shipped to executors (``mapInPandas``).
+    ``tls`` (an identity with the ``read`` role) names files that every executor
+    must see at the same paths; None: each process's ``EPOCHSTATE_TLS_*`` variables.
     """
 
     target: str
@@ -66,6 +69,7 @@ class AlignedLookup:
     store: str = "default"
     subject: str = ""
     timeout: float = 60.0
+    tls: TlsOptions | None = None
 
     def aligned_with(self, batch_id: int) -> AlignedWith:
         return AlignedWith(self.reader, batch_id, self.subject)
@@ -144,4 +148,4 @@ class AlignedLookup:
         return found
 
     def _client(self) -> EpochStateClient:
-        return EpochStateClient(self.target, timeout=self.timeout)
+        return EpochStateClient(self.target, timeout=self.timeout, tls=self.tls)

@@ -17,7 +17,7 @@ from epochstate.core.alignment.coordinator import AlignmentCoordinator, SourceSt
 from epochstate.core.alignment.errors import InvalidTransition, RegistryUnavailable
 from epochstate.core.alignment.retention import DEFAULT_KEEP, Hold, SubjectRetention
 from epochstate.core.alignment.subjects import SubjectRegistry
-from epochstate.daemon.server.handlers import add_to_server
+from epochstate.daemon.server.handlers import Guard, add_to_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.status import BadRequest, NoZooKeeper, domain_errors, wait_budget
 from epochstate.v1 import epochstate_pb2 as pb
@@ -162,8 +162,16 @@ class AlignmentAdminService:
 
 
 def add_alignment_admin(
-    server: grpc.Server, client: KazooClient | None, root: str, metrics: DaemonMetrics
+    server: grpc.Server,
+    client: KazooClient | None,
+    root: str,
+    metrics: DaemonMetrics,
+    guard: Guard | None = None,
 ) -> str:
-    """Serve ``AlignmentAdmin`` on ``server``; its full name, for reflection."""
-    add_to_server(AlignmentAdminService(client, root), server, metrics, SERVICE)
+    """Serve ``AlignmentAdmin`` on ``server``, each call checked by ``guard``; its full name."""
+    service = AlignmentAdminService(client, root)
+    if guard is None:
+        add_to_server(service, server, metrics, SERVICE)
+    else:
+        add_to_server(service, server, metrics, SERVICE, guard)
     return SERVICE_NAME

@@ -5,7 +5,10 @@ have its handler (a missing one fails at start-up, not at the first call). The
 reads answer with wire bytes the servicer framed itself (no response serializer:
 building a ``MultiGetResponse`` only to serialize it again cost as much as the
 read); the other methods return messages. Each unary method is timed and counted
-by status code here, once per call, instead of through a server interceptor.
+by status code here, once per call, instead of through a server interceptor;
+here too each handler gets the daemon's ``guard`` (who may call it, see
+:mod:`epochstate.daemon.server.security`): a handler's context, unlike a Python
+server interceptor, sees the caller's TLS identity.
 
 A request that is not a message of its type (bytes protobuf cannot parse) would
 end in gRPC's own INTERNAL, without a reason: the deserializer hands such bytes
@@ -31,6 +34,14 @@ from epochstate.v1 import epochstate_pb2 as pb
 SERVICE = pb.DESCRIPTOR.services_by_name["EpochState"]
 # Methods whose handlers return serialized responses (bytes).
 RAW_RESPONSES = frozenset({"Get", "MultiGet", "Scan"})
+
+Behavior = Callable[[Any, grpc.ServicerContext], Any]
+Guard = Callable[[str, Behavior], Behavior]
+"""Wraps a method's behavior (by the method's full name) with a check of its caller."""
+
+
+def _open(method: str, behavior: Behavior) -> Behavior:
+    return behavior
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +71,15 @@ def _refusing_undecodable(name: str, behavior: Callable[[Any, grpc.ServicerConte
 
 
 def method_handlers(
-    servicer: object, metrics: DaemonMetrics, service: ServiceDescriptor = SERVICE
+    servicer: object, metrics: DaemonMetrics, service: ServiceDescriptor = SERVICE, guard: Guard = _open
 ) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
-    """The handler of each rpc of ``service`` (default ``epochstate.v1.EpochState``), by method name."""
+    """The handler of each rpc of ``service`` (default ``epochstate.v1.EpochState``), by method name;
+    each checks its caller through ``guard`` first (default: everyone may call)."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in service.methods:
-        behavior: Callable[[Any, grpc.ServicerContext], Any] = _refusing_undecodable(
-            method.input_type.full_name, getattr(servicer, method.name)
+        behavior = guard(
+            method.full_name,
+            _refusing_undecodable(method.input_type.full_name, getattr(servicer, method.name)),
         )
         request = _lenient(GetMessageClass(method.input_type).FromString)
         response: Callable[[Any], bytes] | None = GetMessageClass(method.output_type).SerializeToString
@@ -88,10 +101,15 @@ def method_handlers(
 
 
 def add_to_server(
-    servicer: object, server: grpc.Server, metrics: DaemonMetrics, service: ServiceDescriptor = SERVICE
+    servicer: object,
+    server: grpc.Server,
+    metrics: DaemonMetrics,
+    service: ServiceDescriptor = SERVICE,
+    guard: Guard = _open,
 ) -> None:
-    """Serve ``servicer`` as ``service`` (default ``epochstate.v1.EpochState``) on ``server``."""
-    handlers = method_handlers(servicer, metrics, service)
+    """Serve ``servicer`` as ``service`` (default ``epochstate.v1.EpochState``) on ``server``,
+    each call checked by ``guard`` first."""
+    handlers = method_handlers(servicer, metrics, service, guard)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
     # Registered methods are matched by the gRPC core, without a per-call handler lookup.
     server.add_registered_method_handlers(service.full_name, handlers)  # type: ignore[attr-defined]

@@ -58,6 +58,24 @@ class ResponseTooLarge(EpochStateError):
     reason = reasons.RESPONSE_TOO_LARGE
 
 
+class NotAuthenticated(EpochStateError):
+    """The call carried no credentials the daemon accepts (auth is enabled)."""
+
+    reason = reasons.NOT_AUTHENTICATED
+
+
+class RoleMissing(EpochStateError):
+    """The caller's identity lacks the role the method needs."""
+
+    reason = reasons.ROLE_MISSING
+
+
+class CheckpointNotAllowed(EpochStateError):
+    """A checkpoint to follow that lies outside ``auth.checkpoint_roots``."""
+
+    reason = reasons.CHECKPOINT_NOT_ALLOWED
+
+
 STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (JobNotFound, grpc.StatusCode.NOT_FOUND),
     (StoreNotFound, grpc.StatusCode.NOT_FOUND),
@@ -87,6 +105,10 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     # Limits (limits.py): refused before any work, or an answer over the size limit.
     (TooManyCalls, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (ResponseTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    # Authorization (daemon/server/security): who the caller is, what it may do.
+    (NotAuthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (RoleMissing, grpc.StatusCode.PERMISSION_DENIED),
+    (CheckpointNotAllowed, grpc.StatusCode.PERMISSION_DENIED),
 )
 
 
