@@ -178,3 +178,13 @@ STORE_DAMAGED: Final = _reason(
     "Do not retry on this daemon; read from another replica. An operator must look at the daemon's "
     "log; deleting its store directory makes it re-ingest the retained epochs from the checkpoints.",
 )
+INCARNATION_CHANGED: Final = _reason(
+    "INCARNATION_CHANGED",
+    "FAILED_PRECONDITION",
+    "The read is pinned to a query (StoreRef.query_id, a Scan page token, a WatchEpochs stream) that "
+    "the job's checkpoint no longer holds: it was deleted and recreated, so the job's epochs now "
+    "belong to another query and restart at 0. Metadata: job, requestedQueryId, currentQueryId "
+    "(empty while the new query is not followed yet).",
+    "The old query's answers stay as given but no new ones come; read again unpinned (or pinned to "
+    "currentQueryId) and expect other epochs.",
+)
