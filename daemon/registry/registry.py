@@ -179,6 +179,21 @@ class Registry(RegistryView):
             raise EpochConflict(*entry.conflict.args)
         return True
 
+    def publish_replica(self, job: str, newest_epoch: int, oldest_epoch: int) -> bool:
+        """Announce that this node holds ``oldest_epoch..newest_epoch`` of ``job``'s registered
+        query (a restarted node, before its next epoch); True once in ZooKeeper.
+
+        Raises:
+            JobNotRegistered: :meth:`register_job` was not called for ``job``.
+        """
+        check_epoch(newest_epoch)
+        check_epoch(oldest_epoch)
+        with self._state:
+            self._require_job(job)
+            self._replicas[job] = ReplicaState(newest_epoch, oldest_epoch, self._clock(), self._queries[job])
+            generation = self._change()
+        return self._await(generation)
+
     def publish_retention(self, job: str, oldest_epoch: int) -> bool:
         """Delete the epoch znodes of ``job`` older than ``oldest_epoch`` and set this
         node's replica to start there; True once done in ZooKeeper.
