@@ -17,7 +17,9 @@ Guarantees:
 * A read RocksDB fails (a damaged or unreadable file) raises StoreDamaged
   (:mod:`damage`); it is never taken for "absent" or for the end of a range. So
   does opening a store whose write-ahead log is damaged before its last record
-  (:meth:`StoreOptions.to_options`): replay never stops silently mid-log.
+  (:meth:`StoreOptions.to_options`): replay never stops silently mid-log, and a
+  store whose descriptors, progress markers or epoch records cannot be read in full
+  (:mod:`integrity`, the start-up check).
 * A read at epoch ``e`` returns the newest version ``<= e`` of the key; a tombstone
   there means "absent".
 * Reads go through a :class:`StoreView` (:mod:`view`), a RocksDB snapshot, so
@@ -39,7 +41,7 @@ from pathlib import Path
 
 from rocksdict import BlockBasedOptions, Cache, DBRecoveryMode, Options, Rdict, WriteBatch, WriteOptions
 
-from epochstate.daemon.store import damage, layout
+from epochstate.daemon.store import damage, integrity, layout
 from epochstate.daemon.store.descriptors import (
     DroppedJob,
     EpochRecord,
@@ -116,6 +118,7 @@ class VersionedStore:
         self._closed = False
         try:
             self._check_layout(Path(path))
+            integrity.check_records(self.db)
         except (LayoutMismatch, StoreDamaged):
             self.close()
             raise
