@@ -27,6 +27,7 @@ from table import print_table
 from epochstate.daemon.codec import keycodec
 from epochstate.daemon.store import integrity
 from epochstate.daemon.store.descriptors import EpochRecord, SourceRange
+from epochstate.daemon.store.placement import StoreChanges
 from epochstate.daemon.store.versioned import StoreOptions, VersionedStore
 
 
@@ -41,7 +42,7 @@ def build(path: Path, jobs: int, keys: int, epochs: int, changed: int) -> int:
             users = (
                 range(keys) if epoch == 0 else range(epoch * changed % keys, epoch * changed % keys + changed)
             )
-            changes = {
+            changes: StoreChanges = {
                 keycodec.encode_fields((f"customer-{u % keys:012d}", "eu-west")): keycodec.encode(
                     (epoch, u, f"value-{u}-{epoch}", 12.5 * u)
                 )
@@ -62,7 +63,7 @@ def build(path: Path, jobs: int, keys: int, epochs: int, changed: int) -> int:
 def full_read(db: Rdict) -> int:
     options = ReadOptions()
     options.set_verify_checksums(True)
-    options.fill_cache(False)
+    options.fill_cache(False)  # type: ignore[call-arg]  # rocksdict's stub omits the flag it takes
     it = db.iter(options)
     it.seek_to_first()
     count = 0

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 import grpc
 
 from epochstate.client.alignment_admin import AlignmentAdmin
-from epochstate.client.errors import DeadlineExceeded, InvalidArgument, from_rpc_error
+from epochstate.client.errors import DeadlineExceeded, IncarnationChanged, InvalidArgument, from_rpc_error
 from epochstate.client.structs import Struct
 from epochstate.client.values import from_row, to_row
 from epochstate.core.sparktypes import StructType, parse_struct
@@ -259,6 +259,28 @@ class EpochStateClient:
         except InvalidArgument:
             return self.describe(job, refresh=True).store(operator_id, store)
 
+    def _answered(
+        self, job: str, operator_id: int, store: str, schema: StoreSchema, query_id: str
+    ) -> StoreSchema:
+        """The schemas to decode an answer of query ``query_id`` with: ``schema`` if it is
+        that query's, else the store's as the job describes it now (its checkpoint was
+        recreated since the description was cached; the new query may have other schemas).
+
+        Raises:
+            IncarnationChanged: the job has moved on to yet another query meanwhile.
+        """
+        described = self._schemas.get(job)
+        if not query_id or described is None or described.query_id == query_id:
+            return schema
+        described = self.describe(job, refresh=True)
+        if described.query_id != query_id:
+            raise IncarnationChanged(
+                f"the answer is of query {query_id} of job {job!r}, which now holds query "
+                f"{described.query_id}",
+                metadata={"job": job, "requestedQueryId": query_id, "currentQueryId": described.query_id},
+            )
+        return described.store(operator_id, store)
+
     def epochs(
         self, job: str, *, from_epoch: int = 0, limit: int = 0, timeout: float | None = None
     ) -> list[pb.EpochInfo]:
@@ -318,6 +340,7 @@ class EpochStateClient:
             epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with),
         )
         response = self._call(self._stub.Get, request, timeout)
+        schema = self._answered(job, operator_id, store, schema, response.query_id)
         return _lookup(response.epoch, response.record, schema.at(response.epoch), response.query_id)
 
     def multi_get(
@@ -344,7 +367,7 @@ class EpochStateClient:
             epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with),
         )
         response = self._call(self._stub.MultiGet, request, timeout)
-        at = schema.at(response.epoch)
+        at = self._answered(job, operator_id, store, schema, response.query_id).at(response.epoch)
         return [_lookup(response.epoch, r, at, response.query_id) for r in response.records]
 
     def pinned_epoch(
@@ -403,6 +426,7 @@ class EpochStateClient:
         returned = 0
         while True:
             response = self._call(self._stub.Scan, request, timeout)
+            schema = self._answered(job, operator_id, store, schema, response.query_id)
             for record in response.records:
                 yield _lookup(response.epoch, record, schema.at(response.epoch), response.query_id)
                 returned += 1

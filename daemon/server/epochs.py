@@ -157,6 +157,7 @@ def _resolve_covers(
     gaps = entry.unavailable
     epoch = _covering(store, name, job_id, view.progress(job_id), wanted, gaps)
     if epoch is None:
+        _refuse_dropped(view, catalog, entry, 0, view.progress(job_id))
         if (
             catalog.wait_until(
                 name, lambda p: _covering(store, name, job_id, p, wanted, gaps) is not None, timeout

@@ -46,7 +46,7 @@ def check_records(db: Rdict) -> int:
     """
     options = ReadOptions()
     options.set_verify_checksums(True)
-    options.fill_cache(False)
+    options.fill_cache(False)  # type: ignore[call-arg]  # rocksdict's stub omits the flag it takes
     it = db.iter(options)
     count = 0
     for tag in CHECKED:
