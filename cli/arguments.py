@@ -43,6 +43,13 @@ WaitOpt = Annotated[bool, typer.Option("--wait", help="wait (up to --timeout) fo
 OperatorOpt = Annotated[int, typer.Option("--operator", "-o", help="stateful operator id")]
 StoreOpt = Annotated[str, typer.Option("--store", "-s", help="store name")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="deadline in seconds")]
+QueryIdOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--query-id",
+        help="read only this query of the job (a result's query_id); fails if its checkpoint was recreated",
+    ),
+]
 DEFAULT_TARGET = "127.0.0.1:7070"
 
 

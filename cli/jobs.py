@@ -33,9 +33,7 @@ from epochstate.core.sparktypes import type_to_simple_string
 from epochstate.v1 import epochstate_pb2 as pb
 
 
-def jobs(
-    target: TargetOpt = DEFAULT_TARGET, as_json: JsonOpt = False, timeout: TimeoutOpt = 10.0
-) -> None:
+def jobs(target: TargetOpt = DEFAULT_TARGET, as_json: JsonOpt = False, timeout: TimeoutOpt = 10.0) -> None:
     """List the jobs the daemon follows."""
     with connect(target, timeout) as client:
         found = run_client(client.jobs)
@@ -128,13 +126,15 @@ def epochs(
 
 
 def epoch_record(job: str, info: pb.EpochInfo) -> dict[str, Any]:
-    """An epoch as JSON: ``{"job", "epoch", "committed_at_ms", "ingested_at_ms",
-    "watermark_ms", "sources"}``, times in milliseconds since the Unix epoch
+    """An epoch as JSON: ``{"job", "epoch", "query_id", "committed_at_ms", "ingested_at_ms",
+    "watermark_ms", "sources"}`` (``query_id``: the job's incarnation the epoch belongs
+    to), times in milliseconds since the Unix epoch
     (``ingested_at_ms``: when it became queryable); each source is ``{"source",
     "start", "end"}`` with Spark's offsets for the epoch, as JSON (null: none)."""
     return {
         "job": job,
         "epoch": info.epoch,
+        "query_id": info.query_id,
         "committed_at_ms": info.committed_at_ms,
         "ingested_at_ms": info.ingested_at_ms,
         "watermark_ms": info.watermark_ms,

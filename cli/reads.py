@@ -4,10 +4,14 @@ With ``--json`` each record is one line of JSON (NDJSON), in request order for
 ``get`` and key order for ``scan`` (written as the daemon's pages arrive; should
 a later page fail, the lines before stay written and the exit code says so)::
 
-    {"job": "orders", "operator": 0, "store": "default", "epoch": 12,
+    {"job": "orders", "operator": 0, "store": "default", "epoch": 12, "query_id": "3f0c...",
      "key": {"user": "alice"}, "found": true, "value": {"count": 3}, "partition": 1}
 
-``epoch`` is the epoch that answered (all records of one command share it);
+``epoch`` is the epoch that answered (all records of one command share it), and
+``query_id`` the query (the job's incarnation) it belongs to: a recreated
+checkpoint holds another query, whose epochs restart at 0. ``--query-id`` pins
+the read to one query: it fails (exit code of FAILED_PRECONDITION) rather than be
+answered by another;
 ``value`` and ``partition`` are null when ``found`` is false (a scan lists only
 found keys). Keys and values are objects, field name -> value in schema order,
 converted as :func:`epochstate.cli.output.jsonable` says; a struct whose schema
@@ -29,6 +33,7 @@ from epochstate.cli.arguments import (
     AtLeastOpt,
     EpochOpt,
     OperatorOpt,
+    QueryIdOpt,
     RecordLinesOpt,
     StoreOpt,
     TargetOpt,
@@ -65,6 +70,7 @@ def get(
     wait: WaitOpt = False,
     operator: OperatorOpt = 0,
     store: StoreOpt = "default",
+    query_id: QueryIdOpt = None,
     timeout: TimeoutOpt = 10.0,
     as_json: RecordLinesOpt = False,
 ) -> None:
@@ -85,6 +91,7 @@ def get(
                 wait=wait,
                 operator_id=operator,
                 store=store,
+                query_id=query_id,
             )
         )
     _print_lookups(job, operator, store, lookups, as_json)
@@ -98,6 +105,7 @@ def scan(
     operator: OperatorOpt = 0,
     store: StoreOpt = "default",
     limit: Annotated[int, typer.Option(help="at most this many records")] = 100,
+    query_id: QueryIdOpt = None,
     timeout: TimeoutOpt = 10.0,
     as_json: RecordLinesOpt = False,
 ) -> None:
@@ -105,7 +113,15 @@ def scan(
     parsed = parse_json(prefix, "prefix")
     chosen = parse_epoch(epoch)
     with connect(target, timeout) as client:
-        pages = client.scan(job, prefix=parsed, epoch=chosen, operator_id=operator, store=store, limit=limit)
+        pages = client.scan(
+            job,
+            prefix=parsed,
+            epoch=chosen,
+            operator_id=operator,
+            store=store,
+            limit=limit,
+            query_id=query_id,
+        )
         if as_json:
             # A line per record as the pages arrive: a long scan starts printing at once.
             while (lookup := _read(lambda: next(pages, None))) is not None:
@@ -131,6 +147,7 @@ def lookup_record(job: str, operator: int, store: str, lookup: Lookup) -> dict[s
         "operator": operator,
         "store": store,
         "epoch": lookup.epoch,
+        "query_id": lookup.query_id,
         "key": lookup.key,
         "found": lookup.found,
         "value": lookup.value,

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 import grpc
 
 from epochstate.client.alignment_admin import AlignmentAdmin
-from epochstate.client.errors import DeadlineExceeded, InvalidArgument, from_rpc_error
+from epochstate.client.errors import DeadlineExceeded, IncarnationChanged, InvalidArgument, from_rpc_error
 from epochstate.client.structs import Struct
 from epochstate.client.tls import TlsOptions, open_channel
 from epochstate.client.values import from_row, to_row
@@ -44,11 +44,16 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
 
 @dataclass(frozen=True)
 class Lookup:
-    """One key's state at ``epoch``; ``value`` is None when ``found`` is False.
+    """One key's state at ``epoch`` of query ``query_id``; ``value`` is None when ``found``
+    is False.
 
     ``key`` and ``value`` are :class:`~epochstate.client.structs.Struct`: every field
     of the store's key and value schema, in schema order (``value["count"]`` by
     name, ``value[0]`` by position; see ``Struct`` for repeated names).
+    ``query_id`` is the job's incarnation that answered (Spark's stable query id; a
+    recreated checkpoint holds another, whose epochs restart at 0): pass it as
+    ``query_id=`` to later reads to have them refused (:class:`IncarnationChanged`)
+    rather than answered by another query.
     """
 
     epoch: int
@@ -56,6 +61,7 @@ class Lookup:
     found: bool
     value: Struct | None
     partition: int | None
+    query_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -248,11 +254,38 @@ class EpochStateClient:
         self._schemas[job] = description
         return description
 
-    def _store(self, job: str, operator_id: int, store: str) -> StoreSchema:
+    def _store(self, job: str, operator_id: int, store: str, query_id: str | None = None) -> StoreSchema:
+        """The store's schemas, described again when the cached description is of another
+        query than ``query_id`` (a recreated checkpoint's query may have other stores)."""
         try:
-            return self.describe(job).store(operator_id, store)
+            description = self.describe(job)
+            if query_id and description.query_id != query_id:
+                description = self.describe(job, refresh=True)
+            return description.store(operator_id, store)
         except InvalidArgument:
             return self.describe(job, refresh=True).store(operator_id, store)
+
+    def _answered(
+        self, job: str, operator_id: int, store: str, schema: StoreSchema, query_id: str
+    ) -> StoreSchema:
+        """The schemas to decode an answer of query ``query_id`` with: ``schema`` if it is
+        that query's, else the store's as the job describes it now (its checkpoint was
+        recreated since the description was cached; the new query may have other schemas).
+
+        Raises:
+            IncarnationChanged: the job has moved on to yet another query meanwhile.
+        """
+        described = self._schemas.get(job)
+        if not query_id or described is None or described.query_id == query_id:
+            return schema
+        described = self.describe(job, refresh=True)
+        if described.query_id != query_id:
+            raise IncarnationChanged(
+                f"the answer is of query {query_id} of job {job!r}, which now holds query "
+                f"{described.query_id}",
+                metadata={"job": job, "requestedQueryId": query_id, "currentQueryId": described.query_id},
+            )
+        return described.store(operator_id, store)
 
     def epochs(
         self, job: str, *, from_epoch: int = 0, limit: int = 0, timeout: float | None = None
@@ -300,16 +333,21 @@ class EpochStateClient:
         aligned_with: Aligned | None = None,
         operator_id: int = 0,
         store: str = "default",
+        query_id: str | None = None,
         timeout: float | None = None,
     ) -> Lookup:
-        schema = self._store(job, operator_id, store)
+        """One key pinned to one epoch. ``query_id`` (from an earlier result's ``query_id``)
+        pins the job's incarnation too: if the checkpoint holds another query now, the
+        read raises :class:`IncarnationChanged` instead of being answered by it."""
+        schema = self._store(job, operator_id, store, query_id)
         request = pb.GetRequest(
-            store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
+            store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
             key=to_row(key, schema.at(_exact(epoch)).key),
             epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with),
         )
         response = self._call(self._stub.Get, request, timeout)
-        return _lookup(response.epoch, response.record, schema.at(response.epoch))
+        schema = self._answered(job, operator_id, store, schema, response.query_id)
+        return _lookup(response.epoch, response.record, schema.at(response.epoch), response.query_id)
 
     def multi_get(
         self,
@@ -323,18 +361,20 @@ class EpochStateClient:
         aligned_with: Aligned | None = None,
         operator_id: int = 0,
         store: str = "default",
+        query_id: str | None = None,
         timeout: float | None = None,
     ) -> list[Lookup]:
-        """Look up many keys pinned to one epoch; results in request order."""
-        schema = self._store(job, operator_id, store)
+        """Look up many keys pinned to one epoch; results in request order. ``query_id``
+        pins the job's incarnation as for :meth:`get`."""
+        schema = self._store(job, operator_id, store, query_id)
         request = pb.MultiGetRequest(
-            store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
+            store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
             keys=[to_row(k, schema.at(_exact(epoch)).key) for k in keys],
             epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with),
         )
         response = self._call(self._stub.MultiGet, request, timeout)
-        at = schema.at(response.epoch)
-        return [_lookup(response.epoch, r, at) for r in response.records]
+        at = self._answered(job, operator_id, store, schema, response.query_id).at(response.epoch)
+        return [_lookup(response.epoch, r, at, response.query_id) for r in response.records]
 
     def pinned_epoch(
         self,
@@ -372,16 +412,19 @@ class EpochStateClient:
         timeout: float | None = None,
         covers: Mapping[tuple[str, int], int] | None = None,
         aligned_with: Aligned | None = None,
+        query_id: str | None = None,
     ) -> Iterator[Lookup]:
         """Every live key (starting with ``prefix``) at one epoch, in key order.
 
         The epoch is chosen as for :meth:`get`; all pages are pinned to the epoch
-        the first page resolved to (the page token carries it), however far the
-        job has moved on since.
+        and the query the first page resolved to (the page token carries both),
+        however far the job has moved on since: a page after the checkpoint was
+        recreated raises :class:`IncarnationChanged`. ``query_id`` pins the first
+        page's query too.
         """
-        schema = self._store(job, operator_id, store)
+        schema = self._store(job, operator_id, store, query_id)
         request = pb.ScanRequest(
-            store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
+            store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
             epoch=selector(epoch, covers=covers, aligned_with=aligned_with),
             prefix=to_row(prefix, schema.at(_exact(epoch)).key, partial=True),
             limit=page_size,
@@ -389,8 +432,9 @@ class EpochStateClient:
         returned = 0
         while True:
             response = self._call(self._stub.Scan, request, timeout)
+            schema = self._answered(job, operator_id, store, schema, response.query_id)
             for record in response.records:
-                yield _lookup(response.epoch, record, schema.at(response.epoch))
+                yield _lookup(response.epoch, record, schema.at(response.epoch), response.query_id)
                 returned += 1
                 if limit is not None and returned >= limit:
                     return
@@ -421,11 +465,12 @@ def _struct_of(schema: pb.Schema) -> StructType:
     )
 
 
-def _lookup(epoch: int, record: pb.Record, schema: StoreSchema) -> Lookup:
+def _lookup(epoch: int, record: pb.Record, schema: StoreSchema, query_id: str) -> Lookup:
     return Lookup(
         epoch=epoch,
         key=from_row(record.key, schema.key),
         found=record.found,
         value=from_row(record.value, schema.value) if record.found else None,
         partition=record.partition if record.found else None,
+        query_id=query_id,
     )

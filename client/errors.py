@@ -80,6 +80,20 @@ class NoSuchEpoch(FailedPrecondition):
     """No epoch of the job can ever satisfy the selector (e.g. the jobs share no subject)."""
 
 
+class IncarnationChanged(FailedPrecondition):
+    """The read is pinned to a query the job's checkpoint no longer holds (it was deleted and
+    recreated). ``requested_query_id`` and ``current_query_id`` name both ("" current: the new
+    query is not followed yet)."""
+
+    @property
+    def requested_query_id(self) -> str:
+        return self.metadata.get("requestedQueryId", "")
+
+    @property
+    def current_query_id(self) -> str:
+        return self.metadata.get("currentQueryId", "")
+
+
 class CommandRefused(FailedPrecondition):
     """An alignment command that the source's current state does not allow (e.g. Align when unaligned)."""
 
@@ -177,6 +191,7 @@ BY_REASON: Mapping[str, type[EpochStateClientError]] = {
     reasons.BAD_REQUEST: InvalidArgument,
     reasons.EPOCH_NOT_READY: EpochNotReady,
     reasons.NO_SUCH_EPOCH: NoSuchEpoch,
+    reasons.INCARNATION_CHANGED: IncarnationChanged,
     reasons.COMMAND_REFUSED: CommandRefused,
     reasons.NO_ZOOKEEPER: NoZooKeeper,
     reasons.EPOCH_WAIT_TIMED_OUT: DeadlineExceeded,

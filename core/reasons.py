@@ -214,3 +214,13 @@ CHECKPOINT_NOT_ALLOWED: Final = _reason(
     "so the daemon will not read it (it would read any path it can reach for the caller).",
     "Use a checkpoint under a configured root, or have an operator add the root.",
 )
+INCARNATION_CHANGED: Final = _reason(
+    "INCARNATION_CHANGED",
+    "FAILED_PRECONDITION",
+    "The read is pinned to a query (StoreRef.query_id, a Scan page token, a WatchEpochs stream) that "
+    "the job's checkpoint no longer holds: it was deleted and recreated, so the job's epochs now "
+    "belong to another query and restart at 0. Metadata: job, requestedQueryId, currentQueryId "
+    "(empty while the new query is not followed yet).",
+    "The old query's answers stay as given but no new ones come; read again unpinned (or pinned to "
+    "currentQueryId) and expect other epochs.",
+)

@@ -160,3 +160,7 @@ def test_response_framing() -> None:
     assert response.epoch == 2**40 - 1 and response.next_page_token == b"\x00tok"
     assert [r.value.fields[0].int for r in response.records] == [0, 10, 20]
     assert pb.GetResponse.FromString(response_bytes(0, records[:1])).record.key.fields[0].int == 0
+    query = "6f1c1bd4-0dd5-4be9-a1a4-7cfb5a3c7a43"
+    for message in (pb.GetResponse, pb.MultiGetResponse, pb.ScanResponse):
+        parsed = message.FromString(response_bytes(3, records[:1], token=b"", query_id=query))
+        assert (parsed.epoch, parsed.query_id) == (3, query)

@@ -44,20 +44,23 @@ def same_record(left: bytes | None, right: bytes | None) -> bool:
 
 @dataclass(frozen=True)
 class ReplicaState:
-    """What one node holds of one job: epochs ``oldest_epoch..newest_epoch``."""
+    """What one node holds of one job: epochs ``oldest_epoch..newest_epoch`` of query
+    ``query_id`` (the job's incarnation; "" when unknown, and then not written)."""
 
     newest_epoch: int
     oldest_epoch: int
     updated_at_ms: int
+    query_id: str = ""
 
     def encode(self) -> bytes:
-        return encode(
-            {
-                "newest_epoch": self.newest_epoch,
-                "oldest_epoch": self.oldest_epoch,
-                "updated_at_ms": self.updated_at_ms,
-            }
-        )
+        record: JsonObject = {
+            "newest_epoch": self.newest_epoch,
+            "oldest_epoch": self.oldest_epoch,
+            "updated_at_ms": self.updated_at_ms,
+        }
+        if self.query_id:
+            record["query_id"] = self.query_id
+        return encode(record)
 
 
 def node_record(address: str, version: str, started_at_ms: int) -> bytes:

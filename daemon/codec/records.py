@@ -49,12 +49,18 @@ class RecordEncoder:
         return length_delimited(b"\x0a", self._key(key))
 
 
-def response_bytes(epoch: int, records: Iterable[bytes], record_field: int = 2, token: bytes = b"") -> bytes:
-    """Wire bytes of ``{int64 epoch = 1; repeated Record <record_field>; bytes token = 3}``."""
+def response_bytes(
+    epoch: int, records: Iterable[bytes], record_field: int = 2, token: bytes = b"", query_id: str = ""
+) -> bytes:
+    """Wire bytes of ``{int64 epoch = 1; repeated Record <record_field>; bytes token = 3;
+    string query_id = 4}`` (the read responses share these field numbers)."""
     tag = bytes([(record_field << 3) | 2])
     parts = [b"\x08", int64(epoch)]
     for record in records:
         parts += (tag, varint(len(record)), record)
     if token:
         parts += (b"\x1a", varint(len(token)), token)
+    if query_id:
+        encoded = query_id.encode()
+        parts += (b"\x22", varint(len(encoded)), encoded)
     return b"".join(parts)

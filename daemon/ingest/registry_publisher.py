@@ -59,7 +59,16 @@ class RegistryPublisher:
             log.error("node is not registered: %s", error)
 
     def job_followed(self, entry: JobEntry) -> None:
+        """Register the job (a new query of it replaces the old one's epochs in ZooKeeper)
+        and, for a node restarted with epochs of it, the epochs it holds."""
         self._register_job(entry)
+        progress = entry.progress
+        if progress.empty:
+            return
+        try:
+            self.registry.publish_replica(entry.descriptor.name, progress.newest, progress.oldest)
+        except RegistryError as error:
+            log.error("the epochs of job %r held here are not registered: %s", entry.descriptor.name, error)
 
     def epoch_ingested(self, entry: JobEntry, record: EpochRecord) -> None:
         # The operators are known only once the first epoch has been read.

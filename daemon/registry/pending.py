@@ -60,6 +60,10 @@ class PendingEpochs:
         if self._entries.get(key) is entry:
             del self._entries[key]
 
+    def drop_job(self, job: str) -> int:
+        """Forget every queued epoch of ``job`` (a query replaced by another); how many."""
+        return self.drop_before(job, 2**63)
+
     def drop_before(self, job: str, oldest_epoch: int) -> int:
         """Forget queued epochs of ``job`` older than ``oldest_epoch``; how many."""
         old = [key for key in self._entries if key[0] == job and key[1] < oldest_epoch]

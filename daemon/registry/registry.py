@@ -46,6 +46,7 @@ from epochstate.core.zookeeper.records import (
     node_record,
 )
 from epochstate.core.zookeeper.session import CONNECTION_ERRORS
+from epochstate.daemon.registry.incarnation import IncarnationRetired, JobZnodeChanged
 from epochstate.daemon.registry.pending import PendingEpoch, PendingEpochs
 from epochstate.daemon.registry.sync import SyncThread
 from epochstate.daemon.registry.view import RegistryView
@@ -100,6 +101,8 @@ class Registry(RegistryView):
         self._closed = False
         self._node_record: bytes | None = None
         self._jobs: dict[str, bytes] = {}
+        self._queries: dict[str, str] = {}  # job -> the query registered for it
+        self._retired: set[str] = set()  # jobs whose registered query was replaced in ZooKeeper
         self._replicas: dict[str, ReplicaState] = {}
         self._retention: dict[str, int] = {}
         self._pending = PendingEpochs()
@@ -116,10 +119,30 @@ class Registry(RegistryView):
         return self._await(generation)
 
     def register_job(self, job: str, checkpoint: str, query_id: str, operators: list[JsonObject]) -> bool:
-        """Create or update the job znode (and its ``epochs`` and ``replicas`` parents)."""
+        """Create or update the job znode (and its ``epochs`` and ``replicas`` parents).
+
+        Another ``query_id`` than registered before is a new incarnation of the job (its
+        checkpoint was recreated): the old query's epochs still queued here are dropped,
+        and in ZooKeeper the new query replaces the old one's epoch znodes in one
+        transaction (:mod:`epochstate.daemon.registry.incarnation`). A query that
+        ZooKeeper says was replaced already is logged and not written.
+        """
         self.layout.job(job)
         data = job_record(checkpoint, query_id, operators)
         with self._state:
+            if self._queries.get(job, query_id) != query_id:
+                dropped = self._pending.drop_job(job)
+                self._replicas.pop(job, None)
+                self._retention.pop(job, None)
+                self._retired.discard(job)
+                log.info(
+                    "job %r: query %s replaces %s (%d queued epoch(s) dropped)",
+                    job,
+                    query_id,
+                    self._queries[job],
+                    dropped,
+                )
+            self._queries[job] = query_id
             self._jobs[job] = data
             generation = self._change()
         return self._await(generation)
@@ -129,6 +152,8 @@ class Registry(RegistryView):
     ) -> bool:
         """Register committed ``epoch`` of ``job`` and that this node holds
         ``oldest_epoch..newest_epoch``, atomically; True once both are in ZooKeeper.
+        The epoch record (and the replica) name the query registered for the job
+        (``query_id``).
 
         Raises:
             JobNotRegistered: :meth:`register_job` was not called for ``job``.
@@ -138,10 +163,12 @@ class Registry(RegistryView):
         self.layout.epoch(job, epoch)
         check_epoch(newest_epoch)
         check_epoch(oldest_epoch)
-        data = encode(record)
-        replica = ReplicaState(newest_epoch, oldest_epoch, self._clock())
         with self._state:
             self._require_job(job)
+            # Stamped with the job's registered query: an epoch record names its incarnation.
+            query_id = self._queries[job]
+            data = encode({**record, "query_id": query_id})
+            replica = ReplicaState(newest_epoch, oldest_epoch, self._clock(), query_id)
             entry = self._pending.add(PendingEpoch(job, epoch, data, replica))
             self._replicas[job] = replica
             generation = self._change()
@@ -152,6 +179,21 @@ class Registry(RegistryView):
         if entry.conflict is not None:
             raise EpochConflict(*entry.conflict.args)
         return True
+
+    def publish_replica(self, job: str, newest_epoch: int, oldest_epoch: int) -> bool:
+        """Announce that this node holds ``oldest_epoch..newest_epoch`` of ``job``'s registered
+        query (a restarted node, before its next epoch); True once in ZooKeeper.
+
+        Raises:
+            JobNotRegistered: :meth:`register_job` was not called for ``job``.
+        """
+        check_epoch(newest_epoch)
+        check_epoch(oldest_epoch)
+        with self._state:
+            self._require_job(job)
+            self._replicas[job] = ReplicaState(newest_epoch, oldest_epoch, self._clock(), self._queries[job])
+            generation = self._change()
+        return self._await(generation)
 
     def publish_retention(self, job: str, oldest_epoch: int) -> bool:
         """Delete the epoch znodes of ``job`` older than ``oldest_epoch`` and set this
@@ -167,7 +209,9 @@ class Registry(RegistryView):
             self._pending.drop_before(job, oldest_epoch)
             replica = self._replicas.get(job)
             if replica is not None:
-                self._replicas[job] = ReplicaState(replica.newest_epoch, oldest_epoch, self._clock())
+                self._replicas[job] = ReplicaState(
+                    replica.newest_epoch, oldest_epoch, self._clock(), replica.query_id
+                )
             generation = self._change()
         return self._await(generation)
 
@@ -270,34 +314,61 @@ class Registry(RegistryView):
             self._call(self._writer.ensure_path, self.layout.nodes)
             self._call(self._writer.put_ephemeral, self.layout.node(self.node), node)
         for job, data in jobs.items():
-            self._call(self._writer.put_job, job, data)
+            self._put_job(job, data)
         self._flush_pending()
         self._apply_retention()
         with self._state:
-            replicas = {job: state.encode() for job, state in self._replicas.items()}
+            replicas = {
+                job: state.encode() for job, state in self._replicas.items() if job not in self._retired
+            }
         for job, data in replicas.items():
             self._call(self._writer.put_ephemeral, self.layout.replica(job, self.node), data)
         with self._state:
             self._synced = max(self._synced, generation)
             self._state.notify_all()
 
+    def _put_job(self, job: str, data: bytes) -> bool:
+        """Write the job znode; False if its query was replaced in ZooKeeper by a newer one
+        (then nothing of it is written until :meth:`register_job` names another query)."""
+        try:
+            self._call(self._writer.put_job, job, data)
+        except IncarnationRetired as error:
+            with self._state:
+                if self._jobs.get(job) == data and job not in self._retired:
+                    self._retired.add(job)
+                    dropped = self._pending.drop_job(job)
+                    log.error("%s; %d queued epoch(s) dropped", error, dropped)
+            return False
+        with self._state:
+            self._retired.discard(job)
+        return True
+
     def _flush_pending(self) -> None:
         while True:
             with self._state:
                 entry = self._pending.head()
+                data = None if entry is None else self._jobs.get(entry.job)
             if entry is None:
                 return
             try:
-                self._call(
-                    self._writer.put_epoch,
-                    entry.job,
-                    entry.epoch,
-                    entry.data,
-                    entry.replica.encode(),
-                )
+                if data is None or not self._put_job(entry.job, data):
+                    entry.conflict = EpochConflict(
+                        f"epoch {entry.epoch} of job {entry.job!r} was not registered: its query "
+                        "was replaced in ZooKeeper by a newer one"
+                    )
+                else:
+                    self._call(
+                        self._writer.put_epoch,
+                        entry.job,
+                        entry.epoch,
+                        entry.data,
+                        entry.replica.encode(),
+                    )
             except EpochConflict as conflict:
                 entry.conflict = conflict
                 log.error("dropping epoch record: %s", conflict)
+            except JobZnodeChanged:
+                continue  # registered again on the next round, then written
             with self._state:
                 self._pending.remove(entry)
 
@@ -307,12 +378,19 @@ class Registry(RegistryView):
         for job, oldest in targets.items():
             with self._state:
                 replica = self._replicas.get(job)
-            deleted = self._call(
-                self._writer.delete_epochs_before,
-                job,
-                oldest,
-                replica.encode() if replica else None,
-            )
+                data = self._jobs.get(job)
+            if data is None or not self._put_job(job, data):
+                deleted = 0  # a replaced query: its retention must not touch the new one's epochs
+            else:
+                try:
+                    deleted = self._call(
+                        self._writer.delete_epochs_before,
+                        job,
+                        oldest,
+                        replica.encode() if replica else None,
+                    )
+                except JobZnodeChanged:
+                    continue  # registered again, and retention done, on the next round
             log.debug("retention of job %r: deleted %d epoch znode(s) < %d", job, deleted, oldest)
             with self._state:
                 if self._retention.get(job) == oldest:

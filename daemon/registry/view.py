@@ -14,6 +14,7 @@ from epochstate.core.zookeeper.errors import RegistryUnavailable
 from epochstate.core.zookeeper.layout import DEFAULT_ROOT, Layout, parse_epoch_name
 from epochstate.core.zookeeper.records import JsonObject, decode
 from epochstate.core.zookeeper.session import CONNECTION_ERRORS, wait
+from epochstate.daemon.registry.incarnation import query_of
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,8 @@ class RegistryView:
         return sorted(self._children(self.layout.jobs))
 
     def get_job(self, job: str) -> JsonObject | None:
-        """{checkpoint, query_id, operators} of ``job``, or None if not registered."""
+        """{checkpoint, query_id, operators} of ``job`` (and ``retired_query_ids``, the
+        queries its recreated checkpoint held before), or None if not registered."""
         return self._record(self.layout.job(job))
 
     def list_epochs(self, job: str) -> list[int]:
@@ -51,13 +53,26 @@ class RegistryView:
         names = self._children(self.layout.epochs(job))
         return sorted(epoch for name in names if (epoch := parse_epoch_name(name)) is not None)
 
-    def get_epoch(self, job: str, epoch: int) -> JsonObject | None:
-        """The record of one epoch, or None if it is not registered."""
-        return self._record(self.layout.epoch(job, epoch))
+    def get_epoch(self, job: str, epoch: int, query_id: str | None = None) -> JsonObject | None:
+        """The record of one epoch (with the ``query_id`` of the query it belongs to), or
+        None if it is not registered; with ``query_id``, None unless it is that query's.
 
-    def replicas(self, job: str) -> dict[str, JsonObject]:
-        """Live nodes holding ``job``: node -> {newest_epoch, oldest_epoch, updated_at_ms}."""
-        return self._records_under(self.layout.replicas(job))
+        Epoch numbers restart at 0 when a job's checkpoint is recreated: a reader that
+        combines an epoch record with other state of the job (its job znode, its
+        replicas, a daemon's answers) passes the query id that state is of.
+        """
+        record = self._record(self.layout.epoch(job, epoch))
+        if record is not None and query_id is not None and query_of(record) != query_id:
+            return None
+        return record
+
+    def replicas(self, job: str, query_id: str | None = None) -> dict[str, JsonObject]:
+        """Live nodes holding ``job``: node -> {newest_epoch, oldest_epoch, updated_at_ms,
+        query_id}; with ``query_id``, only the nodes holding that query of it."""
+        found = self._records_under(self.layout.replicas(job))
+        if query_id is None:
+            return found
+        return {node: record for node, record in found.items() if query_of(record) == query_id}
 
     def _children(self, path: str) -> list[str]:
         with self._reading():

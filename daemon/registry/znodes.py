@@ -24,8 +24,9 @@ from kazoo.retry import ForceRetryError
 
 from epochstate.core.zookeeper.errors import EpochConflict, RegistryError
 from epochstate.core.zookeeper.layout import Layout, parse_epoch_name
-from epochstate.core.zookeeper.records import same_record
+from epochstate.core.zookeeper.records import decode, same_record
 from epochstate.core.zookeeper.session import session_id, wait
+from epochstate.daemon.registry.incarnation import JobZnodeChanged, next_job_record, query_of
 
 # ZooKeeper handles larger multi-ops, but a bounded transaction keeps each request
 # well under jute.maxbuffer and each commit short.
@@ -58,6 +59,9 @@ class ZnodeWriter:
         self._session: int | None = None
         self._ephemerals: dict[str, bytes | None] = {}  # owned in this session -> data
         self._jobs: dict[str, bytes] = {}
+        # The job znode's version as this node last wrote or read it: every epoch write
+        # and retention checks it (docs/zookeeper.md#incarnations).
+        self._job_versions: dict[str, int] = {}
         self._paths: set[str] = set()
 
     def begin_session(self) -> bool:
@@ -68,6 +72,7 @@ class ZnodeWriter:
         self._session = current
         self._ephemerals.clear()
         self._jobs.clear()
+        self._job_versions.clear()
         self._paths.clear()
         return True
 
@@ -93,7 +98,14 @@ class ZnodeWriter:
         self._ephemerals[path] = data
 
     def put_job(self, job: str, data: bytes) -> None:
-        """Create or update the job znode and its ``epochs`` and ``replicas`` parents."""
+        """Create or update the job znode and its ``epochs`` and ``replicas`` parents.
+
+        When the znode names another query, ``data``'s query replaces it together with
+        that query's epoch znodes (:mod:`incarnation`).
+
+        Raises:
+            IncarnationRetired: ``data``'s query was replaced by a newer one.
+        """
         if self._jobs.get(job) == data:
             return
         self.ensure_path(self.layout.jobs)
@@ -104,29 +116,79 @@ class ZnodeWriter:
         transaction.create(self.layout.replicas(job))
         results = self._commit(transaction)
         failure = _failure(results)
+        version = 0
         if failure is not None:
             if not isinstance(results[0], NodeExistsError):
                 raise failure
             current, stat = self._call(self.client.get_async(job_path))
-            if current != data:
+            written, replaced = next_job_record(current, data, job)
+            version = stat.version
+            if replaced is not None:
+                version = self._replace_query(job, version, written)
+            elif current != written:
                 try:
-                    self._call(self.client.set_async(job_path, data, stat.version))
+                    self._call(self.client.set_async(job_path, written, version))
                 except BadVersionError:
                     raise ForceRetryError() from None
+                version += 1
             self.ensure_path(self.layout.epochs(job))
             self.ensure_path(self.layout.replicas(job))
         self._jobs[job] = data
+        self._job_versions[job] = version
+
+    def _replace_query(self, job: str, version: int, data: bytes) -> int:
+        """Set the job znode (at ``version``) to ``data``, a new query, deleting every epoch
+        znode (the old query's) and this node's replica in the same transaction; the
+        oldest epochs go first in transactions of their own when there are too many.
+        Returns the job znode's new version."""
+        job_path = self.layout.job(job)
+        try:
+            names = self._call(self.client.get_children_async(self.layout.epochs(job)))
+        except NoNodeError:
+            names = []
+        epochs = sorted(epoch for name in names if (epoch := parse_epoch_name(name)) is not None)
+        paths = [self.layout.epoch(job, epoch) for epoch in epochs]
+        replica_path = self.layout.replica(job, self.node)
+        while True:
+            last = len(paths) <= MAX_OPS_PER_TRANSACTION - 2
+            batch, paths = (
+                (paths, [])
+                if last
+                else (paths[: MAX_OPS_PER_TRANSACTION - 1], paths[MAX_OPS_PER_TRANSACTION - 1 :])
+            )
+            transaction = self.client.transaction()
+            if last:
+                transaction.set_data(job_path, data, version)
+                if replica_path in self._ephemerals:
+                    transaction.delete(replica_path)
+            else:
+                transaction.check(job_path, version)
+            for path in batch:
+                transaction.delete(path)
+            failure = _failure(self._commit(transaction))
+            if failure is not None:
+                # Changed meanwhile (another node registered, or deleted epochs): start over.
+                self._ephemerals.pop(replica_path, None)
+                raise ForceRetryError()
+            if last:
+                self._ephemerals.pop(replica_path, None)
+                return version + 1
 
     def put_epoch(self, job: str, epoch: int, data: bytes, replica: bytes) -> None:
-        """Register ``epoch`` and set this node's replica of ``job``, in one transaction.
+        """Register ``epoch`` and set this node's replica of ``job``, in one transaction
+        that checks the job znode is as :meth:`put_job` left it (same query).
+
+        An epoch znode of another query (left by a replaced query) is replaced in the
+        same way; one of the same query is write-once.
 
         Raises:
-            EpochConflict: the epoch exists with a different record (the replica is
-                left unchanged).
+            EpochConflict: the epoch exists with a different record of the same query
+                (the replica is left unchanged).
+            JobZnodeChanged: the job znode changed since :meth:`put_job` (call it again).
         """
         epoch_path = self.layout.epoch(job, epoch)
         replica_path = self.layout.replica(job, self.node)
-        transaction = self.client.transaction()
+        transaction = self._job_checked(job)
         transaction.create(epoch_path, data)
         self._replica_op(transaction, replica_path, replica)
         results = self._commit(transaction)
@@ -134,19 +196,47 @@ class ZnodeWriter:
         if failure is None:
             self._ephemerals[replica_path] = replica
             return
-        if isinstance(results[0], NodeExistsError):
-            existing, _ = self._call(self.client.get_async(epoch_path))
-            if not same_record(existing, data):
+        self._job_check_failed(job, results[0])
+        if isinstance(results[1], NodeExistsError):
+            existing, stat = self._call(self.client.get_async(epoch_path))
+            if same_record(existing, data):
+                self.put_ephemeral(replica_path, replica)  # write-once: identical is success
+                return
+            if query_of(decode(existing)) == query_of(decode(data)):
                 raise EpochConflict(
                     f"epoch {epoch} of job {job!r} is registered with another record: "
                     f"{existing!r}, not {data!r}"
                 )
-            self.put_ephemeral(replica_path, replica)  # write-once: identical is success
-            return
-        if isinstance(results[0], NoNodeError):
-            self._jobs.pop(job, None)  # the job znode went away: re-create it next time
-        self._replica_failed(replica_path, results[1])
+            transaction = self._job_checked(job)  # a replaced query's leftover
+            transaction.delete(epoch_path, stat.version)
+            transaction.create(epoch_path, data)
+            self._replica_op(transaction, replica_path, replica)
+            results = self._commit(transaction)
+            failure = _failure(results)
+            if failure is None:
+                self._ephemerals[replica_path] = replica
+                return
+            self._job_check_failed(job, results[0])
+            self._replica_failed(replica_path, results[3])
+            raise ForceRetryError()
+        self._replica_failed(replica_path, results[2])
         raise failure
+
+    def _job_checked(self, job: str) -> TransactionRequest:
+        """A transaction that starts by checking the job znode's version (as last written)."""
+        version = self._job_versions.get(job)
+        if version is None:
+            raise JobZnodeChanged(f"job {job!r} is not registered by this node in this session")
+        transaction = self.client.transaction()
+        transaction.check(self.layout.job(job), version)
+        return transaction
+
+    def _job_check_failed(self, job: str, result: Any) -> None:
+        """Raise JobZnodeChanged if the job znode check of a transaction failed."""
+        if isinstance(result, (BadVersionError, NoNodeError)):
+            self._jobs.pop(job, None)  # changed or gone: register it again
+            self._job_versions.pop(job, None)
+            raise JobZnodeChanged(f"the znode of job {job!r} changed since this node registered it")
 
     def delete_epochs_before(self, job: str, oldest_epoch: int, replica: bytes | None) -> int:
         """Delete the epoch znodes of ``job`` older than ``oldest_epoch``; how many.
@@ -169,8 +259,9 @@ class ZnodeWriter:
                 self.put_ephemeral(replica_path, replica)
             return 0
         unwritten = replica
-        for batch in _batches(old_paths, MAX_OPS_PER_TRANSACTION, reserve=replica is not None):
-            transaction = self.client.transaction()
+        for batch in _batches(old_paths, MAX_OPS_PER_TRANSACTION - 1, reserve=replica is not None):
+            # Checked against the job znode: retention of a replaced query deletes nothing.
+            transaction = self._job_checked(job)
             if unwritten is not None:
                 self._replica_op(transaction, replica_path, unwritten)
             for path in batch:
@@ -178,8 +269,9 @@ class ZnodeWriter:
             results = self._commit(transaction)
             failure = _failure(results)
             if failure is not None:
+                self._job_check_failed(job, results[0])
                 if unwritten is not None:
-                    self._replica_failed(replica_path, results[0])
+                    self._replica_failed(replica_path, results[1])
                 if isinstance(failure, NoNodeError):
                     raise ForceRetryError()  # deleted meanwhile (another node's retention)
                 raise failure

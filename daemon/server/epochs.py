@@ -3,12 +3,13 @@
 Guarantees: the epoch returned is committed, ingested and retained in the view
 the caller reads from. Errors say why no such epoch exists:
 
-* :class:`EpochRetired` — older than retention, or of a query the job's checkpoint
-  no longer holds (OUT_OF_RANGE);
+* :class:`EpochRetired` — older than retention (OUT_OF_RANGE);
 * :class:`EpochNotReady` — not committed or not ingested yet (FAILED_PRECONDITION);
 * :class:`EpochWaitTimedOut` — waited until the deadline (DEADLINE_EXCEEDED);
 * :class:`EpochUnavailable` — committed, but its files cannot be read (DATA_LOSS);
-* :class:`NoSuchEpoch` — no epoch can ever satisfy the selector (FAILED_PRECONDITION).
+* :class:`NoSuchEpoch` — no epoch can ever satisfy the selector (FAILED_PRECONDITION);
+* :class:`IncarnationChanged` — the read's query is no longer the one the job's
+  checkpoint holds: it was recreated while the read ran (FAILED_PRECONDITION).
 
 ``aligned_with`` is resolved in two steps: the registry names the epoch
 (``AlignedEpochs``, :mod:`epochstate.daemon.server.aligned`), then it is read like
@@ -68,6 +69,24 @@ class NoSuchEpoch(EpochError):
     """No epoch of the job can ever satisfy the selector (e.g. it reads other topics)."""
 
     reason = reasons.NO_SUCH_EPOCH
+
+
+class IncarnationChanged(EpochError):
+    """The read is pinned to a query the job's checkpoint no longer holds (it was recreated)."""
+
+    reason = reasons.INCARNATION_CHANGED
+
+    @classmethod
+    def of(cls, job: str, requested: str, current: str, what: str) -> IncarnationChanged:
+        """The refusal of ``what`` (e.g. "the read"), pinned to query ``requested`` of
+        ``job`` while the job's checkpoint holds query ``current`` ("": not followed yet)."""
+        now = f"query {current}" if current else "a new query, not followed yet"
+        return cls(
+            f"{what} is pinned to query {requested} of job {job!r}, but the job's checkpoint was "
+            f"recreated and holds {now}, whose epochs restart at 0; query {requested}'s answers stay "
+            f"as given, it gives no new ones",
+            metadata={"job": job, "requestedQueryId": requested, "currentQueryId": current},
+        )
 
 
 def _wanted(position: pb.Position) -> Position:
@@ -138,6 +157,7 @@ def _resolve_covers(
     gaps = entry.unavailable
     epoch = _covering(store, name, job_id, view.progress(job_id), wanted, gaps)
     if epoch is None:
+        _refuse_dropped(view, catalog, entry, 0, view.progress(job_id))
         if (
             catalog.wait_until(
                 name, lambda p: _covering(store, name, job_id, p, wanted, gaps) is not None, timeout
@@ -246,11 +266,11 @@ def resolve(
     view = store.view()
     progress = view.progress(entry.descriptor.job_id)
     if progress.newest < target or progress.empty:
-        _refuse_dropped(view, entry, target, progress)
+        _refuse_dropped(view, catalog, entry, target, progress)
         view, progress = _wait_until_ready(
             store, catalog, entry, progress, kind, target, selector.wait, time_left
         )
-        _refuse_dropped(view, entry, target, progress)
+        _refuse_dropped(view, catalog, entry, target, progress)
     if kind == "exact":
         if target < progress.oldest:
             raise EpochRetired(
@@ -262,17 +282,27 @@ def resolve(
     return Pinned(view, progress.newest)
 
 
-def _refuse_dropped(view: StoreView, entry: JobEntry, target: int, progress: JobProgress) -> None:
+def _refuse_dropped(
+    view: StoreView, catalog: Catalog, entry: JobEntry, target: int, progress: JobProgress
+) -> None:
     """Refuse a read of a job the store dropped while the read held its descriptor (the
-    checkpoint now holds another query): its epochs are gone, never "absent" or "not yet"."""
+    checkpoint now holds another query): its epochs are gone, never "absent" or "not yet",
+    and never answered by the new query, whose epochs restart at 0."""
     if progress.empty and view.dropped(entry.descriptor.job_id):
-        name = entry.descriptor.name
-        raise EpochRetired(
-            f"job {name!r} was dropped with its query {entry.descriptor.query_id} (its checkpoint "
-            f"now holds another query, whose epochs start again at 0); that query's epochs are "
-            f"gone for good",
-            metadata={"job": name, "epoch": str(target)},
-        )
+        raise incarnation_changed(catalog, entry, "the read")
+
+
+def incarnation_changed(catalog: Catalog, entry: JobEntry, what: str) -> IncarnationChanged:
+    """The refusal of ``what``, which read ``entry``'s query after the job's checkpoint was
+    recreated; names the query the catalog holds now ("" if it holds none other yet)."""
+    name = entry.descriptor.name
+    try:
+        current = catalog.get(name).descriptor.query_id
+    except EpochStateError:
+        current = ""
+    if current == entry.descriptor.query_id:
+        current = ""  # the catalog still holds the dropped entry: the new query is not followed yet
+    return IncarnationChanged.of(name, entry.descriptor.query_id, current, what)
 
 
 def _wait_until_ready(

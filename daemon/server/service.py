@@ -39,9 +39,12 @@ MAX_KEY_BYTES = 64 * 1024
 MAX_KEYS_PER_CALL = 10_000
 DEFAULT_PAGE = 1000
 MAX_PAGE = 10_000
-# A page token: the epoch of the scan's first page, the job id it read (a recreated
-# checkpoint's query gets another), then the last key returned.
-_TOKEN = struct.Struct(">qI")
+# A page token: a format byte, the epoch of the scan's first page, the length of the
+# query id it read (a recreated checkpoint's query has another), the query id, then
+# the last key returned. The query id rather than the daemon's own job id, so a token
+# stays valid on every replica of the same query.
+_TOKEN_FORMAT = 2
+_TOKEN = struct.Struct(">BqB")
 
 
 class IngestControl(Protocol):
@@ -61,6 +64,21 @@ def _schema(struct_type: StructType) -> pb.Schema:
     )
 
 
+def _page_token(token: bytes) -> tuple[int, str, bytes]:
+    """The epoch, query id and last key a page token carries; BadRequest if it is none."""
+    if len(token) < _TOKEN.size or token[0] != _TOKEN_FORMAT:
+        raise BadRequest("page_token is malformed (or from an older daemon: scan again)")
+    _, epoch, length = _TOKEN.unpack_from(token)
+    end = _TOKEN.size + length
+    try:
+        query_id = token[_TOKEN.size : end].decode()
+    except UnicodeDecodeError:
+        query_id = ""
+    if len(token) < end or not query_id:
+        raise BadRequest("page_token is malformed")
+    return epoch, query_id, token[end:]
+
+
 def _scan_bounds(request: pb.ScanRequest, schema: StoreSchema) -> tuple[bytes, bytes | None]:
     """The encoded key range ``[lower, upper)`` a scan covers, under ``schema``'s key."""
     prefix = keycodec.encode_fields(key_from_proto(request.prefix, schema.key, partial=True))
@@ -73,9 +91,10 @@ def _scan_bounds(request: pb.ScanRequest, schema: StoreSchema) -> tuple[bytes, b
     return lower, upper
 
 
-def epoch_info(record: EpochRecord) -> pb.EpochInfo:
+def epoch_info(record: EpochRecord, query_id: str) -> pb.EpochInfo:
     return pb.EpochInfo(
         epoch=record.epoch,
+        query_id=query_id,
         committed_at_ms=record.committed_at_ms,
         ingested_at_ms=record.ingested_at_ms,
         watermark_ms=record.watermark_ms,
@@ -158,6 +177,8 @@ class EpochStateService:
         if not ref.job:
             raise BadRequest("store.job is required")
         entry = self._catalog.get(ref.job)
+        if ref.query_id and ref.query_id != entry.descriptor.query_id:
+            raise epochs.IncarnationChanged.of(ref.job, ref.query_id, entry.descriptor.query_id, "the read")
         try:
             return entry, entry.store(ref.operator_id, ref.store)
         except StoreNotFound:
@@ -236,7 +257,8 @@ class EpochStateService:
         pinned, schema, encoded = self._pinned_keys(entry, handle, keys, selector, context)
         found = pinned.view.payloads(handle.descriptor.store_id, encoded, pinned.epoch)
         self._views.done(pinned.view)
-        return response_bytes(pinned.epoch, self._records(handle, schema, keys, found))
+        records = self._records(handle, schema, keys, found)
+        return response_bytes(pinned.epoch, records, query_id=entry.descriptor.query_id)
 
     @domain_errors
     def Scan(self, request: pb.ScanRequest, context: grpc.ServicerContext) -> bytes:
@@ -248,17 +270,12 @@ class EpochStateService:
         selector = request.epoch
         after: bytes | None = None
         if request.page_token:
-            if len(request.page_token) < _TOKEN.size:
-                raise BadRequest("page_token is malformed")
-            token_epoch, token_job = _TOKEN.unpack_from(request.page_token)
-            if token_job != entry.descriptor.job_id:
+            token_epoch, token_query, after = _page_token(request.page_token)
+            if token_query != entry.descriptor.query_id:
                 # Never a page of another query: the job's checkpoint was recreated meanwhile.
-                raise epochs.EpochRetired(
-                    f"the scan of job {request.store.job!r} began on a query that was dropped since (its "
-                    f"checkpoint holds another query now); scan again",
-                    metadata={"job": request.store.job, "epoch": str(token_epoch)},
+                raise epochs.IncarnationChanged.of(
+                    request.store.job, token_query, entry.descriptor.query_id, "the scan's page token"
                 )
-            after = request.page_token[_TOKEN.size :]
             selector = pb.EpochSelector(exact=token_epoch)
         if len(handle.schemas) == 1:
             lower, upper = _scan_bounds(request, handle.latest)
@@ -269,9 +286,11 @@ class EpochStateService:
         versions = pinned.view.scan(handle.descriptor.store_id, pinned.epoch, lower, upper, limit, after)
         self._views.done(pinned.view)
         token = b""
+        query_id = entry.descriptor.query_id
         if len(versions) == limit:
-            token = _TOKEN.pack(pinned.epoch, entry.descriptor.job_id) + versions[-1].encoded_key
-        return response_bytes(pinned.epoch, [v.payload for v in versions], token=token)
+            query = query_id.encode()
+            token = _TOKEN.pack(_TOKEN_FORMAT, pinned.epoch, len(query)) + query + versions[-1].encoded_key
+        return response_bytes(pinned.epoch, [v.payload for v in versions], token=token, query_id=query_id)
 
     # -- discovery -------------------------------------------------------------
 
@@ -331,7 +350,8 @@ class EpochStateService:
         if request.limit < 0:
             raise BadRequest(f"limit must be >= 0, got {request.limit}")
         records = self._store.epochs(entry.descriptor.job_id, request.from_epoch, request.limit)
-        return pb.ListEpochsResponse(epochs=[epoch_info(r) for r in records])
+        query_id = entry.descriptor.query_id
+        return pb.ListEpochsResponse(epochs=[epoch_info(r, query_id) for r in records])
 
     @domain_errors
     def WatchEpochs(
@@ -341,17 +361,23 @@ class EpochStateService:
         after = request.after_epoch if request.HasField("after_epoch") else -1
         if after < 0:
             after = entry.progress.newest
-        return self._watch(entry.descriptor.job_id, after, context)
+        return self._watch(entry, after, context)
 
-    def _watch(self, job_id: int, after: int, context: grpc.ServicerContext) -> Iterator[pb.EpochInfo]:
+    def _watch(self, entry: JobEntry, after: int, context: grpc.ServicerContext) -> Iterator[pb.EpochInfo]:
+        """The epochs of ``entry``'s query after ``after``, until the call ends, the daemon
+        shuts down or the job's checkpoint is recreated (then INCARNATION_CHANGED: the new
+        query's epochs restart at 0, so one stream never mixes two queries)."""
+        job_id, query_id = entry.descriptor.job_id, entry.descriptor.query_id
         try:
             while context.is_active() and not self._catalog.closed:
                 for record in self._store.epochs(job_id, after + 1):
-                    yield epoch_info(record)
+                    yield epoch_info(record, query_id)
                     after = record.epoch
+                if self._store.dropped(job_id) is not None:
+                    raise epochs.incarnation_changed(self._catalog, entry, "the epoch stream")
                 self._catalog.subscribe_wait(1.0)
-        except StoreDamaged as error:
-            abort(context, error)  # DATA_LOSS: the stream must not just end as if caught up
+        except (StoreDamaged, epochs.IncarnationChanged) as error:
+            abort(context, error)  # the stream must not just end as if caught up
         except EpochStateError:
             return  # shutting down: end the stream cleanly
 

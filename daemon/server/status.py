@@ -33,6 +33,7 @@ from epochstate.daemon.server.epochs import (
     EpochRetired,
     EpochUnavailable,
     EpochWaitTimedOut,
+    IncarnationChanged,
     NoSuchEpoch,
 )
 from epochstate.daemon.server.values import BadKey
@@ -84,6 +85,8 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (BadRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (EpochNotReady, grpc.StatusCode.FAILED_PRECONDITION),
     (NoSuchEpoch, grpc.StatusCode.FAILED_PRECONDITION),
+    # A read pinned to a query the recreated checkpoint no longer holds: never answered by another.
+    (IncarnationChanged, grpc.StatusCode.FAILED_PRECONDITION),
     (EpochWaitTimedOut, grpc.StatusCode.DEADLINE_EXCEEDED),
     (EpochRetired, grpc.StatusCode.OUT_OF_RANGE),
     (EpochUnavailable, grpc.StatusCode.DATA_LOSS),

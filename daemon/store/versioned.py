@@ -15,7 +15,11 @@ Guarantees:
   "dropped" record): a read sees the whole job or none of it, and a crash cannot
   leave versions gone under a progress marker that still names their epochs.
 * A read RocksDB fails (a damaged or unreadable file) raises StoreDamaged
-  (:mod:`damage`); it is never taken for "absent" or for the end of a range.
+  (:mod:`damage`); it is never taken for "absent" or for the end of a range. So
+  does opening a store whose write-ahead log is damaged before its last record
+  (:meth:`StoreOptions.to_options`): replay never stops silently mid-log, and a
+  store whose descriptors, progress markers or epoch records cannot be read in full
+  (:mod:`integrity`, the start-up check).
 * A read at epoch ``e`` returns the newest version ``<= e`` of the key; a tombstone
   there means "absent".
 * Reads go through a :class:`StoreView` (:mod:`view`), a RocksDB snapshot, so
@@ -35,9 +39,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import BlockBasedOptions, Cache, DBRecoveryMode, Options, Rdict, WriteBatch, WriteOptions
 
-from epochstate.daemon.store import damage, layout
+from epochstate.daemon.store import damage, integrity, layout
 from epochstate.daemon.store.descriptors import (
     DroppedJob,
     EpochRecord,
@@ -71,6 +75,13 @@ class StoreOptions:
     def to_options(self) -> Options:
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
+        # Replaying the write-ahead log at start-up: RocksDB's default (point in time)
+        # stops silently at the first bad record, wherever it is, so a damaged record in
+        # the middle of the log would drop every epoch after it, synced and announced
+        # ones included. This mode accepts only an incomplete record at the end of a
+        # log (what a power loss leaves: the write that was not synced) and refuses to
+        # open on a bad record anywhere else: the store is then damaged (StoreDamaged).
+        opts.set_wal_recovery_mode(DBRecoveryMode.tolerate_corrupted_tail_records())
         opts.set_write_buffer_size(self.write_buffer_mb << 20)
         opts.set_max_background_jobs(self.max_background_jobs)
         # Every data read is a seek (a key's newest version at or before an epoch):
@@ -107,6 +118,7 @@ class VersionedStore:
         self._closed = False
         try:
             self._check_layout(Path(path))
+            integrity.check_records(self.db)
         except (LayoutMismatch, StoreDamaged):
             self.close()
             raise

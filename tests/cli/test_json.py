@@ -11,8 +11,8 @@ from typing import Any
 from tests.cli.conftest import ACCOUNTS, KEY_SCHEMA, Served
 from tests.cli.invoke import epochstate
 
-READ_FIELDS = {"job", "operator", "store", "epoch", "key", "found", "value", "partition"}
-EPOCH_FIELDS = {"job", "epoch", "committed_at_ms", "ingested_at_ms", "watermark_ms", "sources"}
+READ_FIELDS = {"job", "operator", "store", "epoch", "query_id", "key", "found", "value", "partition"}
+EPOCH_FIELDS = {"job", "epoch", "query_id", "committed_at_ms", "ingested_at_ms", "watermark_ms", "sources"}
 
 
 def json_lines(stdout: str) -> list[dict[str, Any]]:
@@ -38,6 +38,24 @@ def test_get_prints_one_object_per_key_with_the_epoch_that_answered(served: Serv
     assert set(found["value"]) == {"count", "sum"}  # the aggregation's buffer
     assert isinstance(found["partition"], int)
     assert (missing["found"], missing["value"], missing["partition"]) == (False, None, None)
+    query_id = json.loads(epochstate(served.daemon.target, "jobs", "--json").stdout)[0]["query_id"]
+    assert found["query_id"] == missing["query_id"] == query_id != ""
+
+
+def test_reads_pinned_to_another_query_fail_naming_both(served: Served) -> None:
+    target = served.daemon.target
+    query_id = json.loads(epochstate(target, "jobs", "--json").stdout)[0]["query_id"]
+    key = json.dumps(account(1))
+    pinned = epochstate(target, "get", "spend", key, "--query-id", query_id, "--json")
+    assert pinned.returncode == 0, pinned.stderr
+    assert json_lines(pinned.stdout)[0]["query_id"] == query_id
+    other = "00000000-0000-0000-0000-000000000000"
+    for args in (("get", "spend", key), ("scan", "spend")):
+        refused = epochstate(target, *args, "--query-id", other, "--json")
+        assert refused.returncode == 5, refused.stderr  # FAILED_PRECONDITION
+        assert refused.stdout == ""
+        assert "[INCARNATION_CHANGED]" in refused.stderr, refused.stderr
+        assert other in refused.stderr and query_id in refused.stderr
 
 
 def test_scan_prints_one_object_per_record_all_at_one_epoch(served: Served) -> None:

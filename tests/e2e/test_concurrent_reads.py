@@ -7,8 +7,9 @@ latest one; retention keeps four epochs, so epochs retire under the readers. The
 the checkpoint is recreated (another query of the same shape with other values),
 so the daemon drops the job and ingests the new query from its epoch 0, still
 under the readers. Every answer is compared with Spark's own reader for that
-epoch, of the query that was current (the old one's, or the new one's); a
-refusal must be explicit (EPOCH_RETIRED, EPOCH_NOT_READY). 0 mismatches.
+epoch, of the query the answer names (its query id: the old one's, or the new
+one's); a refusal must be explicit (EPOCH_RETIRED, EPOCH_NOT_READY, and for a read
+or a scan's page that began on the dropped query INCARNATION_CHANGED). 0 mismatches.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from typing import Any
 
 import pytest
 
-from epochstate.client import EpochNotReady, EpochRetired, EpochStateClient, EpochStateClientError
+from epochstate.client import (
+    EpochNotReady,
+    EpochRetired,
+    EpochStateClient,
+    EpochStateClientError,
+    IncarnationChanged,
+)
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain, spark_store
 from tests.fixtures.streams import FileStream
@@ -91,9 +98,10 @@ def place(source: Path, target: Path, held: Path) -> list[Path]:
 class Readers:
     """Reader threads checking every answer against both queries' oracles."""
 
-    def __init__(self, target: str, queries: list[States]) -> None:
+    def __init__(self, target: str, queries: list[States], query_ids: list[str]) -> None:
         self.target = target
         self.queries = queries
+        self.query_ids = query_ids
         self.newest = 0  # the newest epoch committed so far (readers ask up to it)
         self.counts: Counter[str] = Counter()
         self.mismatches: list[str] = []
@@ -132,13 +140,15 @@ class Readers:
             if mismatch is not None:
                 self.mismatches.append(mismatch)
 
-    def _matches(self, epoch: int, answer: dict[str, tuple[Any, Any] | None]) -> str:
-        """Which queries' Spark reader says ``answer`` (canon key -> (key, value), None:
-        absent) at ``epoch``: "A", "B", "A or B", or "" for none."""
+    def _matches(self, epoch: int, answer: dict[str, tuple[Any, Any] | None], query_id: str) -> str:
+        """Whether the Spark reader of the query named ``query_id`` says ``answer`` (canon
+        key -> (key, value), None: absent) at ``epoch``: "A", "B", or "" for neither."""
         names = [
             name
-            for name, states in zip("AB", self.queries, strict=True)
-            if (state := states.get(epoch)) is not None and all(state.get(k) == v for k, v in answer.items())
+            for name, states, known in zip("AB", self.queries, self.query_ids, strict=True)
+            if known == query_id
+            and (state := states.get(epoch)) is not None
+            and all(state.get(k) == v for k, v in answer.items())
         ]
         return " or ".join(names)
 
@@ -154,19 +164,20 @@ class Readers:
                     self._count(f"{kind}: EPOCH_RETIRED")
                 except EpochNotReady:
                     self._count(f"{kind}: EPOCH_NOT_READY")
+                except IncarnationChanged:
+                    self._count(f"{kind}: INCARNATION_CHANGED")
                 except EpochStateClientError as error:
                     self._count(f"{kind}: unexpected", f"{kind} at epoch {epoch}: {error!r}")
 
     def _read(self, client: EpochStateClient, rng: random.Random, kind: str, epoch: int) -> None:
         if kind == "scan":
-            found = {
-                canon(lk.key): (plain(lk.key), plain(lk.value))
-                for lk in client.scan(JOB, epoch=epoch, page_size=400)
-            }
+            scanned = list(client.scan(JOB, epoch=epoch, page_size=400))
+            found = {canon(lk.key): (plain(lk.key), plain(lk.value)) for lk in scanned}
             answer: dict[str, tuple[Any, Any] | None] = dict(found)
+            (query_id,) = {lk.query_id for lk in scanned} or {""}
             # A scan must return every key of the state, not only correct ones.
             complete = any(set(s.get(epoch, {"": None})) == set(found) for s in self.queries)
-            source = self._matches(epoch, answer) if complete else ""
+            source = self._matches(epoch, answer, query_id) if complete else ""
         else:
             users = [rng.randrange(USERS) for _ in range(20 if kind == "multi_get" else 1)]
             if kind == "multi_get":
@@ -176,7 +187,7 @@ class Readers:
             epoch = lookups[0].epoch
             answer = {canon(lk.key): (plain(lk.key), plain(lk.value)) if lk.found else None for lk in lookups}
             right_keys = [plain(lk.key) for lk in lookups] == [{"user": u} for u in users]
-            source = self._matches(epoch, answer) if right_keys else ""
+            source = self._matches(epoch, answer, lookups[0].query_id) if right_keys else ""
         mismatch = None if source else f"{kind} at epoch {epoch} matches no Spark reader: {answer}"
         self._count(f"{kind}: answered", mismatch)
         if source:
@@ -192,7 +203,8 @@ def test_reads_during_ingest_retention_and_a_job_drop_match_spark(
     held = place(source_a, checkpoint, tmp_path / "held-a")
     daemon = daemon_factory({JOB: str(checkpoint)}, extra_args=["--retention-epochs", "4"])
     daemon.wait_for_epoch(JOB, 0)
-    readers = Readers(daemon.target, [states_a, states_b])
+    query_ids = [json.loads((source / "metadata").read_text())["id"] for source in (source_a, source_b)]
+    readers = Readers(daemon.target, [states_a, states_b], query_ids)
     readers.start()
     try:
         for commit in held:  # query A commits epoch after epoch
@@ -206,7 +218,7 @@ def test_reads_during_ingest_retention_and_a_job_drop_match_spark(
             readers.wait_reads(200)
             shutil.move(str(commit), str(checkpoint / "commits" / commit.name))
             readers.newest = max(int(commit.name), 4)  # some of A's epochs, retired or gone
-        query_b = json.loads((source_b / "metadata").read_text())["id"]
+        query_b = query_ids[1]
         with daemon.client() as client:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:

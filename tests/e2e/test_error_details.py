@@ -132,6 +132,23 @@ def test_reads_fail_with_documented_reasons(shop: tuple[int, str]) -> None:
             reasons.BAD_REQUEST,
             "page_token",
         )
+        current = stub.ListJobs(pb.ListJobsRequest(), timeout=10).jobs[0].query_id
+        other_query = pb.StoreRef(job="shop", query_id="an-older-query")
+        changed = expect(
+            lambda: stub.Get(get(other_query, u1, latest), timeout=10),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            reasons.INCARNATION_CHANGED,
+            "pinned to query an-older-query",
+        )
+        assert dict(changed.metadata) == {
+            "job": "shop",
+            "requestedQueryId": "an-older-query",
+            "currentQueryId": current,
+        }
+        assert (
+            stub.Get(get(pb.StoreRef(job="shop", query_id=current), u1, latest), timeout=10).query_id
+            == current
+        )
         not_ready = expect(
             lambda: stub.Get(get(job, u1, pb.EpochSelector(exact=newest + 5)), timeout=10),
             grpc.StatusCode.FAILED_PRECONDITION,

@@ -179,6 +179,7 @@ store_refs = mostly(
         job=names,
         operator_id=st.one_of(st.just(0), int32),
         store=st.one_of(st.sampled_from(["", "default", "$timers", "left-keyToNumValues"]), texts),
+        query_id=st.one_of(st.just(""), texts),
     ),
 )
 positions = st.builds(
@@ -293,6 +294,16 @@ def test_multi_get(served: Served, ref: pb.StoreRef, keys: list[pb.Row], selecto
         st.binary(max_size=24),
         st.builds(
             lambda epoch, rest: epoch.to_bytes(8, "big", signed=True) + rest, int64, st.binary(max_size=16)
+        ),
+        # The page token's own shape: format 2, epoch, query id (length-prefixed), last key.
+        st.builds(
+            lambda epoch, length, query, rest: (
+                b"\x02" + epoch.to_bytes(8, "big", signed=True) + bytes([length]) + query + rest
+            ),
+            int64,
+            st.integers(0, 255),
+            st.binary(max_size=40),
+            st.binary(max_size=16),
         ),
     ),
 )

@@ -69,6 +69,7 @@ def test_publisher_announces_node_job_epochs_and_retention(zk_connect: str, zk_c
             "committed_at_ms": 1005,
             "watermark_ms": 0,
             "sources": [{"source": "source-0", "start": {"t": {"0": 5}}, "end": {"t": {"0": 6}}}],
+            "query_id": "q-1",
         }
         replica = registry.replicas("orders")["node-a"]
         assert (replica["newest_epoch"], replica["oldest_epoch"]) == (5, 4)

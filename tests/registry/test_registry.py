@@ -83,11 +83,15 @@ def test_register_job_creates_then_updates(registry: Registry, zk_client: KazooC
     }
     assert sorted(zk_client.get_children(f"/epochstate/jobs/{JOB}")) == ["epochs", "replicas"]
 
+    assert registry.register_job(JOB, "/checkpoints/orders", "q-1", [])
+    assert registry.get_job(JOB) == {"checkpoint": "/checkpoints/orders", "query_id": "q-1", "operators": []}
+    # Another query (a recreated checkpoint) replaces it, and the job remembers the old one.
     assert registry.register_job(JOB, "/checkpoints/orders", "q-2", [])
     assert registry.get_job(JOB) == {
         "checkpoint": "/checkpoints/orders",
         "query_id": "q-2",
         "operators": [],
+        "retired_query_ids": ["q-1"],
     }
     assert registry.jobs() == [JOB]
 
@@ -102,7 +106,10 @@ def test_publish_epoch_writes_epoch_and_replica(registry: Registry, zk_client: K
         "0000000000000000100",
     ]
     assert registry.list_epochs(JOB) == [9, 10, 100]
-    assert registry.get_epoch(JOB, 10) == record(10)
+    # The registry stamps each epoch record with the query registered for the job.
+    assert registry.get_epoch(JOB, 10) == {**record(10), "query_id": "q-1"}
+    assert registry.get_epoch(JOB, 10, query_id="q-1") == registry.get_epoch(JOB, 10)
+    assert registry.get_epoch(JOB, 10, query_id="q-0") is None
     assert registry.get_epoch(JOB, 11) is None
 
     replica = znode_json(zk_client, f"/epochstate/jobs/{JOB}/replicas/node-a")
@@ -125,7 +132,7 @@ def test_epochs_are_written_once(registry: Registry, zk_client: KazooClient) -> 
         registry.publish_epoch(JOB, 5, record(5, end=999), 5, 0)
 
     data, after = zk_client.get(f"/epochstate/jobs/{JOB}/epochs/0000000000000000005")
-    assert json.loads(data) == record(5)
+    assert json.loads(data) == {**record(5), "query_id": "q-1"}
     assert after.version == before.version == 0 and after.mzxid == before.mzxid
     # The registry goes on after a conflict.
     assert registry.publish_epoch(JOB, 6, record(6), 6, 0)
@@ -142,7 +149,7 @@ def test_nodes_agree_on_epochs(make_registry: Callable[..., Registry]) -> None:
     assert node_b.publish_epoch(JOB, 4, record(4), 4, 1)
     with pytest.raises(EpochConflict):
         node_a.publish_epoch(JOB, 4, record(4, end=7), 4, 0)
-    assert node_a.get_epoch(JOB, 4) == record(4)
+    assert node_a.get_epoch(JOB, 4) == {**record(4), "query_id": "q-1"}
     # A replica says which epochs a node holds; the first record of an epoch stays.
     assert node_a.flush(timeout=5)
     replicas = node_a.replicas(JOB)
@@ -194,7 +201,8 @@ def test_retention_deletes_old_epochs_in_bounded_transactions(
     assert registry.publish_retention(JOB, 37)
 
     assert registry.list_epochs(JOB) == [37, 38, 39, 40, 41]
-    assert commits == 4  # 37 deletions plus the replica update, 10 operations at most each
+    # 37 deletions, the replica update, and in each the check of the job znode: 10 operations at most.
+    assert commits == 5
     replica = znode_json(zk_client, f"/epochstate/jobs/{JOB}/replicas/node-a")
     assert (replica["newest_epoch"], replica["oldest_epoch"]) == (41, 37)
 

@@ -127,11 +127,13 @@ def test_every_read_of_a_damaged_block_is_refused_never_absent(tmp_path: Path, w
     table = _sst(path)
     if where == "a data block":
         _flip(table, table.stat().st_size * 3 // 10)  # the versions fill most of the file
-    elif where == "the progress marker":
-        _flip_at(table, layout.progress_key(job.job_id))
+        store = _reopen(path)  # data blocks are checked by the reads, not at start-up
     else:
-        _flip_at(table, FIRST_SOURCE.encode())
-    store = _reopen(path)
+        store = _reopen(path)  # damaged while serving (at start-up the store would not open)
+        _flip_at(
+            table,
+            layout.progress_key(job.job_id) if where == "the progress marker" else FIRST_SOURCE.encode(),
+        )
     try:
         refused = _compare(healthy, _answers(store, job, sid))
     finally:
@@ -145,6 +147,21 @@ def test_every_read_of_a_damaged_block_is_refused_never_absent(tmp_path: Path, w
         assert "progress" in refused  # never "no epoch yet"
     else:
         assert "epochs" in refused  # never a short list
+
+
+@pytest.mark.parametrize("where", ["the progress marker", "the epoch records", "the job descriptor"])
+def test_a_store_whose_records_are_damaged_does_not_open(tmp_path: Path, where: str) -> None:
+    """The start-up check reads every record but the versions (daemon/store/integrity.py)."""
+    path = tmp_path / "db"
+    job, _ = _build(path)
+    needle = {
+        "the progress marker": layout.progress_key(job.job_id),
+        "the epoch records": FIRST_SOURCE.encode(),
+        "the job descriptor": layout.job_key("j"),
+    }[where]
+    _flip_at(_sst(path), needle)
+    with pytest.raises(StoreDamaged, match=r"start-up check|cannot be read"):
+        _reopen(path)
 
 
 def test_a_store_that_cannot_be_opened_is_refused(tmp_path: Path) -> None:

@@ -327,21 +327,34 @@ class StoreRef(_message.Message):
     JOB_FIELD_NUMBER: _builtins.int
     OPERATOR_ID_FIELD_NUMBER: _builtins.int
     STORE_FIELD_NUMBER: _builtins.int
+    QUERY_ID_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     operator_id: _builtins.int
     """Spark's operator id (`state/<operator_id>/` in the checkpoint)."""
     store: _builtins.str
     """Store name; empty means "default"."""
+    query_id: _builtins.str
+    """Optional: the incarnation of the job to read, Spark's stable query id (the
+    `query_id` every read response and JobSummary carries). A job's checkpoint
+    may be deleted and recreated; the new query's epochs restart at 0, so an
+    epoch number alone can name two different states. Set it to make the read
+    fail with FAILED_PRECONDITION (INCARNATION_CHANGED) rather than be answered
+    by another query. It lives here, not in EpochSelector, because it names
+    whose store this is: the stores, their schemas (which the key is checked
+    against) and the epochs all belong to one query, whatever the selector.
+    Empty: the query the checkpoint holds now.
+    """
     def __init__(
         self,
         *,
         job: _builtins.str = ...,
         operator_id: _builtins.int = ...,
         store: _builtins.str = ...,
+        query_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "operator_id", b"operator_id", "store", b"store"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "operator_id", b"operator_id", "query_id", b"query_id", "store", b"store"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -421,7 +434,10 @@ class GetResponse(_message.Message):
 
     EPOCH_FIELD_NUMBER: _builtins.int
     RECORD_FIELD_NUMBER: _builtins.int
+    QUERY_ID_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
+    query_id: _builtins.str
+    """The query (the job's incarnation, see StoreRef.query_id) whose epoch answered."""
     @_builtins.property
     def record(self) -> Global___Record: ...
     def __init__(
@@ -429,10 +445,11 @@ class GetResponse(_message.Message):
         *,
         epoch: _builtins.int = ...,
         record: Global___Record | None = ...,
+        query_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "record", b"record"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "query_id", b"query_id", "record", b"record"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -472,7 +489,10 @@ class MultiGetResponse(_message.Message):
 
     EPOCH_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
+    QUERY_ID_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
+    query_id: _builtins.str
+    """The query (the job's incarnation, see StoreRef.query_id) whose epoch answered."""
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]:
         """One record per requested key, in request order."""
@@ -482,10 +502,11 @@ class MultiGetResponse(_message.Message):
         *,
         epoch: _builtins.int = ...,
         records: _abc.Iterable[Global___Record] | None = ...,
+        query_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "query_id", b"query_id", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -505,7 +526,10 @@ class ScanRequest(_message.Message):
     limit: _builtins.int
     """Page size; 0 means the server default (1000). At most 10000."""
     page_token: _builtins.bytes
-    """Opaque token from the previous page. A token pins the epoch of the first page."""
+    """Opaque token from the previous page. A token pins the epoch and the query of
+    the first page: a page of a query the checkpoint no longer holds is refused
+    with FAILED_PRECONDITION (INCARNATION_CHANGED).
+    """
     @_builtins.property
     def store(self) -> Global___StoreRef: ...
     @_builtins.property
@@ -546,9 +570,14 @@ class ScanResponse(_message.Message):
     EPOCH_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    QUERY_ID_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     next_page_token: _builtins.bytes
     """Empty when there are no more records."""
+    query_id: _builtins.str
+    """The query (the job's incarnation, see StoreRef.query_id) whose epoch answered;
+    the same on every page.
+    """
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]: ...
     def __init__(
@@ -557,10 +586,11 @@ class ScanResponse(_message.Message):
         epoch: _builtins.int = ...,
         records: _abc.Iterable[Global___Record] | None = ...,
         next_page_token: _builtins.bytes = ...,
+        query_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "next_page_token", b"next_page_token", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "next_page_token", b"next_page_token", "query_id", b"query_id", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -909,11 +939,17 @@ class EpochInfo(_message.Message):
     INGESTED_AT_MS_FIELD_NUMBER: _builtins.int
     SOURCES_FIELD_NUMBER: _builtins.int
     WATERMARK_MS_FIELD_NUMBER: _builtins.int
+    QUERY_ID_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     committed_at_ms: _builtins.int
     """Milliseconds since the Unix epoch."""
     ingested_at_ms: _builtins.int
     watermark_ms: _builtins.int
+    query_id: _builtins.str
+    """The query (the job's incarnation) the epoch belongs to. A WatchEpochs stream
+    follows one query: when the checkpoint is recreated it ends with
+    FAILED_PRECONDITION (INCARNATION_CHANGED).
+    """
     @_builtins.property
     def sources(self) -> _containers.RepeatedCompositeFieldContainer[Global___SourcePosition]: ...
     def __init__(
@@ -924,10 +960,11 @@ class EpochInfo(_message.Message):
         ingested_at_ms: _builtins.int = ...,
         sources: _abc.Iterable[Global___SourcePosition] | None = ...,
         watermark_ms: _builtins.int = ...,
+        query_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_at_ms", b"committed_at_ms", "epoch", b"epoch", "ingested_at_ms", b"ingested_at_ms", "sources", b"sources", "watermark_ms", b"watermark_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_at_ms", b"committed_at_ms", "epoch", b"epoch", "ingested_at_ms", b"ingested_at_ms", "query_id", b"query_id", "sources", b"sources", "watermark_ms", b"watermark_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
