@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sample-seconds", type=float, default=None, help="default: 30 samples in the run")
     # Enough changes per epoch that the store's 64 MiB memtable fills (and flushes) many times.
     parser.add_argument("--keys", type=int, default=50_000)
-    parser.add_argument("--rows-per-second", type=int, default=5000)
+    parser.add_argument("--rows-per-second", type=int, default=2000)
     parser.add_argument("--trigger-seconds", type=float, default=1.0)
     parser.add_argument("--retention-epochs", type=int, default=20)
     parser.add_argument("--readers", type=int, default=3)
