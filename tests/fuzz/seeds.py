@@ -50,8 +50,9 @@ ROWS_PER_STORE = 6
 
 def run_queries(spark: Any, base: Path) -> dict[str, Path]:
     """Run the seed queries; their checkpoints by name."""
-    from tests.e2e.test_operators_tws import SCHEMA as TWS_SCHEMA
-    from tests.e2e.test_operators_tws import tagged, tagged_rows
+    from tests.compat.workload.queries import SCHEMA as TWS_SCHEMA
+    from tests.compat.workload.queries import transform_with_state as tagged
+    from tests.e2e.test_operators_tws import tagged_rows
     from tests.fixtures.streams import FileStream
     from tests.fixtures.tws_oracle import run_batches, tws_session
     from tests.sources.conftest import (
