@@ -13,11 +13,13 @@ keys and a Scan of 200 keys in pages of 50 (each page a read).
 
 Every ``--sample-seconds`` it records the daemon's RSS and open file descriptors,
 the bytes of the store's ``*.sst`` files (RocksDB's live files: compaction deletes
-the others), ZooKeeper's watch count (the ``wchs`` four-letter word) and epoch
-znodes of the job, the newest ingested epoch and the reads done. At the end it
-prints the table and, per resource, a verdict: *bounded* when the largest sample of
-the last third is at most ``--margin`` above the largest of the first third, with
-the growth rate (least squares) over the last two thirds.
+the others) and write-ahead logs, ZooKeeper's watch count (the ``wchs``
+four-letter word) and the job's epoch znodes, the newest ingested epoch and the
+reads done; and, not judged but explaining the others, compactions finished and
+the block cache's usage (from RocksDB's ``LOG``, dumped every 10 minutes). At the
+end it prints the table and, per resource, a verdict: *bounded* when the largest
+sample of the last third is at most ``--margin`` above the largest of the first
+third, with the growth rate (least squares) over the last two thirds.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class Sample:
     fds: int
     sst: int
     wal: int
+    compactions: int
+    cache: str
     watches: int
     znodes: int
     epoch: int
@@ -84,7 +88,8 @@ RESOURCES: dict[str, Callable[[float], str]] = {
 }
 
 
-COLUMNS: tuple[str, ...] = ("time", "rss", "fds", "sst bytes", "wal bytes", "zk watches", "epoch znodes")
+COLUMNS: tuple[str, ...] = ("time", "rss", "fds", "sst bytes", "wal bytes", "compactions", "block cache")
+COLUMNS += ("zk watches", "epoch znodes")
 COLUMNS += ("epoch", "retained", "reads", "reads/s")
 
 
@@ -162,6 +167,18 @@ def rocksdb_bytes(directory: Path) -> tuple[int, int]:
     return sst, wal
 
 
+def rocksdb_log(directory: Path) -> tuple[int, str]:
+    """From the ``LOG`` of the store under ``directory``: compactions finished so far, and the
+    block cache's usage in RocksDB's latest statistics dump (every 10 minutes; "-" before)."""
+    compactions, cache = 0, "-"
+    for log in directory.rglob("LOG"):
+        text = log.read_text(errors="replace")
+        compactions += text.count('"event": "compaction_finished"')
+        usages = re.findall(r"Block cache \S+ capacity: [\d.]+ \w+ .*? usage: ([\d.]+ \w+)", text)
+        cache = usages[-1] if usages else cache
+    return compactions, cache
+
+
 def zookeeper_watches(port: int) -> int:
     """Total watches the server holds (``wchs``: "N connections watching M paths / Total watches:K")."""
     match = re.search(r"Total watches:\s*(\d+)", four_letter_word(port, "wchs"))
@@ -178,6 +195,7 @@ def sample(
     with daemon.client(timeout=30) as client:
         summary = next((j for j in client.jobs() if j.job == JOB), None)
     sst, wal = rocksdb_bytes(daemon.data_dir)
+    compactions, cache = rocksdb_log(daemon.data_dir)
     epoch = summary.latest_epoch if summary is not None else -1
     retained = summary.latest_epoch - summary.oldest_epoch + 1 if summary is not None and epoch >= 0 else 0
     return Sample(
@@ -186,6 +204,8 @@ def sample(
         fds=len(os.listdir(f"/proc/{pid}/fd")),
         sst=sst,
         wal=wal,
+        compactions=compactions,
+        cache=cache,
         watches=zookeeper_watches(zookeeper.port),
         znodes=len(kazoo.get_children(Layout().epochs(JOB))) if kazoo.exists(Layout().epochs(JOB)) else 0,
         epoch=epoch,
@@ -269,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     readers = Readers(daemon.target, args.keys, args.readers)
     try:
         print(
-            f"soak for {args.minutes:g} min in {workdir}; waiting for epoch --retention-epochs ...",
+            f"soak for {args.minutes:g} min in {workdir}; warming up to --retention-epochs epochs ...",
             file=sys.stderr,
         )
         # Measured from when retention first retires epochs: the store is as full as it gets then.
@@ -325,6 +345,8 @@ def _row(s: Sample, samples: list[Sample]) -> tuple[str, ...]:
         str(s.fds),
         RESOURCES["sst"](s.sst),
         RESOURCES["wal"](s.wal),
+        str(s.compactions),
+        s.cache,
         str(s.watches),
         str(s.znodes),
         str(s.epoch),
