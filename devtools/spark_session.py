@@ -17,6 +17,8 @@ _QUIET = {
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+    # A Python worker connecting back to the JVM on a busy machine: 15 s by default.
+    "spark.python.authenticate.socketTimeout": "120s",
 }
 
 # Spark's log4j log in one file. WARN like Spark's own default profile: its INFO
