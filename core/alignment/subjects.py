@@ -204,7 +204,7 @@ class SubjectRegistry:
         query_id: str | None = None,
         adopt: Adopt | None = None,
     ) -> SourceRecord:
-        """Add query ``query_id``'s ``(source epoch, subject epoch)`` entries to the mapping of source ``job``.
+        """Add query ``query_id``'s ``(source epoch, subject epoch)`` entries to source ``job``'s mapping.
 
         Only the ``keep`` newest source epochs are kept; the other fields stay.
         A mapping of another query is replaced in the same compare-and-set.

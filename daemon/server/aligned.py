@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from epochstate.core.errors import EpochStateError
 from epochstate.core.zookeeper.errors import InvalidName
 from epochstate.core.zookeeper.subject_records import SubjectSourceRecord
 from epochstate.daemon.registry.subject_view import SubjectView
-from epochstate.core.errors import EpochStateError
 from epochstate.daemon.server.epochs import (
     BadSelector,
     EpochRetired,
