@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test compat compat-venvs zookeeper-auth lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-ingest bench-object-store bench-s3-clients bench-alignment clean
+.PHONY: demo demo-chain test compat compat-venvs zookeeper-auth lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-ingest bench-object-store bench-s3-clients bench-alignment clean soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -94,6 +94,10 @@ bench-s3-clients: $(STAMP)
 
 bench-alignment: $(STAMP)
 	$(BIN)/python bench/alignment.py $(BENCH_ARGS)
+
+# 30 minutes of ingest and reads; are the daemon's resources bounded? (SOAK_ARGS=--minutes 5)
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) var build *.egg-info

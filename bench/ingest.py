@@ -117,23 +117,29 @@ def rate(rows: int, seconds: float) -> str:
     return f"{rows / seconds:,.0f}"
 
 
-def build(spark: Any, workdir: Path, name: str, args: argparse.Namespace) -> tuple[Path, float]:
-    """Spark builds the provider's checkpoint; then (d): Spark's own statestore reader
-    reads the newest version, forced to decode every row. Returns the checkpoint and
-    the reader's seconds."""
+def build_checkpoint(spark: Any, workdir: Path, name: str, keys: int, epochs: int, changed: int) -> Path:
+    """Spark builds provider ``name``'s checkpoint: ``keys`` keys at epoch 0, then
+    ``changed`` keys in each later epoch; the provider's settings are unset after."""
     query = Query(spark, workdir, PROVIDERS[name])
     try:
-        for epoch in range(args.epochs):
-            query.feed(range(args.keys) if epoch == 0 else changed_users(epoch, args.keys, args.changed))
+        for epoch in range(epochs):
+            query.feed(range(keys) if epoch == 0 else changed_users(epoch, keys, changed))
     finally:
         query.stop()
+        for key in PROVIDERS[name]:
+            spark.conf.unset(key)
+    return query.checkpoint
+
+
+def build(spark: Any, workdir: Path, name: str, args: argparse.Namespace) -> tuple[Path, float]:
+    """The checkpoint (:func:`build_checkpoint`); then (d): Spark's own statestore reader
+    reads the newest version, forced to decode every row (it takes the provider from the
+    checkpoint). Returns the checkpoint and the reader's seconds."""
+    checkpoint = build_checkpoint(spark, workdir, name, args.keys, args.epochs, args.changed)
     started = time.perf_counter()
-    frame = spark.read.format("statestore").option("batchId", args.epochs - 1).load(str(query.checkpoint))
+    frame = spark.read.format("statestore").option("batchId", args.epochs - 1).load(str(checkpoint))
     frame.write.format("noop").mode("overwrite").save()
-    seconds = time.perf_counter() - started
-    for key in PROVIDERS[name]:
-        spark.conf.unset(key)
-    return query.checkpoint, seconds
+    return checkpoint, time.perf_counter() - started
 
 
 def measure_ingest(

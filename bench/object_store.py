@@ -39,7 +39,7 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from ingest import PROVIDERS, Query, changed_users, percentiles  # noqa: E402
+from ingest import PROVIDERS, Query, build_checkpoint, changed_users, percentiles  # noqa: E402
 from table import print_table  # noqa: E402
 
 from epochstate.client import EpochStateClient  # noqa: E402
@@ -51,18 +51,6 @@ from epochstate.daemon.store.versioned import VersionedStore  # noqa: E402
 from epochstate.devtools.local_daemon import LocalDaemon  # noqa: E402
 from epochstate.devtools.object_store import CheckpointMirror, S3Server  # noqa: E402
 from epochstate.devtools.spark_session import local_session  # noqa: E402
-
-
-def build(spark: Any, workdir: Path, name: str, args: argparse.Namespace) -> Path:
-    query = Query(spark, workdir, PROVIDERS[name])
-    try:
-        for epoch in range(args.epochs):
-            query.feed(range(args.keys) if epoch == 0 else changed_users(epoch, args.keys, args.changed))
-    finally:
-        query.stop()
-    for key in PROVIDERS[name]:
-        spark.conf.unset(key)
-    return query.checkpoint
 
 
 def changed_files(checkpoint: Path, version: int) -> int:
@@ -222,7 +210,9 @@ def main(argv: list[str] | None = None) -> None:
         try:
             for name in names:
                 print(f"building with Spark: {name} ...", file=sys.stderr)
-                checkpoint = build(spark, workdir / name.replace(" ", "-"), name, args)
+                checkpoint = build_checkpoint(
+                    spark, workdir / name.replace(" ", "-"), name, args.keys, args.epochs, args.changed
+                )
                 mirror = CheckpointMirror(server, checkpoint, server.new_bucket(), "cp")
                 mirror.sync()
                 built[name] = (checkpoint, mirror.uri)

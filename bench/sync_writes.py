@@ -25,7 +25,7 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from ingest import PROVIDERS, Query, changed_users  # noqa: E402
+from ingest import build_checkpoint  # noqa: E402
 from table import print_table  # noqa: E402
 
 from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest  # noqa: E402
@@ -33,17 +33,6 @@ from epochstate.daemon.ingest.follower import JobFollower  # noqa: E402
 from epochstate.daemon.runtime import NoRegistry  # noqa: E402
 from epochstate.daemon.store.versioned import StoreOptions, VersionedStore  # noqa: E402
 from epochstate.devtools.spark_session import local_session  # noqa: E402
-
-
-def build(workdir: Path, keys: int, epochs: int, changed: int) -> Path:
-    spark = local_session("bench-sync", conf={"spark.sql.session.timeZone": "UTC"})
-    query = Query(spark, workdir, PROVIDERS["hdfs"])
-    try:
-        for epoch in range(epochs):
-            query.feed(range(keys) if epoch == 0 else changed_users(epoch, keys, changed))
-    finally:
-        query.stop()
-    return query.checkpoint
 
 
 def ingest(workdir: Path, checkpoint: Path, sync: bool) -> tuple[int, float, int]:
@@ -79,9 +68,12 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[tuple[str, ...]] = []
     try:
         checkpoints = {}
+        spark = local_session("bench-sync", conf={"spark.sql.session.timeZone": "UTC"})
         for changed in sizes:
             print(f"building with Spark: {changed:,} changed keys per epoch ...", file=sys.stderr)
-            checkpoints[changed] = build(workdir / f"cp-{changed}", args.keys, args.epochs, changed)
+            checkpoints[changed] = build_checkpoint(
+                spark, workdir / f"cp-{changed}", "hdfs", args.keys, args.epochs, changed
+            )
         tune_for_ingest()
         freeze_startup_objects()
         for changed in sizes:

@@ -255,7 +255,7 @@ class EmbeddedZooKeeper:
             "maxClientCnxns": 0,
             "maxSessionTimeout": self.max_session_timeout_ms,
             "admin.enableServer": "false",
-            "4lw.commands.whitelist": "ruok,srvr,mntr",
+            "4lw.commands.whitelist": "ruok,srvr,mntr,wchs",
             "forceSync": "yes" if self.force_sync else "no",
             # Keep the data directory bounded for long-running development servers.
             "autopurge.snapRetainCount": 3,
@@ -294,7 +294,7 @@ class EmbeddedZooKeeper:
 
 
 def four_letter_word(port: int, word: str, timeout: float = 1.0) -> str:
-    """Send a whitelisted four-letter command (``ruok``, ``srvr``, ``mntr``)."""
+    """Send a whitelisted four-letter command (``ruok``, ``srvr``, ``mntr``, ``wchs``)."""
     with socket.create_connection((HOST, port), timeout=timeout) as sock:
         sock.sendall(word.encode("ascii"))
         chunks = []

@@ -22,6 +22,7 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 from tests.fixtures.daemon import DaemonProcess  # noqa: E402
+from tests.fixtures.spark import local_test_session  # noqa: E402
 
 pytest_plugins = [
     "tests.fixtures.zookeeper",
@@ -34,24 +35,7 @@ pytest_plugins = [
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The test session's one local[2] SparkSession."""
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("epochstate-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
-        # Snapshot files within a few batches. The maintenance interval is fixed by
-        # the first stateful query of the JVM, so it is set here, once, for all tests.
-        .config("spark.sql.streaming.stateStore.minDeltasForSnapshot", "2")
-        .config("spark.sql.streaming.stateStore.maintenanceInterval", "200ms")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_test_session("epochstate-tests")
     yield session
     session.stop()
 

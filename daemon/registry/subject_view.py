@@ -18,6 +18,11 @@ once more and then lapses).
 Every change a watch reports moves :attr:`SubjectView.generation` on and wakes
 :meth:`SubjectView.wait_for_change`, so a read waiting for a mapping entry wakes
 as soon as it is recorded; :meth:`SubjectView.close` wakes every waiter.
+
+A watch event reaches the cache some time after ZooKeeper acknowledged the change
+to its writer (another session: Spark's driver, an operator's CLI). A resolution
+calls :meth:`SubjectView.catch_up` first, so it sees every change acknowledged
+before it started, never a cached answer the writer already knows is stale.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
-from kazoo.protocol.states import KazooState, WatchedEvent
+from kazoo.protocol.states import Callback, KazooState, WatchedEvent
 
 from epochstate.core.zookeeper.errors import InvalidRecord, RegistryUnavailable
 from epochstate.core.zookeeper.layout import DEFAULT_ROOT, Layout, parse_epoch_name
@@ -133,6 +138,23 @@ class SubjectView:
             while len(self._epochs) > MAX_CACHED_EPOCHS:
                 self._epochs.popitem(last=False)
         return record
+
+    def catch_up(self) -> None:
+        """Return once the cache reflects every change ZooKeeper acknowledged before this call.
+
+        ZooKeeper sends this session the watch events of changes it committed
+        before a ``sync`` ahead of the sync's reply, and kazoo queues them, in
+        order, for its event thread; a marker queued there after the reply runs
+        once they have all emptied the cache entries they concern. One round trip.
+
+        Raises RegistryUnavailable: not connected, or no answer within ``timeout`` seconds.
+        """
+        with self._reading():
+            wait(self.client.sync_async("/"), self.timeout)
+        done = threading.Event()
+        self.client.handler.dispatch_callback(Callback("watch", done.set, ()))
+        if not done.wait(self.timeout):
+            raise RegistryUnavailable(f"ZooKeeper's watch events were not handled within {self.timeout} s")
 
     # Waiting.
 

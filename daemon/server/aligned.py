@@ -155,6 +155,8 @@ class SubjectAlignment:
         if other == job:
             return epoch
         deadline = None if timeout is None else self._clock() + timeout
+        # Changes made before this read (by Spark's driver, an operator) must not be missed.
+        self.view.catch_up()
         while True:
             generation = self.view.generation
             try:

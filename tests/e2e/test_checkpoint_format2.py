@@ -108,8 +108,9 @@ def test_transform_with_state_in_format_2_equals_spark_reader(
 ) -> None:
     """transformWithStateInPandas (one physical store with every variable, so one id
     per partition), changelog checkpointing on: every variable and the timers."""
-    from tests.e2e.test_operators_tws import BATCHES, VARIABLES, tagged, tagged_rows
-    from tests.e2e.test_operators_tws import SCHEMA as TWS_SCHEMA
+    from tests.compat.workload.queries import SCHEMA as TWS_SCHEMA
+    from tests.compat.workload.queries import transform_with_state as tagged
+    from tests.e2e.test_operators_tws import BATCHES, VARIABLES, tagged_rows
 
     job, checkpoint = "tws", tmp_path / "cp"
     session = tws_session(spark, True, "unsaferow")

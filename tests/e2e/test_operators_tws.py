@@ -1,17 +1,22 @@
 """transformWithStateInPandas on the RocksDB provider (changelog checkpointing on and
 off, UnsafeRow and Avro state encodings), followed by the real daemon: every state
 variable, and the timers, at every committed epoch equal Spark's own reader
-(``statestore`` with ``stateVarName`` / ``readRegisteredTimers``)."""
+(``statestore`` with ``stateVarName`` / ``readRegisteredTimers``).
+
+The query is the compatibility workload's (``tests/compat/workload``): that copy
+runs in every Spark release's own interpreter, so it is the one kept."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.compat.workload.queries import SCHEMA
+from tests.compat.workload.queries import transform_with_state as tagged
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import assert_store_equals_oracle
 from tests.fixtures.streams import FileStream
@@ -29,70 +34,9 @@ from tests.fixtures.tws_oracle import (
     tws_session,
 )
 
-SCHEMA = "user string, v long, tag string, ts timestamp"
-
 
 def at(second: int) -> str:
     return f"2024-01-01T00:{second // 60:02d}:{second % 60:02d}Z"
-
-
-def _processor() -> Any:
-    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
-
-    class Tagged(StatefulProcessor):
-        """Per user: a count (value state), the events (list state), per tag a count
-        and the last value (map state); a ``reset`` event clears the list and the map,
-        a ``drop`` event removes its map entry; an event-time timer 5 s after a
-        batch's newest event clears everything."""
-
-        def init(self, handle: Any) -> None:
-            self.handle = handle
-            self.count = handle.getValueState("count", "n long")
-            self.events = handle.getListState("events", "v long, tag string")
-            self.tags = handle.getMapState("tags", "tag string", "n long, last double")
-
-        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-            import pandas as pd  # type: ignore[import-untyped]
-
-            n = self.count.get()[0] if self.count.exists() else 0
-            newest = 0
-            for frame in rows:
-                for row in frame.itertuples():
-                    n += 1
-                    newest = max(newest, int(row.ts.timestamp() * 1000))
-                    if row.tag == "reset":
-                        self.events.clear()
-                        self.tags.clear()
-                        continue
-                    self.events.appendValue((int(row.v), row.tag))
-                    seen = self.tags.getValue((row.tag,)) if self.tags.containsKey((row.tag,)) else (0, 0.0)
-                    self.tags.updateValue((row.tag,), (seen[0] + 1, float(row.v)))
-                    if row.tag == "drop":
-                        self.tags.removeKey((row.tag,))
-            self.count.update((n,))
-            self.handle.registerTimer(newest + 5000)
-            yield pd.DataFrame({"user": [key[0]], "n": [n]})
-
-        def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
-            import pandas as pd
-
-            self.count.clear()
-            self.events.clear()
-            self.tags.clear()
-            yield pd.DataFrame({"user": [key[0]], "n": [-1]})
-
-        def close(self) -> None:
-            pass
-
-    return Tagged()
-
-
-def tagged(frame: Any) -> Any:
-    return (
-        frame.withWatermark("ts", "10 seconds")
-        .groupBy("user")
-        .transformWithStateInPandas(_processor(), "user string, n long", "update", "EventTime")
-    )
 
 
 BATCHES = 4

@@ -8,9 +8,7 @@ store provider.
 
 from __future__ import annotations
 
-import socket
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ import pytest
 
 from tests.e2e.test_oracle import QUERIES
 from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.metrics import free_port, sample_values
 from tests.fixtures.oracle import canon, plain, spark_state
 from tests.fixtures.s3 import CheckpointMirror, S3Server
 from tests.fixtures.streams import PROVIDERS, FileStream, Provider
@@ -63,16 +62,6 @@ def test_every_epoch_and_key_equals_spark_reader_from_s3(
             assert scanned == set(expected[epoch]), f"scan at epoch {epoch}"
 
 
-def _storage_requests(metrics_port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
-    counts: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("epochstate_storage_requests_total{"):
-            op = line.split('op="', 1)[1].split('"', 1)[0]
-            counts[op] = float(line.rsplit(" ", 1)[1])
-    return counts
-
-
 def test_an_idle_job_on_s3_costs_one_list_per_max_interval(
     spark: Any, s3_server: S3Server, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
 ) -> None:
@@ -81,9 +70,7 @@ def test_an_idle_job_on_s3_costs_one_list_per_max_interval(
     local.mkdir()
     mirror = CheckpointMirror(s3_server, local, s3_server.new_bucket(), "cp").start()
     stream = FileStream(spark, tmp_path / "in", local, build, schema, mode).start()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        metrics_port = probe.getsockname()[1]
+    metrics_port = free_port()
     env = {**s3_server.env, "EPOCHSTATE_METRICS_PORT": str(metrics_port), "EPOCHSTATE_POLL_MAX_INTERVAL": "2"}
     daemon = daemon_factory({"dedup": mirror.uri}, env=env)
     try:
@@ -94,10 +81,10 @@ def test_an_idle_job_on_s3_costs_one_list_per_max_interval(
         mirror.stop()
     daemon.wait_for_epoch("dedup", stream.committed()[-1])
     time.sleep(8)  # backed off to the 2 s ceiling by now (0.1 * 2**5 > 2)
-    before = _storage_requests(metrics_port)
+    before = sample_values(metrics_port, "epochstate_storage_requests_total", "op")
     window = 10.0
     time.sleep(window)
-    after = _storage_requests(metrics_port)
+    after = sample_values(metrics_port, "epochstate_storage_requests_total", "op")
     spent = {op: after.get(op, 0) - before.get(op, 0) for op in after}
     # One LIST of commits/ per 2 s while idle (a sixth for a look falling on the edge), nothing else.
     assert 4 <= spent["list"] <= window / 2 + 1, spent

@@ -9,8 +9,6 @@ how many requests the daemon retried.
 
 from __future__ import annotations
 
-import socket
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,17 +16,10 @@ from typing import Any
 from tests.e2e.test_oracle import QUERIES
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.faulty_proxy import FAULTS, FaultyProxy
+from tests.fixtures.metrics import free_port, sample_values
 from tests.fixtures.oracle import canon, plain, spark_state
 from tests.fixtures.s3 import CheckpointMirror, S3Server
 from tests.fixtures.streams import PROVIDERS, FileStream
-
-
-def _metric(port: int, name: str, label: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + "{") and label in line:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 def test_throttling_errors_slowness_truncation_and_resets_serve_nothing_wrong(
@@ -40,9 +31,7 @@ def test_throttling_errors_slowness_truncation_and_resets_serve_nothing_wrong(
     local.mkdir()
     mirror = CheckpointMirror(s3_server, local, s3_server.new_bucket(), "cp").start()
     proxy = FaultyProxy(s3_server.endpoint, rate=0.25, slow_seconds=0.6).start()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        metrics_port = probe.getsockname()[1]
+    metrics_port = free_port()
     env = {**s3_server.env, "AWS_ENDPOINT_URL": proxy.endpoint, "EPOCHSTATE_METRICS_PORT": str(metrics_port)}
     stream = FileStream(session, tmp_path / "in", local, build, schema, mode).start()
     daemon = daemon_factory({"windowed": mirror.uri}, env=env)
@@ -69,7 +58,8 @@ def test_throttling_errors_slowness_truncation_and_resets_serve_nothing_wrong(
                 }
                 keys = set(got) | set(expected[epoch])
                 wrong += sum(1 for k in keys if got.get(k) != expected[epoch].get(k))
-        retries = _metric(metrics_port, "epochstate_storage_outcomes_total", 'outcome="retries"')
+        outcomes = sample_values(metrics_port, "epochstate_storage_outcomes_total", "outcome")
+        retries = outcomes.get("retries", 0.0)
     finally:
         proxy.stop()
     injected = sum(proxy.counts[f] for f in FAULTS)

@@ -40,6 +40,7 @@ from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint  # noqa: 
 from epochstate.daemon.sources.rocksdb.changelog import iter_changelog_ops  # noqa: E402
 from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream  # noqa: E402
 from epochstate.daemon.sources.rows.statefile import iter_records  # noqa: E402
+from tests.fixtures.spark import local_test_session  # noqa: E402
 from tests.fuzz.targets import CORPUS, SCHEMAS  # noqa: E402
 
 MAX_SEED_BYTES = 48 * 1024
@@ -47,29 +48,11 @@ MAX_SEEDS = 48  # per target
 ROWS_PER_STORE = 6
 
 
-def _session() -> Any:
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("epochstate-fuzz-seeds")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
-        .config("spark.sql.streaming.stateStore.minDeltasForSnapshot", "2")
-        .config("spark.sql.streaming.stateStore.maintenanceInterval", "200ms")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
 def run_queries(spark: Any, base: Path) -> dict[str, Path]:
     """Run the seed queries; their checkpoints by name."""
-    from tests.e2e.test_operators_tws import SCHEMA as TWS_SCHEMA
-    from tests.e2e.test_operators_tws import tagged, tagged_rows
+    from tests.compat.workload.queries import SCHEMA as TWS_SCHEMA
+    from tests.compat.workload.queries import transform_with_state as tagged
+    from tests.e2e.test_operators_tws import tagged_rows
     from tests.fixtures.streams import FileStream
     from tests.fixtures.tws_oracle import run_batches, tws_session
     from tests.sources.conftest import (
@@ -256,7 +239,7 @@ def main() -> None:
             checkpoints = {k: Path(v) for k, v in json.loads(done.read_text()).items()}
         else:
             base.mkdir(parents=True, exist_ok=True)
-            spark = _session()
+            spark = local_test_session("epochstate-fuzz-seeds")
             checkpoints = run_queries(spark, base)
             done.write_text(json.dumps({k: str(v) for k, v in checkpoints.items()}))
         corpus = Corpus()
