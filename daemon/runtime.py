@@ -173,7 +173,7 @@ class Daemon:
         self.metrics.epoch_problems.labels(job).set(len(self.catalog.get(job).problems))
 
     def start(self) -> None:
-        alignment = None if self.subjects is None else SubjectAlignment(self.subjects)
+        alignment = None if self.subjects is None else SubjectAlignment(self.subjects, self.catalog)
         ingest = self.security.ingest(self.ingest)  # follows only checkpoints under the allowed roots
         self.service = EpochStateService(
             self.store, self.catalog, ingest, alignment, max_wait=self.settings.max_wait

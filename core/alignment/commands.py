@@ -13,7 +13,10 @@ States of a source::
 
 A command carries an id, one more than the previous command's; a report names
 the id of the command it answers, so the coordinator can tell "not seen yet"
-from "seen and answered".
+from "seen and answered". A command names the query it is addressed to (the
+source record's ``query_id`` when it was issued): a source of another query
+(the reading job's checkpoint was recreated) takes no command addressed to the
+old one (``SourceRecord.live_command``).
 """
 
 from __future__ import annotations
@@ -33,12 +36,18 @@ DONE: Mapping[CommandName, State] = {"catch-up": "ready", "align": "aligned", "a
 
 @dataclass(frozen=True)
 class Command:
-    """A coordinator's command to one source; ``epoch`` is Align's subject epoch ``k``."""
+    """A coordinator's command to one source; ``epoch`` is Align's subject epoch ``k``.
+
+    ``query_id`` is the reading query the command is addressed to (None: to whichever
+    query reads, as commands issued before the field existed, or to a source record
+    without a query id).
+    """
 
     name: CommandName
     id: int
     epoch: int | None = None
     issued_at_ms: int = 0
+    query_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.name not in COMMANDS:
@@ -49,17 +58,26 @@ class Command:
             raise ValueError(f"a subject epoch is >= 0, not {self.epoch}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "id": self.id, "epoch": self.epoch, "issued_at_ms": self.issued_at_ms}
+        found: dict[str, Any] = {
+            "name": self.name,
+            "id": self.id,
+            "epoch": self.epoch,
+            "issued_at_ms": self.issued_at_ms,
+        }
+        if self.query_id is not None:
+            found["query_id"] = self.query_id
+        return found
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> Command:
         """Raises KeyError, TypeError or ValueError on a malformed command."""
-        epoch = value.get("epoch")
+        epoch, query_id = value.get("epoch"), value.get("query_id")
         return cls(
             name=cast(CommandName, str(value["name"])),
             id=int(value["id"]),
             epoch=None if epoch is None else int(epoch),
             issued_at_ms=int(value.get("issued_at_ms", 0)),
+            query_id=None if query_id is None else str(query_id),
         )
 
     def __str__(self) -> str:

@@ -8,6 +8,10 @@ any process may issue commands, one after the other.
 
 Rules: CatchUp applies to a source that is not aligned or aligning (Abort it
 first); Align needs a source that reported Ready; Abort applies always.
+
+A command is addressed to the reading query the source record names; once the
+job's checkpoint is recreated, the new query's source starts a fresh record and
+the old command is void: not carried out, not awaited (issue it again).
 """
 
 from __future__ import annotations
@@ -44,8 +48,9 @@ class SourceStatus:
 
     @property
     def answered(self) -> bool:
-        """Whether the source has seen its newest command (True when there is none)."""
-        command, report = self.record.command, self.record.report
+        """Whether the source has seen its newest command (True when there is none, or when
+        it was addressed to a query the job no longer runs: void, nobody will answer it)."""
+        command, report = self.record.live_command, self.record.report
         return command is None or (report is not None and report.answers == command.id)
 
 
@@ -140,6 +145,12 @@ class AlignmentCoordinator:
                 return report
             if record.command is not None and record.command.id != command.id:
                 raise InvalidTransition(f"command {command} was replaced by {record.command}")
+            if record.query_id != command.query_id:
+                raise InvalidTransition(
+                    f"command {command} was addressed to query {command.query_id} of job {job!r}, but "
+                    f"its checkpoint was recreated and query {record.query_id} reads {topic!r} now: "
+                    "the new query does not carry it out; issue it again"
+                )
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not changed.wait(remaining):
                 state = "no report" if report is None else report.state
@@ -156,7 +167,7 @@ class AlignmentCoordinator:
         def change(record: SourceRecord) -> SourceRecord:
             epoch = check(SourceStatus(job, record))  # again on each try: the source may have moved
             previous = 0 if record.command is None else record.command.id
-            command = Command(name, previous + 1, epoch, self._clock())
+            command = Command(name, previous + 1, epoch, self._clock(), record.query_id)
             issued[:] = [command]
             return replace(record, command=command)
 

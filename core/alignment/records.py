@@ -6,7 +6,7 @@ The format itself is defined once, in :mod:`epochstate.core.zookeeper.subject_re
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -14,9 +14,20 @@ from epochstate.core.alignment.commands import Command, Report
 from epochstate.core.alignment.errors import CorruptSubjectRecord
 from epochstate.core.alignment.ranges import OffsetRange
 from epochstate.core.zookeeper.errors import InvalidRecord
-from epochstate.core.zookeeper.subject_records import MODES, Mode, SubjectEpochRecord, SubjectSourceRecord
+from epochstate.core.zookeeper.subject_records import (
+    MODES,
+    RETIRED,
+    Mode,
+    Retired,
+    SubjectEpochRecord,
+    SubjectSourceRecord,
+)
 
-__all__ = ["MODES", "Mode", "SourceRecord", "SubjectEpoch"]
+__all__ = ["MODES", "Adopt", "Mode", "SourceRecord", "SubjectEpoch"]
+
+# Whether a mapping entry (source epoch, subject epoch) of a record without a query id is
+# one of the reading query's own (its offsets log says its batch j ended at subject epoch k).
+Adopt = Callable[[int, int], bool]
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,11 @@ class SourceRecord:
     newest entries. ``command`` is the coordinator's newest command and
     ``report`` the source's newest report (``commands``). Fields this module
     does not know are kept as they are in ``other``.
+
+    ``query_id`` is the reading query whose batch ids the mapping holds (None in
+    records written before it existed). The mapping, report and retired source
+    epochs belong to that query alone: a source of another query starts afresh
+    (:meth:`for_query`), so batch ids of two queries never meet in one mapping.
     """
 
     mode: Mode
@@ -101,12 +117,63 @@ class SourceRecord:
     other: Mapping[str, Any] = field(default_factory=dict)
     command: Command | None = None
     report: Report | None = None
+    query_id: str | None = None
 
-    def with_entries(self, entries: Iterable[tuple[int, int]], keep: int, now_ms: int) -> SourceRecord:
-        """This record with ``entries`` added, keeping the ``keep`` newest source epochs."""
-        mapping = {**self.mapping, **dict(entries)}
+    @property
+    def live_command(self) -> Command | None:
+        """The newest command if it is addressed to this record's query; None otherwise.
+
+        A command issued before the reading job's checkpoint was recreated names
+        the old query: the new query's source does not carry it out, and the
+        coordinator takes it as void (it issues the next one).
+        """
+        command = self.command
+        return command if command is not None and command.query_id == self.query_id else None
+
+    def for_query(self, query_id: str | None, now_ms: int, adopt: Adopt | None = None) -> SourceRecord:
+        """This record as the source of query ``query_id`` must see it.
+
+        Itself when it is that query's record, or when ``query_id`` is None (a
+        source that could not learn its query id goes on as before). Otherwise
+        the record of another query: a fresh start with no mapping, no report and
+        no retired source epochs (the subject epochs retired stay retired); the
+        coordinator's command stays but is no longer live. A record without a
+        query id (written before the field existed) keeps the mapping entries
+        ``adopt`` confirms as the query's own, and then its retired bounds.
+        """
+        if query_id is None or query_id == self.query_id:
+            return self
+        mapping: dict[int, int] = {}
+        if self.query_id is None and adopt is not None:
+            mapping = {j: k for j, k in self.mapping.items() if adopt(j, k)}
+        other = dict(self.other)
+        if other.get(RETIRED) is not None and not mapping:
+            try:
+                retired = Retired.from_json(other[RETIRED])
+            except InvalidRecord as error:
+                raise CorruptSubjectRecord(f"a source record's retired bounds: {error}") from error
+            if retired is not None:
+                other[RETIRED] = Retired(0, retired.subject_epoch).to_json()
+        return replace(
+            self, mapping=mapping, other=other, report=None, query_id=query_id, updated_at_ms=now_ms
+        )
+
+    def with_entries(
+        self,
+        entries: Iterable[tuple[int, int]],
+        keep: int,
+        now_ms: int,
+        query_id: str | None = None,
+        adopt: Adopt | None = None,
+    ) -> SourceRecord:
+        """This record with query ``query_id``'s ``entries`` added, keeping the ``keep`` newest source epochs.
+
+        The entries of another query are replaced, never merged (:meth:`for_query`).
+        """
+        base = self.for_query(query_id, now_ms, adopt)
+        mapping = {**base.mapping, **dict(entries)}
         newest = sorted(mapping)[-keep:] if keep > 0 else []
-        return replace(self, mapping={e: mapping[e] for e in newest}, updated_at_ms=now_ms)
+        return replace(base, mapping={e: mapping[e] for e in newest}, updated_at_ms=now_ms)
 
     def with_mode(self, mode: Mode, now_ms: int) -> SourceRecord:
         return replace(self, mode=mode, updated_at_ms=now_ms)
@@ -117,7 +184,7 @@ class SourceRecord:
             other["command"] = self.command.to_json()
         if self.report is not None:
             other["report"] = self.report.to_json()
-        return SubjectSourceRecord(self.mode, self.mapping, self.updated_at_ms, other).encode()
+        return SubjectSourceRecord(self.mode, self.mapping, self.updated_at_ms, other, self.query_id).encode()
 
     @classmethod
     def decode(cls, topic: str, job: str, data: bytes | None) -> SourceRecord:
@@ -134,6 +201,7 @@ class SourceRecord:
                 other,
                 None if command is None else Command.from_json(command),
                 None if report is None else Report.from_json(report),
+                record.query_id,
             )
         except (InvalidRecord, KeyError, TypeError, ValueError, AttributeError) as error:
             raise CorruptSubjectRecord(f"source {job!r} of subject {topic!r}: {error}") from error

@@ -112,7 +112,7 @@ def plan(
 
 def _source_holds(job: str, record: SourceRecord) -> list[Hold]:
     holds = []
-    report, command = record.report, record.command
+    report, command = record.report, record.live_command
     aligned_now = (
         report is not None
         and report.state == "aligned"

@@ -27,7 +27,7 @@ from epochstate.core.alignment.errors import (
     SourceNotFound,
 )
 from epochstate.core.alignment.layout import DEFAULT_ROOT, SubjectLayout, parse_epoch_name
-from epochstate.core.alignment.records import Mode, SourceRecord, SubjectEpoch
+from epochstate.core.alignment.records import Adopt, Mode, SourceRecord, SubjectEpoch
 from epochstate.core.zookeeper.errors import AccessDenied
 from epochstate.core.zookeeper.layout import Layout
 from epochstate.core.zookeeper.records import decode
@@ -186,20 +186,32 @@ class SubjectRegistry:
         path = self.layout.subject(topic)
         return self._call(lambda: wait(self.client.exists_async(path), self.timeout) is not None)
 
-    def register_source(self, topic: str, job: str, mode: Mode) -> SourceRecord:
-        """Create the znode of source ``job`` or set its mode; its mapping and other fields stay."""
-        return self.update_source(topic, job, lambda record: record.with_mode(mode, self._clock()), mode)
+    def register_source(
+        self, topic: str, job: str, mode: Mode, query_id: str | None = None, adopt: Adopt | None = None
+    ) -> SourceRecord:
+        """Create the znode of source ``job`` or set its mode; the rest stays (for query ``query_id``)."""
+        return self.update_source(
+            topic, job, lambda record: record.with_mode(mode, self._clock()), mode, query_id, adopt
+        )
 
     def record_mapping(
-        self, topic: str, job: str, mode: Mode, entries: Iterable[tuple[int, int]], keep: int
+        self,
+        topic: str,
+        job: str,
+        mode: Mode,
+        entries: Iterable[tuple[int, int]],
+        keep: int,
+        query_id: str | None = None,
+        adopt: Adopt | None = None,
     ) -> SourceRecord:
-        """Add ``(source epoch, subject epoch)`` entries to the mapping of source ``job``.
+        """Add query ``query_id``'s ``(source epoch, subject epoch)`` entries to source ``job``'s mapping.
 
         Only the ``keep`` newest source epochs are kept; the other fields stay.
+        A mapping of another query is replaced in the same compare-and-set.
         """
         added = list(entries)
         return self.update_source(
-            topic, job, lambda record: record.with_entries(added, keep, self._clock()), mode
+            topic, job, lambda record: record.with_entries(added, keep, self._clock()), mode, query_id, adopt
         )
 
     def update_source(
@@ -208,6 +220,8 @@ class SubjectRegistry:
         job: str,
         change: Callable[[SourceRecord], SourceRecord],
         create_as: Mode | None = None,
+        query_id: str | None = None,
+        adopt: Adopt | None = None,
     ) -> SourceRecord:
         """Apply ``change`` to the record of source ``job`` by compare-and-set; the record written.
 
@@ -216,6 +230,11 @@ class SubjectRegistry:
         them. A missing znode is created from ``SourceRecord(create_as)``, or,
         without ``create_as``, SourceNotFound is raised. Nothing is written when
         ``change`` returns the record unchanged.
+
+        With ``query_id`` (the source's own writes), ``change`` sees the record as
+        that query's source must (:meth:`SourceRecord.for_query`): the record of
+        another query is replaced by a fresh one in the same compare-and-set, so
+        no reader ever sees two queries' batch ids in one mapping.
         """
         path = self.layout.source(topic, job)
         self._ensure(self.layout.sources(topic))
@@ -226,14 +245,14 @@ class SubjectRegistry:
             except NoNodeError:
                 if create_as is None:
                     raise SourceNotFound(f"subject {topic!r} has no source {job!r}") from None
-                record = change(SourceRecord(create_as))
+                record = change(SourceRecord(create_as, query_id=query_id))
                 try:
                     wait(self.client.create_async(path, record.encode()), self.timeout)
                 except NodeExistsError:
                     raise ForceRetryError() from None
                 return record
             current = SourceRecord.decode(topic, job, data)
-            record = change(current)
+            record = change(current.for_query(query_id, self._clock(), adopt))
             if replace(record, updated_at_ms=current.updated_at_ms) == current:
                 return current
             try:

@@ -13,6 +13,8 @@ plugin. Where the znodes live: :class:`epochstate.core.zookeeper.layout.Layout`.
     <root>/subjects/<topic>/sources/<job>   {"mode": "aligned" | "unaligned",
                                              "mapping": {"<source epoch>": k}, "updated_at_ms": ms,
                                              "retired": {"source_epoch": j, "subject_epoch": k} (optional),
+                                             "query_id": id (the reading query's; absent in records
+                                                         written before it existed),
                                              ...fields of others (a coordinator), kept as they are}
 
 Payloads are canonical JSON (:func:`encode`): the same record always has the same bytes.
@@ -93,6 +95,7 @@ class SubjectEpochRecord:
 
 
 RETIRED = "retired"
+QUERY_ID = "query_id"
 
 
 @dataclass(frozen=True)
@@ -129,22 +132,30 @@ class SubjectSourceRecord:
     It holds only the newest entries (the reader's mapping retention). Each
     source epoch read exactly one subject epoch, and no two read the same one.
     Fields of others (a coordinator's command and state) are kept in ``other``.
+
+    ``query_id`` is the stable Spark id of the query whose batch ids the mapping's
+    source epochs are: a source of another query (the reading job's checkpoint
+    was recreated, its batch ids restart at 0) replaces the mapping, never merges
+    into it. None in records written before the field existed (and by sources
+    that could not learn their query id): their mapping is read as it always was.
     """
 
     mode: Mode
     mapping: Mapping[int, int] = field(default_factory=dict)
     updated_at_ms: int = 0
     other: Mapping[str, Any] = field(default_factory=dict)
+    query_id: str | None = None
 
     def encode(self) -> bytes:
-        return encode(
-            {
-                **self.other,
-                "mode": self.mode,
-                "mapping": {str(source): subject for source, subject in sorted(self.mapping.items())},
-                "updated_at_ms": self.updated_at_ms,
-            }
-        )
+        record: dict[str, Any] = {
+            **self.other,
+            "mode": self.mode,
+            "mapping": {str(source): subject for source, subject in sorted(self.mapping.items())},
+            "updated_at_ms": self.updated_at_ms,
+        }
+        if self.query_id is not None:  # absent, not null: records without it stay as they were
+            record[QUERY_ID] = self.query_id
+        return encode(record)
 
     @classmethod
     def decode(cls, data: bytes | None) -> SubjectSourceRecord:
@@ -156,9 +167,12 @@ class SubjectSourceRecord:
                 raise ValueError(f"mode {mode!r} is none of {MODES}")
             mapping = {int(source): int(subject) for source, subject in record.pop("mapping", {}).items()}
             updated = int(record.pop("updated_at_ms", 0))
+            query_id = record.pop(QUERY_ID, None)
+            if query_id is not None and not isinstance(query_id, str):
+                raise TypeError(f"query_id {query_id!r} is not a string")
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise InvalidRecord(f"not a subject source record: {error!r}") from error
-        return cls(cast(Mode, mode), mapping, updated, record)
+        return cls(cast(Mode, mode), mapping, updated, record, query_id)
 
     @property
     def retired(self) -> Retired | None:

@@ -10,6 +10,15 @@ epoch that emitted the records B's epoch m processes, neither older nor newer.
 Resolution waits (through the :class:`SubjectView`'s watches) while B's epoch m
 or A's epoch of subject epoch k is not in the registry yet; whether that epoch of
 A is queryable is the caller's business (:func:`epochs.resolve`).
+
+Incarnations: a reader's mapping names the query whose batch ids it holds. A
+reader's epochs are those of the query the daemon knows for it: A's, the query
+the read is pinned to; B's, the query the daemon follows (when it follows B;
+otherwise the mapping's own). A mapping of another query is never used: when it
+is the query the job's checkpoint holds now and the read is pinned to an older
+one, the read is refused (IncarnationChanged, naming both); otherwise the
+known query has not recorded its mapping yet, and the resolution waits for it.
+A mapping without a query id (written before the field existed) is used as before.
 """
 
 from __future__ import annotations
@@ -18,22 +27,53 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from epochstate.core.errors import EpochStateError
 from epochstate.core.zookeeper.errors import InvalidName
 from epochstate.core.zookeeper.subject_records import SubjectSourceRecord
 from epochstate.daemon.registry.subject_view import SubjectView
-from epochstate.daemon.server.epochs import BadSelector, EpochRetired, EpochWaitTimedOut, NoSuchEpoch
-from epochstate.daemon.store.catalog import JobEntry
+from epochstate.daemon.server.epochs import (
+    BadSelector,
+    EpochRetired,
+    EpochWaitTimedOut,
+    IncarnationChanged,
+    NoSuchEpoch,
+)
+from epochstate.daemon.store.catalog import Catalog, JobEntry
 from epochstate.v1 import epochstate_pb2 as pb
 
 
 @dataclass(frozen=True)
 class Role:
-    """How ``job`` touches subject ``topic``: as its writer, as a reader (``source``), or both."""
+    """How ``job`` touches subject ``topic``: as its writer, as a reader (``source``), or both.
+
+    ``query_id`` is the job's query whose epochs are meant ("" when the daemon
+    knows none); ``current`` the query the daemon follows for the job now ("" if none).
+    """
 
     job: str
     topic: str
     writes: bool
     source: SubjectSourceRecord | None
+    query_id: str = ""
+    current: str = ""
+
+    def stale(self) -> str:
+        """Why the reader's mapping cannot be used: "" when it can (it is the known query's,
+        or one of them is unknown). Raises IncarnationChanged when the mapping is the job's
+        current query's and the epochs meant are an older query's."""
+        if self.writes or self.source is None:
+            return ""
+        recorded = self.source.query_id
+        if recorded is None or not self.query_id or recorded == self.query_id:
+            return ""
+        if recorded == self.current:
+            raise IncarnationChanged.of(
+                self.job, self.query_id, recorded, f"aligning through subject {self.topic!r}"
+            )
+        return (
+            f"job {self.job!r}'s query {self.query_id} did not record its mapping of subject "
+            f"{self.topic!r} yet (the registry holds query {recorded}'s)"
+        )
 
     def __str__(self) -> str:
         parts = ["writes" if self.writes else "", f"reads ({self.source.mode})" if self.source else ""]
@@ -86,8 +126,11 @@ class Role:
 class SubjectAlignment:
     """Resolves ``AlignedWith`` selectors through the subjects in ZooKeeper (an ``AlignedEpochs``)."""
 
-    def __init__(self, view: SubjectView, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, view: SubjectView, catalog: Catalog | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.view = view
+        self.catalog = catalog  # the queries the daemon follows (None: it knows only the read's)
         self._clock = clock
 
     def epoch_of(self, entry: JobEntry, aligned: pb.AlignedWith, timeout: float | None) -> int:
@@ -100,7 +143,10 @@ class SubjectAlignment:
             NoSuchEpoch: the jobs share no subject (or several, and none is named), or
                 one of them reads it unaligned.
             EpochRetired: a mapping entry needed is older than the mapping's retention.
-            EpochWaitTimedOut: not known by the deadline.
+            IncarnationChanged: a job's mapping is of the query its checkpoint holds now,
+                and the read is pinned to an older query of it.
+            EpochWaitTimedOut: not known by the deadline (a mapping of the known query
+                was not recorded by then).
             RegistryUnavailable: ZooKeeper did not answer.
         """
         job, other, epoch = entry.descriptor.name, aligned.job, aligned.epoch
@@ -127,8 +173,15 @@ class SubjectAlignment:
         """A's aligned epoch, or None and what it waits for."""
         job, other, epoch = entry.descriptor.name, aligned.job, aligned.epoch
         mine, theirs = self._shared(
-            job, self._roles(job, entry.descriptor.query_id), other, self._roles(other, None), aligned.subject
+            job,
+            self._roles(job, entry.descriptor.query_id),
+            other,
+            self._roles(other, self._current(other)),
+            aligned.subject,
         )
+        for role in (theirs, mine):
+            if stale := role.stale():
+                return None, stale
         subject_epoch = theirs.subject_epoch(epoch)
         if subject_epoch is None:
             return None, f"job {other!r} did not read its epoch {epoch} from subject {mine.topic!r}"
@@ -140,14 +193,24 @@ class SubjectAlignment:
             )
         return found, ""
 
-    def _roles(self, job: str, query_id: str | None) -> dict[str, Role]:
+    def _current(self, job: str) -> str:
+        """The query the daemon follows for ``job`` now; "" when it follows none."""
+        if self.catalog is None:
+            return ""
+        try:
+            return self.catalog.get(job).descriptor.query_id
+        except EpochStateError:
+            return ""
+
+    def _roles(self, job: str, query_id: str) -> dict[str, Role]:
         roles: dict[str, Role] = {}
+        current = self._current(job)
         for topic in self.view.topics():
             source = self.view.source(topic, job)
             written = self.view.writer(topic)
             writes = written is not None and written.written_by(job, query_id or None)
             if writes or source is not None:
-                roles[topic] = Role(job, topic, writes, source)
+                roles[topic] = Role(job, topic, writes, source, query_id, current)
         return roles
 
     @staticmethod

@@ -65,7 +65,9 @@ class AlignedPlanner:
     ranges; the mapping batch -> subject epoch is recorded under the source's
     znode as soon as Spark runs the batch (its offsets are in the query's log by
     then, so the mapping can no longer change; whether the batch committed is
-    the query's own record).
+    the query's own record). The mapping is this query's alone: a mapping that
+    another query recorded (the job's checkpoint was recreated) is replaced,
+    in the same compare-and-set, by one that starts with this query's batch.
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class AlignedPlanner:
         self._next = NextEpoch(registry, self.topic)
         self._initial: SubjectOffset | None = None
         self._recorded: int | None = None  # the batch whose mapping this run recorded last
+        self.query_id = planned.query_id()  # the mapping's source epochs are this query's batch ids
 
     def initial(self) -> SubjectOffset:
         """Just before the starting epoch, at its start; decided once per run (``startingEpoch``)."""
@@ -133,7 +136,13 @@ class AlignedPlanner:
 
     def _record(self, batch: int, subject_epoch: int) -> None:
         self._registry.record_mapping(
-            self.topic, self.job, "aligned", [(batch, subject_epoch)], self.options.mapping_retention
+            self.topic,
+            self.job,
+            "aligned",
+            [(batch, subject_epoch)],
+            self.options.mapping_retention,
+            self.query_id,
+            self._planned.read,
         )
         self._recorded = batch
         log.debug(

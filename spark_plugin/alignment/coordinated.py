@@ -35,14 +35,25 @@ log = logging.getLogger(__name__)
 
 
 class SourceZnode:
-    """The source's record, read again only when ZooKeeper says it changed (or RECHECK_SECONDS passed)."""
+    """The source's record, read again only when ZooKeeper says it changed (or RECHECK_SECONDS passed).
+
+    It is seen as query ``query_id``'s source must see it (``SourceRecord.for_query``):
+    the report, mapping and command of another query (before the job's checkpoint
+    was recreated) are not this query's, and its command is not live.
+    """
 
     def __init__(
-        self, registry: SubjectRegistry, topic: str, job: str, clock: Callable[[], float] = time.monotonic
+        self,
+        registry: SubjectRegistry,
+        topic: str,
+        job: str,
+        query_id: str | None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._registry = registry
         self._topic = topic
         self._job = job
+        self._query_id = query_id
         self._clock = clock
         self._changed = threading.Event()
         self._changed.set()
@@ -55,7 +66,8 @@ class SourceZnode:
             self._changed.clear()
             self._read_at = now
             # A bound method, so that kazoo (which keeps watchers in a set) holds it once.
-            self._record = self._registry.get_source(self._topic, self._job, watch=self._on_change)
+            found = self._registry.get_source(self._topic, self._job, watch=self._on_change)
+            self._record = None if found is None else found.for_query(self._query_id, wall_clock_ms())
         return self._record
 
     def _on_change(self, _: WatchedEvent) -> None:
@@ -85,7 +97,7 @@ class CoordinatedPlanner:
         self._boundaries = Boundaries(registry, self.topic)
         self._aligned = AlignedPlanner(options, registry, planned, self._boundaries)
         self._unaligned = UnalignedPlanner(options, admin, planned, None)
-        self._znode = SourceZnode(registry, self.topic, self.job)
+        self._znode = SourceZnode(registry, self.topic, self.job, self._aligned.query_id)
         self._decided: tuple[int | None, Command | None, Decision] | None = None
         self._reported: Report | None = None
 
@@ -96,7 +108,7 @@ class CoordinatedPlanner:
         newest = self._planned.newest()
         batch, current = (None, self.initial()) if newest is None else newest
         record = self._znode.get()
-        command = None if record is None else record.command
+        command = None if record is None else record.live_command
         decision = self._decide(batch, current, command, record)
         self._report(decision.report(current, batch, command), current)
         if decision.step == "aligned":
@@ -120,7 +132,7 @@ class CoordinatedPlanner:
         newest = self._planned.newest()
         if newest is not None and newest[1] == end:
             record = self._znode.get()
-            command = None if record is None else record.command
+            command = None if record is None else record.live_command
             decision = self._decide(newest[0], end, command, record)
             self._report(decision.report(end, newest[0], command), end)
         return found
@@ -160,6 +172,8 @@ class CoordinatedPlanner:
             self.job,
             lambda record: replace(record, mode=mode, report=report, updated_at_ms=now),
             create_as=mode,
+            query_id=self._aligned.query_id,
+            adopt=self._planned.read,
         )
         if self._reported is None or self._reported.state != report.state:
             log.info(

@@ -37,6 +37,22 @@ class PlannedOffsets:
     def location(self) -> str:
         return str(self._checkpoint.root)
 
+    def query_id(self) -> str | None:
+        """The query's stable id (the checkpoint's ``metadata``, written before the query plans
+        anything); None when it cannot be read, and the source record then carries none."""
+        try:
+            return self._checkpoint.query_id()
+        except SourceError:
+            return None
+
+    def read(self, batch: int, subject_epoch: int) -> bool:
+        """Whether this query's batch ``batch`` is planned and ends aligned at ``subject_epoch``
+        (an ``Adopt``: confirms a mapping entry recorded without a query id as this query's)."""
+        try:
+            return self.offset(batch).epoch == subject_epoch
+        except CheckpointMismatch:
+            return False
+
     def newest(self) -> tuple[int, SubjectOffset] | None:
         """The newest planned batch and this source's end offset in it; None before the first.
 

@@ -43,7 +43,9 @@ class UnalignedPlanner:
         self._watermarks: dict[int, int] = {}
         self._asked_at = -WATERMARK_INTERVAL_SECONDS
         if registry is not None and options.job is not None:
-            registry.register_source(self.topic, options.job, "unaligned")
+            query_id = None if planned is None else planned.query_id()
+            adopt = None if planned is None else planned.read
+            registry.register_source(self.topic, options.job, "unaligned", query_id, adopt)
 
     def initial(self) -> SubjectOffset:
         """``startingOffsets``, decided once per run."""
