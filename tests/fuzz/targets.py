@@ -123,10 +123,18 @@ def _scratch() -> Path:
     return made
 
 
+# An input of MAX_INPUT_BYTES can expand to ~64 MiB (deflate), and a container's
+# /dev/shm is often just 64 MiB: below this much free, scratch files go to disk.
+_MEMORY_SCRATCH_FREE_BYTES = 512 << 20
+
+
 def memory_scratch_root() -> Path | None:
-    """``/dev/shm`` where the system has it, else None (the default temporary directory)."""
+    """``/dev/shm`` where the system has it with room to spare, else None (the
+    default temporary directory)."""
     memory = Path("/dev/shm")
-    return memory if memory.is_dir() else None
+    if not memory.is_dir() or shutil.disk_usage(memory).free < _MEMORY_SCRATCH_FREE_BYTES:
+        return None
+    return memory
 
 
 # -- checksum fix-ups -------------------------------------------------------------------

@@ -7,6 +7,7 @@ StopIteration, which the daemon reports as an internal error (or not at all).
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,9 @@ from epochstate.daemon.sources.checkpoint.operators import parse_operator_metada
 from epochstate.daemon.sources.checkpoint.schemafile import parse_column_family_schemas, parse_schema_file
 from epochstate.daemon.sources.errors import CorruptCheckpointFile, CorruptStateFile, UnsupportedCheckpoint
 from epochstate.daemon.sources.rocksdb.changelog import read_header
+from epochstate.daemon.sources.rocksdb.manifest import read_snapshot_manifest
 from epochstate.daemon.sources.rocksdb.snapshot import SnapshotReader, read_snapshot_metadata
+from epochstate.daemon.sources.rocksdb.snapshot_zip import open_snapshot_zip
 from epochstate.daemon.sources.rocksdb.sst import SstFormatError, sst_writes_after
 from tests.fuzz.targets import REGRESSIONS, fix_sst_checksums
 
@@ -84,3 +87,30 @@ def test_sst_block_claiming_more_than_lz4_can_hold_is_refused_before_allocating(
     table = fix_sst_checksums(finding("sst/lz4-size-beyond-int32"))
     with pytest.raises(SstFormatError, match="LZ4 bytes cannot hold"):
         sst_writes_after(table, b"", b"", 0)
+
+
+@pytest.mark.parametrize(
+    ("name", "method"), [("bzip2-invalid-stream", "method 12"), ("lzma-corrupt-input", "method 14")]
+)
+def test_zip_methods_spark_never_writes_are_refused_before_decompressing(
+    tmp_path: Path, name: str, method: str
+) -> None:
+    path = tmp_path / "1.zip"
+    path.write_bytes(finding(f"snapshot_zip/{name}"))  # were a bare OSError / LZMAError
+    for read in (
+        lambda: SnapshotReader(open_location(path))._extract(str(tmp_path / "out")),
+        lambda: read_snapshot_metadata(open_location(path)),
+        lambda: read_snapshot_manifest(open_location(path)),
+    ):
+        with pytest.raises(CorruptStateFile, match=f"compression {method}, which Spark never writes"):
+            read()
+
+
+def test_a_zip_that_would_expand_beyond_the_bound_is_refused_before_extracting(tmp_path: Path) -> None:
+    path = tmp_path / "1.zip"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("metadata", 'v1\n{"sstFiles": [], "numKeys": 0}')
+        archive.writestr("MANIFEST-1", b"\0" * (1 << 20))
+    opening = open_snapshot_zip(str(path), open_location(path), max_uncompressed_bytes=1 << 16)
+    with pytest.raises(CorruptStateFile, match="above the 65536 a snapshot zip"), opening:
+        raise AssertionError("opened")

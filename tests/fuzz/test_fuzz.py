@@ -38,7 +38,8 @@ def test_bounded_fuzzing_finds_nothing(name: str, tmp_path: Path) -> None:
     findings = sorted(p.name for p in (tmp_path / "findings" / name).iterdir())
     assert done.returncode == 0 and not findings, (
         f"{name}: {findings} in {tmp_path / 'findings' / name}; copy each to "
-        f"tests/fuzz/regressions/{name}/ with the fix\n{done.stderr[-6000:]}"
+        f"tests/fuzz/regressions/{name}/ with the fix\n"
+        f"(atheris prints the Python traceback on stdout)\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     )
     executed = stat(done.stderr, "stat::number_of_executed_units")
     assert executed >= len(list((CORPUS / name).iterdir())), done.stderr[-2000:]

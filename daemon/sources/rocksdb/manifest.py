@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import io
 import struct
-import zipfile
 from dataclasses import dataclass
 
 from epochstate.core.errors import EpochStateError
@@ -40,8 +39,8 @@ from epochstate.daemon.sources.rocksdb.snapshot import (
     METADATA,
     SnapshotMetadata,
     metadata_from_bytes,
-    zip_errors,
 )
+from epochstate.daemon.sources.rocksdb.snapshot_zip import open_snapshot_zip, zip_errors
 
 _BLOCK = 32 * 1024
 _HEADER = 7
@@ -255,7 +254,7 @@ def read_snapshot_manifest(
     # store one request beats a ranged read of the directory and then the entries.
     with zip_errors(zip_path):
         data = zip_path.read_bytes() if content is None else content
-    with zip_errors(zip_path), zipfile.ZipFile(io.BytesIO(data)) as archive:
+    with open_snapshot_zip(io.BytesIO(data), zip_path) as archive:
         entries = {info.filename: info for info in archive.infolist()}
         if METADATA not in entries or "CURRENT" not in entries:
             raise CorruptStateFile(f"{zip_path}: no {METADATA} or CURRENT entry")

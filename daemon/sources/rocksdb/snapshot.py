@@ -26,16 +26,12 @@ while Spark's merge operator version 2 joins with nothing; so the extracted
 
 from __future__ import annotations
 
-import errno
 import io
 import os
 import re
 import shutil
 import tempfile
-import zipfile
-import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -45,6 +41,7 @@ from rocksdict import AccessType, Options, Rdict
 from epochstate.core import jsontext
 from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile, UnsupportedCheckpoint
+from epochstate.daemon.sources.rocksdb.snapshot_zip import open_snapshot_zip, plain_entry_name
 
 METADATA = "metadata"
 _MERGE_OPERATOR = re.compile(r"^(\s*merge_operator=)StringAppendOperator\s*$", re.MULTILINE)
@@ -71,12 +68,6 @@ class SnapshotMetadata:
     column_families: dict[str, int]
 
 
-def _plain_name(name: object, source: str) -> str:
-    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", ".."):
-        raise CorruptStateFile(f"{source}: bad file name {name!r}")
-    return name
-
-
 def parse_snapshot_metadata(text: str, source: str = "<text>") -> SnapshotMetadata:
     """Parse a snapshot's ``metadata`` file.
 
@@ -91,8 +82,8 @@ def parse_snapshot_metadata(text: str, source: str = "<text>") -> SnapshotMetada
         obj = jsontext.loads(body)
         files = [
             SnapshotFile(
-                _plain_name(f["localFileName"], source),
-                f"{directory}/{_plain_name(f[dfs_key], source)}",
+                plain_entry_name(f["localFileName"], source),
+                f"{directory}/{plain_entry_name(f[dfs_key], source)}",
                 int(f["sizeBytes"]),
             )
             for key, dfs_key, directory in (
@@ -126,44 +117,12 @@ def read_snapshot_metadata(zip_path: Location) -> SnapshotMetadata:
         UnsupportedCheckpoint, CorruptStateFile: as for :func:`parse_snapshot_metadata`,
             or a zip that cannot be read.
     """
-    with zip_errors(zip_path), zipfile.ZipFile(zip_path.local_path()) as archive:
+    with open_snapshot_zip(zip_path.local_path(), zip_path) as archive:
         try:
             raw = archive.read(METADATA)  # checks the entry's CRC-32
         except KeyError:
             raise CorruptStateFile(f"{zip_path}: no {METADATA} entry") from None
     return metadata_from_bytes(raw, zip_path)
-
-
-# What zipfile raises on a damaged archive: bad structure, CRC-32 mismatch, a
-# compression method or encryption Spark never writes (NotImplementedError,
-# RuntimeError).
-_UNREADABLE_ZIP = (
-    zipfile.BadZipFile,
-    zipfile.LargeZipFile,
-    zlib.error,
-    EOFError,
-    ValueError,
-    NotImplementedError,
-    RuntimeError,
-)
-
-
-@contextmanager
-def zip_errors(zip_path: Location) -> Iterator[None]:
-    """Reading a snapshot zip inside: a missing zip raises MissingStateFile, an
-    unreadable one (bad structure, CRC-32 mismatch, an entry offset outside the
-    file) CorruptStateFile."""
-    try:
-        yield
-    except FileNotFoundError:
-        raise MissingStateFile(f"{zip_path}: does not exist") from None
-    except _UNREADABLE_ZIP as err:
-        raise CorruptStateFile(f"{zip_path}: not a readable zip: {err}") from err
-    except OSError as err:
-        if err.errno != errno.EINVAL:  # a real I/O error is not the zip's fault
-            raise
-        # A seek before the start of the file: an entry offset that is negative.
-        raise CorruptStateFile(f"{zip_path}: not a readable zip: {err}") from err
 
 
 def metadata_from_bytes(raw: bytes, zip_path: Location) -> SnapshotMetadata:
@@ -221,16 +180,12 @@ class SnapshotReader:
         self.close()
 
     def _extract(self, directory: str) -> str:
-        with zip_errors(self.zip_path):
-            source = self.zip_path.local_path() if self._content is None else io.BytesIO(self._content)
-            with zipfile.ZipFile(source) as archive:
-                names = archive.namelist()
-                for name in names:
-                    _plain_name(name, str(self.zip_path))
-                if METADATA not in names:
-                    raise CorruptStateFile(f"{self.zip_path}: no {METADATA} entry")
-                # Reading every entry checks its CRC-32.
-                archive.extractall(directory)
+        source = self.zip_path.local_path() if self._content is None else io.BytesIO(self._content)
+        with open_snapshot_zip(source, self.zip_path) as archive:
+            if METADATA not in archive.namelist():
+                raise CorruptStateFile(f"{self.zip_path}: no {METADATA} entry")
+            # Reading every entry checks its CRC-32.
+            archive.extractall(directory)
         metadata = Path(directory, METADATA)
         try:
             text = metadata.read_text(encoding="utf-8")

@@ -29,7 +29,8 @@ from typing import NamedTuple
 from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile, UnsupportedCheckpoint
 from epochstate.daemon.sources.rocksdb.manifest import LiveFile, ManifestFormatError, read_snapshot_manifest
-from epochstate.daemon.sources.rocksdb.snapshot import LOG_DIR, SnapshotFile, zip_errors
+from epochstate.daemon.sources.rocksdb.snapshot import LOG_DIR, SnapshotFile
+from epochstate.daemon.sources.rocksdb.snapshot_zip import zip_errors
 from epochstate.daemon.sources.rocksdb.sst import SstFormatError, SstWrites, sst_writes_after
 
 log = logging.getLogger(__name__)

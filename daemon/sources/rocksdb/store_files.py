@@ -21,7 +21,8 @@ from epochstate.daemon.sources.rocksdb.attempts import (
 )
 from epochstate.daemon.sources.rocksdb.changelog import DELETE, MERGE, ChangelogHeader, ChangelogRecord
 from epochstate.daemon.sources.rocksdb.changelog_files import ChangelogFiles
-from epochstate.daemon.sources.rocksdb.snapshot import SnapshotMetadata, SnapshotReader, zip_errors
+from epochstate.daemon.sources.rocksdb.snapshot import SnapshotMetadata, SnapshotReader
+from epochstate.daemon.sources.rocksdb.snapshot_zip import zip_errors
 from epochstate.daemon.sources.rocksdb.store_dir import CHANGELOG, ZIP, StoreDirectory
 
 log = logging.getLogger(__name__)

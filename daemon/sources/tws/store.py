@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import threading
 import weakref
-import zipfile
 
-from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile
+from epochstate.daemon.sources.errors import MissingStateFile
 from epochstate.daemon.sources.rocksdb.changelog import ChangelogRecord
-from epochstate.daemon.sources.rocksdb.snapshot import METADATA, parse_snapshot_metadata
+from epochstate.daemon.sources.rocksdb.snapshot import read_snapshot_metadata
 from epochstate.daemon.sources.rocksdb.store_dir import CHANGELOG, ZIP
 from epochstate.daemon.sources.rocksdb.store_files import RawState, StoreFiles, apply_record
 
@@ -68,13 +67,9 @@ class ColumnFamilyStore:
             return cached
         path = self.files.directory.dir(partition) / name
         try:
-            with zipfile.ZipFile(path.local_path()) as archive:
-                text = archive.read(METADATA).decode("utf-8")
-        except FileNotFoundError:
+            mapping = read_snapshot_metadata(path).column_families
+        except MissingStateFile:
             return {}  # purged meanwhile; the newer snapshots map the same ids
-        except (zipfile.BadZipFile, KeyError, UnicodeDecodeError, ValueError) as err:
-            raise CorruptStateFile(f"{path}: no readable {METADATA}: {err}") from err
-        mapping = parse_snapshot_metadata(text, f"{path}:{METADATA}").column_families
         self._mappings[(partition, name)] = mapping
         return mapping
 
