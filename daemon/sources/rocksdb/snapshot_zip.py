@@ -18,6 +18,7 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from os import PathLike
 from typing import IO
 
 from epochstate.core.storage.location import Location
@@ -64,7 +65,7 @@ def zip_errors(zip_path: Location) -> Iterator[None]:
 
 @contextmanager
 def open_snapshot_zip(
-    source: str | IO[bytes], zip_path: Location, max_uncompressed_bytes: int = MAX_UNCOMPRESSED_BYTES
+    source: str | PathLike[str] | IO[bytes], zip_path: Location, max_uncompressed_bytes: int = MAX_UNCOMPRESSED_BYTES
 ) -> Iterator[zipfile.ZipFile]:
     """The zip at ``source`` (a local path or its bytes), checked to be one Spark
     could have written; reading its entries inside the block raises domain errors
