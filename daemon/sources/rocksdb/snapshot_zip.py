@@ -65,7 +65,9 @@ def zip_errors(zip_path: Location) -> Iterator[None]:
 
 @contextmanager
 def open_snapshot_zip(
-    source: str | PathLike[str] | IO[bytes], zip_path: Location, max_uncompressed_bytes: int = MAX_UNCOMPRESSED_BYTES
+    source: str | PathLike[str] | IO[bytes],
+    zip_path: Location,
+    max_uncompressed_bytes: int = MAX_UNCOMPRESSED_BYTES,
 ) -> Iterator[zipfile.ZipFile]:
     """The zip at ``source`` (a local path or its bytes), checked to be one Spark
     could have written; reading its entries inside the block raises domain errors
