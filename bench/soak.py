@@ -1,6 +1,6 @@
 """Soak: ingest plus mixed reads for a long time; do the daemon's resources stay bounded?
 
-    python bench/soak.py [--minutes 30] [--sample-seconds 60] [--retention-epochs 20]
+    python bench/soak.py [--minutes 30] [--sample-seconds 60] [--retention-epochs 20] [--aligned]
 
 A real Spark query (the rate source, counts and sums over ``--keys`` users, the
 RocksDB provider with changelog checkpointing, a ``--trigger-seconds`` trigger)
@@ -10,6 +10,10 @@ to a real daemon process registered in a real ZooKeeper, which keeps
 threads read meanwhile: the first one in turn Get latest and a waiting Get of the
 next epoch; the others Get latest, Get at an exact recent epoch, MultiGet of 50
 keys and a Scan of 200 keys in pages of 50 (each page a read).
+
+With ``--aligned`` the workload is instead two chained jobs and reads pinned
+with ``aligned_with`` (see ``soak_aligned.py``): the daemon then watches the
+subject in ZooKeeper, and the subject's epoch znodes are counted too.
 
 Every ``--sample-seconds`` it records the daemon's RSS and open file descriptors,
 the bytes of the store's ``*.sst`` files (RocksDB's live files: compaction deletes
@@ -42,6 +46,7 @@ from typing import Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from soak_aligned import SUBJECT, WRITER, AlignedChain, AlignedReaders
 from table import print_table
 
 from epochstate.client import EpochStateClient
@@ -72,6 +77,7 @@ class Sample:
     cache: str
     watches: int
     znodes: int
+    subject_znodes: int
     epoch: int
     retained: int
     reads: int
@@ -85,11 +91,12 @@ RESOURCES: dict[str, Callable[[float], str]] = {
     "wal": lambda v: f"{v / 2**20:,.1f} MiB",
     "watches": lambda v: f"{v:,.0f}",
     "znodes": lambda v: f"{v:,.0f}",
+    "subject_znodes": lambda v: f"{v:,.0f}",
 }
 
 
 COLUMNS: tuple[str, ...] = ("time", "rss", "fds", "sst bytes", "wal bytes", "compactions", "block cache")
-COLUMNS += ("zk watches", "epoch znodes")
+COLUMNS += ("zk watches", "epoch znodes", "subject znodes")
 COLUMNS += ("epoch", "retained", "reads", "reads/s")
 
 
@@ -187,13 +194,22 @@ def zookeeper_watches(port: int) -> int:
     return int(match.group(1))
 
 
+def _children(kazoo: Any, path: str) -> int:
+    return len(kazoo.get_children(path)) if kazoo.exists(path) else 0
+
+
 def sample(
-    started: float, daemon: LocalDaemon, zookeeper: EmbeddedZooKeeper, kazoo: Any, readers: Readers
+    started: float,
+    daemon: LocalDaemon,
+    zookeeper: EmbeddedZooKeeper,
+    kazoo: Any,
+    readers: Readers | AlignedReaders,
+    job: str,
 ) -> Sample:
     assert daemon.process is not None
     pid = daemon.process.pid
     with daemon.client(timeout=30) as client:
-        summary = next((j for j in client.jobs() if j.job == JOB), None)
+        summary = next((j for j in client.jobs() if j.job == job), None)
     sst, wal = rocksdb_bytes(daemon.data_dir)
     compactions, cache = rocksdb_log(daemon.data_dir)
     epoch = summary.latest_epoch if summary is not None else -1
@@ -207,7 +223,8 @@ def sample(
         compactions=compactions,
         cache=cache,
         watches=zookeeper_watches(zookeeper.port),
-        znodes=len(kazoo.get_children(Layout().epochs(JOB))) if kazoo.exists(Layout().epochs(JOB)) else 0,
+        znodes=_children(kazoo, Layout().epochs(job)),
+        subject_znodes=_children(kazoo, Layout().subject_epochs(SUBJECT)),
         epoch=epoch,
         retained=retained,
         reads=readers.reads,
@@ -253,10 +270,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--retention-epochs", type=int, default=20)
     parser.add_argument("--readers", type=int, default=3)
     parser.add_argument("--margin", type=float, default=0.2)
+    parser.add_argument("--aligned", action="store_true", help="two chained jobs and aligned_with reads")
     args = parser.parse_args(argv)
     interval = args.sample_seconds or max(5.0, args.minutes * 60 / 30)
-
-    from pyspark.sql import functions as F
 
     from epochstate.spark_plugin import attach
 
@@ -270,23 +286,21 @@ def main(argv: list[str] | None = None) -> None:
         extra_args=["--retention-epochs", str(args.retention_epochs)],
     ).start()
     spark = local_session("bench-soak", conf=SPARK_CONF, log4j_file=workdir / "spark.log")
-    reporter = attach(spark, daemon.target, checkpoints={JOB: str(workdir / "checkpoint")})
-    query = (
-        spark.readStream.format("rate")
-        .option("rowsPerSecond", args.rows_per_second)
-        .load()
-        .select(F.format_string("user-%05d", F.col("value") % args.keys).alias("user"), "value")
-        .groupBy("user")
-        .agg(F.count("*").alias("orders"), F.sum("value").alias("total"))
-        .writeStream.format("noop")
-        .outputMode("update")
-        .queryName(JOB)
-        .trigger(processingTime=f"{args.trigger_seconds} seconds")
-        .option("checkpointLocation", str(workdir / "checkpoint"))
-        .start()
-    )
+    job = WRITER if args.aligned else JOB
+    chain: AlignedChain | None = None
+    if args.aligned:
+        chain = AlignedChain(spark, workdir, zookeeper.connect_string, args.trigger_seconds)
+        checkpoints = chain.checkpoints()
+    else:
+        checkpoints = {JOB: str(workdir / "checkpoint")}
+    reporter = attach(spark, daemon.target, checkpoints=checkpoints)
+    query = None if chain is not None else _rate_query(spark, workdir, args)
     samples: list[Sample] = []
-    readers = Readers(daemon.target, args.keys, args.readers)
+    readers: Readers | AlignedReaders = (
+        AlignedReaders(daemon.target, kazoo, chain.workload, args.readers)
+        if chain is not None
+        else Readers(daemon.target, args.keys, args.readers)
+    )
     try:
         print(
             f"soak for {args.minutes:g} min in {workdir}; warming up to --retention-epochs epochs ...",
@@ -294,20 +308,24 @@ def main(argv: list[str] | None = None) -> None:
         )
         # Measured from when retention first retires epochs: the store is as full as it gets then.
         with daemon.client(timeout=600) as client:
-            client.wait_for(JOB, args.retention_epochs, timeout=600)
+            client.wait_for(job, args.retention_epochs, timeout=600)
         readers.start()
         started = time.monotonic()
         deadline = started + args.minutes * 60
         while True:
-            samples.append(sample(started, daemon, zookeeper, kazoo, readers))
+            samples.append(sample(started, daemon, zookeeper, kazoo, readers, job))
             print("  ".join(_row(samples[-1], samples)), file=sys.stderr, flush=True)
-            assert query.exception() is None, query.exception()
+            failure = chain.failure() if chain is not None else query.exception() if query else None
+            assert failure is None, failure
             if time.monotonic() >= deadline:
                 break
             time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
     finally:
         readers.stop()
-        query.stop()
+        if chain is not None:
+            chain.stop()
+        if query is not None:
+            query.stop()
         spark.streams.removeListener(reporter)
         reporter.close()
         spark.stop()
@@ -317,10 +335,14 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    workload = (
+        "two chained jobs (demo-chain), aligned_with MultiGets + latest MultiGets"
+        if args.aligned
+        else f"rate source {args.rows_per_second} rows/s over {args.keys:,} keys"
+    )
     print(
-        f"soak: {args.minutes:g} min; rate source {args.rows_per_second} rows/s over {args.keys:,} keys, "
-        f"trigger {args.trigger_seconds:g} s, retention {args.retention_epochs} epochs, {args.readers} "
-        f"readers; {os.cpu_count()} cores; load average {load}"
+        f"soak: {args.minutes:g} min; {workload}, trigger {args.trigger_seconds:g} s, retention "
+        f"{args.retention_epochs} epochs, {args.readers} readers; {os.cpu_count()} cores; load average {load}"
     )
     print_table(COLUMNS, [_row(s, samples) for s in samples])
     print()
@@ -349,10 +371,31 @@ def _row(s: Sample, samples: list[Sample]) -> tuple[str, ...]:
         s.cache,
         str(s.watches),
         str(s.znodes),
+        str(s.subject_znodes),
         str(s.epoch),
         str(s.retained),
         f"{s.reads:,}",
         f"{rate:,.0f}",
+    )
+
+
+def _rate_query(spark: Any, workdir: Path, args: argparse.Namespace) -> Any:
+    """The default workload: counts and sums per user over the rate source, into no sink."""
+    from pyspark.sql import functions as F
+
+    return (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", args.rows_per_second)
+        .load()
+        .select(F.format_string("user-%05d", F.col("value") % args.keys).alias("user"), "value")
+        .groupBy("user")
+        .agg(F.count("*").alias("orders"), F.sum("value").alias("total"))
+        .writeStream.format("noop")
+        .outputMode("update")
+        .queryName(JOB)
+        .trigger(processingTime=f"{args.trigger_seconds} seconds")
+        .option("checkpointLocation", str(workdir / "checkpoint"))
+        .start()
     )
 
 
