@@ -165,6 +165,12 @@ class CheckpointNotAllowed(PermissionDenied):
     """The checkpoint to follow is outside the daemon's configured checkpoint roots."""
 
 
+class Cancelled(EpochStateClientError):
+    """The call was cancelled (by this client, or its connection ended) before an answer."""
+
+    code = grpc.StatusCode.CANCELLED
+
+
 _BY_CODE: dict[grpc.StatusCode, type[EpochStateClientError]] = {
     cls.code: cls
     for cls in (
@@ -178,6 +184,7 @@ _BY_CODE: dict[grpc.StatusCode, type[EpochStateClientError]] = {
         ResourceExhausted,
         Unauthenticated,
         PermissionDenied,
+        Cancelled,
     )
 }
 
@@ -208,6 +215,7 @@ BY_REASON: Mapping[str, type[EpochStateClientError]] = {
     reasons.NOT_AUTHENTICATED: Unauthenticated,
     reasons.ROLE_MISSING: RoleMissing,
     reasons.CHECKPOINT_NOT_ALLOWED: CheckpointNotAllowed,
+    reasons.CALL_CANCELLED: Cancelled,
 }
 """The one table from the daemon's reasons to exception classes; it covers every reason."""
 

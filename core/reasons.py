@@ -224,3 +224,10 @@ INCARNATION_CHANGED: Final = _reason(
     "The old query's answers stay as given but no new ones come; read again unpinned (or pinned to "
     "currentQueryId) and expect other epochs.",
 )
+CALL_CANCELLED: Final = _reason(
+    "CALL_CANCELLED",
+    "CANCELLED",
+    "The caller cancelled the call (or its connection ended) while the read waited for its epoch; "
+    "the daemon stopped waiting and freed the call's slot at once.",
+    "Nothing: the caller is gone. A client sees CANCELLED from its own library, not this reason.",
+)

@@ -149,6 +149,7 @@ def _resolve_covers(
     entry: JobEntry,
     position: pb.Position,
     timeout: float | None,
+    abandoned: Callable[[], bool],
 ) -> Pinned:
     name = entry.descriptor.name
     job_id = entry.descriptor.job_id
@@ -158,12 +159,11 @@ def _resolve_covers(
     epoch = _covering(store, name, job_id, view.progress(job_id), wanted, gaps)
     if epoch is None:
         _refuse_dropped(view, catalog, entry, 0, view.progress(job_id))
-        if (
-            catalog.wait_until(
-                name, lambda p: _covering(store, name, job_id, p, wanted, gaps) is not None, timeout
-            )
-            is None
-        ):
+
+        def covered(p: JobProgress) -> bool:
+            return _covering(store, name, job_id, p, wanted, gaps) is not None
+
+        if catalog.wait_until(name, covered, timeout, abandoned) is None:
             raise EpochWaitTimedOut(
                 f"no epoch of job {name!r} covering {describe(wanted.items())} became queryable "
                 f"before the deadline; {_range_text(catalog.get(name).progress)}"
@@ -198,6 +198,10 @@ def _range_text(p: JobProgress) -> str:
     return f"queryable epochs are {p.oldest}..{p.newest}"
 
 
+def _never() -> bool:
+    return False
+
+
 class AlignedEpochs(Protocol):
     """Where ``aligned_with`` selectors are resolved: the subjects in ZooKeeper."""
 
@@ -213,6 +217,7 @@ def _resolve_aligned(
     aligned: pb.AlignedWith,
     timeout: float | None,
     alignment: AlignedEpochs | None,
+    abandoned: Callable[[], bool],
 ) -> Pinned:
     name = entry.descriptor.name
     if alignment is None:
@@ -224,7 +229,8 @@ def _resolve_aligned(
     epoch = alignment.epoch_of(entry, aligned, timeout)
     remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
     try:
-        return resolve(store, catalog, entry, pb.EpochSelector(exact=epoch, wait=True), lambda: remaining)
+        exact = pb.EpochSelector(exact=epoch, wait=True)
+        return resolve(store, catalog, entry, exact, lambda: remaining, abandoned=abandoned)
     except EpochError as error:
         raise type(error)(
             f"(aligned with epoch {aligned.epoch} of job {aligned.job!r}) {error}", metadata=error.metadata
@@ -238,18 +244,23 @@ def resolve(
     selector: pb.EpochSelector,
     time_left: Callable[[], float | None],
     alignment: AlignedEpochs | None = None,
+    abandoned: Callable[[], bool] = _never,
 ) -> Pinned:
     """Pin a read of ``entry`` to the epoch ``selector`` names, waiting if it allows.
 
     ``time_left()`` is the time left until the call's deadline (None: no deadline);
     it is asked only when the read has to wait or look further than the store.
     ``alignment`` resolves ``aligned_with`` selectors (None: no ZooKeeper, they fail).
+    ``abandoned()`` says the caller went away: a wait for the catalog then ends with
+    WaitAbandoned (see :meth:`Catalog.wait_until`; whoever sets it wakes the catalog).
     """
     kind = selector.WhichOneof("kind") or "latest"
     if kind == "covers":
-        return _resolve_covers(store, catalog, entry, selector.covers, time_left())
+        return _resolve_covers(store, catalog, entry, selector.covers, time_left(), abandoned)
     if kind == "aligned_with":
-        return _resolve_aligned(store, catalog, entry, selector.aligned_with, time_left(), alignment)
+        return _resolve_aligned(
+            store, catalog, entry, selector.aligned_with, time_left(), alignment, abandoned
+        )
     target = 0
     if kind == "exact":
         target = selector.exact
@@ -268,7 +279,7 @@ def resolve(
     if progress.newest < target or progress.empty:
         _refuse_dropped(view, catalog, entry, target, progress)
         view, progress = _wait_until_ready(
-            store, catalog, entry, progress, kind, target, selector.wait, time_left
+            store, catalog, entry, progress, kind, target, selector.wait, time_left, abandoned
         )
         _refuse_dropped(view, catalog, entry, target, progress)
     if kind == "exact":
@@ -314,6 +325,7 @@ def _wait_until_ready(
     target: int,
     wait: bool,
     time_left: Callable[[], float | None],
+    abandoned: Callable[[], bool],
 ) -> tuple[StoreView, JobProgress]:
     """A view whose progress reaches epoch ``target``, for a ``kind`` selector that
     ``progress`` does not reach yet: waits if the selector allows, else raises why not.
@@ -336,7 +348,7 @@ def _wait_until_ready(
     def ready(p: JobProgress) -> bool:
         return not p.empty and p.newest >= target
 
-    if catalog.wait_until(name, ready, time_left()) is None:
+    if catalog.wait_until(name, ready, time_left(), abandoned) is None:
         raise EpochWaitTimedOut(
             f"epoch {target} of job {name!r} did not become queryable before the deadline;"
             f" {_range_text(catalog.get(name).progress)}"

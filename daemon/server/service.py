@@ -23,10 +23,18 @@ from epochstate.core.sparktypes import StructType, type_to_json
 from epochstate.daemon.codec import keycodec
 from epochstate.daemon.codec.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs
+from epochstate.daemon.server.limits import may_wait
 from epochstate.daemon.server.status import BadRequest, abort, domain_errors, has_deadline, wait_budget
 from epochstate.daemon.server.values import KeyEncoder, key_from_proto
 from epochstate.daemon.store import layout
-from epochstate.daemon.store.catalog import Catalog, JobEntry, StoreHandle, StoreNotFound, StoreSchema
+from epochstate.daemon.store.catalog import (
+    Catalog,
+    JobEntry,
+    StoreHandle,
+    StoreNotFound,
+    StoreSchema,
+    WaitAbandoned,
+)
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.errors import StoreDamaged
 from epochstate.daemon.store.versioned import VersionedStore
@@ -151,7 +159,10 @@ class EpochStateService:
         self, entry: JobEntry, selector: pb.EpochSelector, context: grpc.ServicerContext
     ) -> epochs.Pinned:
         # The deadline is asked only if the read waits (status.wait_budget: answer in time
-        # so the caller gets our reason, not a bare timeout).
+        # so the caller gets our reason, not a bare timeout). A waiting read ends as soon as
+        # its caller goes away, freeing its slot (limits.py): the call's end wakes the waits.
+        if may_wait(selector) and not context.add_callback(self._catalog.wake):
+            raise WaitAbandoned("the caller went away before the read began to wait")
         try:
             return epochs.resolve(
                 self._views,
@@ -160,6 +171,7 @@ class EpochStateService:
                 selector,
                 lambda: wait_budget(context, self._max_wait),
                 self._alignment,
+                abandoned=lambda: not context.is_active(),
             )
         except epochs.EpochWaitTimedOut as error:
             if has_deadline(context):

@@ -37,7 +37,7 @@ from epochstate.daemon.server.epochs import (
     NoSuchEpoch,
 )
 from epochstate.daemon.server.values import BadKey
-from epochstate.daemon.store.catalog import JobNotFound, ShuttingDown, StoreNotFound
+from epochstate.daemon.store.catalog import JobNotFound, ShuttingDown, StoreNotFound, WaitAbandoned
 from epochstate.daemon.store.errors import StoreDamaged
 
 
@@ -93,6 +93,8 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     # The daemon's own RocksDB failed a read: never taken for "absent".
     (StoreDamaged, grpc.StatusCode.DATA_LOSS),
     (ShuttingDown, grpc.StatusCode.UNAVAILABLE),
+    # Never seen by the caller (it is gone): the wait ends and frees its slot.
+    (WaitAbandoned, grpc.StatusCode.CANCELLED),
     # Reads that consult ZooKeeper (aligned_with): the client retries UNAVAILABLE.
     (RegistryUnavailable, grpc.StatusCode.UNAVAILABLE),
     (InvalidRecord, grpc.StatusCode.DATA_LOSS),

@@ -35,6 +35,16 @@ class ShuttingDown(CatalogError):
     reason = reasons.SHUTTING_DOWN
 
 
+class WaitAbandoned(CatalogError):
+    """The caller of a waiting read went away (cancelled, disconnected) while it waited."""
+
+    reason = reasons.CALL_CANCELLED
+
+
+def _never() -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class StoreSchema:
     """The parsed key and value schemas of a store, in force from ``first_epoch`` on."""
@@ -158,17 +168,28 @@ class Catalog:
             self._changed.notify_all()
 
     def wait_until(
-        self, name: str, ready: Callable[[JobProgress], bool], timeout: float | None
+        self,
+        name: str,
+        ready: Callable[[JobProgress], bool],
+        timeout: float | None,
+        abandoned: Callable[[], bool] = _never,
     ) -> JobProgress | None:
         """Wait until ``ready(progress)`` holds; None on timeout.
 
-        Raises ShuttingDown when the catalog closes while waiting.
+        ``abandoned`` is asked whenever the wait wakes: whoever makes it true must call
+        :meth:`wake`, so that the wait ends at once rather than at its timeout.
+
+        Raises:
+            ShuttingDown: the catalog closes while waiting.
+            WaitAbandoned: ``abandoned()`` became true.
         """
         deadline = None if timeout is None else self._clock() + timeout
         with self._changed:
             while True:
                 if self._closed:
                     raise ShuttingDown("the daemon is shutting down")
+                if abandoned():
+                    raise WaitAbandoned("the caller went away while the read waited")
                 progress = self.get(name).progress
                 if ready(progress):
                     return progress
@@ -183,6 +204,11 @@ class Catalog:
             if self._closed:
                 raise ShuttingDown("the daemon is shutting down")
             self._changed.wait(timeout)
+
+    def wake(self) -> None:
+        """Wake every wait, to look again at what it waits for (and whether it is abandoned)."""
+        with self._changed:
+            self._changed.notify_all()
 
     def close(self) -> None:
         with self._changed:

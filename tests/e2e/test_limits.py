@@ -150,6 +150,16 @@ def test_limits_refuse_with_reasons_and_end_waits_without_deadline(
             assert isinstance(from_rpc_error(wait.exception(timeout=120)), DeadlineExceeded)
         assert eventually(lambda: in_flight(metrics) == {}, 60, 0.1), in_flight(metrics)
 
+        # ... or until its caller goes away: cancelled waits with 10 minutes left free their
+        # slots at once, and new waiting reads are let in.
+        waits = [stub.Get.future(get_request(selector), timeout=600) for _ in range(2)]
+        assert eventually(lambda: in_flight(metrics).get("waiting_reads") == 2, 60, 0.1)
+        for wait in waits:
+            wait.cancel()
+        assert eventually(lambda: in_flight(metrics) == {}, 60, 0.1), in_flight(metrics)
+        again = stub.Get.future(get_request(pb.EpochSelector(exact=0, wait=True)), timeout=60)
+        assert again.result(timeout=120).epoch == 0
+
         # A read without a deadline ends after the maximum wait, with the wait's own reason.
         for waiting in (pb.EpochSelector(exact=5, wait=True), pb.EpochSelector(at_least=5)):
             call: Any = stub.Get.future(get_request(waiting))
