@@ -36,9 +36,7 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,11 +44,11 @@ from typing import Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from readers import ReaderThreads
 from soak_aligned import SUBJECT, WRITER, AlignedChain, AlignedReaders
 from table import print_table
 
 from epochstate.client import EpochStateClient
-from epochstate.core.errors import EpochStateError
 from epochstate.core.zookeeper.layout import Layout
 from epochstate.devtools.local_daemon import LocalDaemon
 from epochstate.devtools.spark_session import local_session
@@ -100,47 +98,20 @@ COLUMNS += ("zk watches", "epoch znodes", "subject znodes")
 COLUMNS += ("epoch", "retained", "reads", "reads/s")
 
 
-class Readers:
-    """``count`` threads reading the daemon in a mix until stopped; counts reads and errors."""
+class Readers(ReaderThreads):
+    """Reads of the rate job: the first thread in turn Get latest and a waiting Get of the next
+    epoch; the others Get latest, Get at an exact recent epoch, MultiGet and a paged Scan."""
 
     def __init__(self, target: str, keys: int, count: int) -> None:
-        self.target, self.keys = target, keys
-        self.reads = 0
-        self.errors: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(count)]
-
-    def start(self) -> Readers:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(120)
+        super().__init__(target, count)
+        self.keys = keys
 
     def _user(self, rng: random.Random) -> list[str]:
         return [f"user-{rng.randrange(self.keys):05d}"]
 
-    def _run(self, seed: int) -> None:
-        rng = random.Random(seed)
-        with EpochStateClient(self.target, timeout=60) as client:
-            while not self._stop.is_set():
-                try:
-                    done = self._round(client, rng, waits=seed == 0)
-                except EpochStateError as error:
-                    with self._lock:
-                        self.errors[type(error).__name__] += 1
-                    self._stop.wait(0.5)
-                    continue
-                with self._lock:
-                    self.reads += done
-
-    def _round(self, client: EpochStateClient, rng: random.Random, waits: bool) -> int:
+    def round(self, client: EpochStateClient, rng: random.Random, thread: int) -> int:
         latest = client.get(JOB, self._user(rng))
-        if waits:  # the next epoch: about one trigger interval away
+        if thread == 0:  # the next epoch: about one trigger interval away
             client.get(JOB, self._user(rng), epoch=latest.epoch + 1, wait=True, timeout=60)
             return 2
         # Two behind the newest: retention keeps it for --retention-epochs more epochs.

@@ -11,13 +11,12 @@ view of the subject in ZooKeeper), and read job 1's latest state.
 from __future__ import annotations
 
 import random
-import threading
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from readers import ReaderThreads
+
 from epochstate.client import AlignedWith, EpochStateClient
-from epochstate.core.errors import EpochStateError
 from epochstate.devtools.chain_demo.jobs import (
     HOT_ISSUES,
     PR_HOTNESS,
@@ -66,51 +65,21 @@ class AlignedChain:
         self.broker.stop()
 
 
-class AlignedReaders:
-    """``count`` threads: each in turn reads job 1 pinned to the epoch aligned with a recent batch of
-    job 2 (10 issues, one MultiGet), and job 1's latest state; counts reads and errors."""
+class AlignedReaders(ReaderThreads):
+    """Each round reads job 1 pinned to the epoch aligned with a recent batch of job 2 (10
+    issues, one MultiGet), then job 1's latest state."""
 
     def __init__(self, target: str, zookeeper: Any, workload: Workload, count: int) -> None:
         from epochstate.spark_plugin.alignment import SubjectRegistry
 
-        self.target, self.workload = target, workload
+        super().__init__(target, count)
+        self.workload = workload
         self.registry = SubjectRegistry(zookeeper)
-        self.reads = 0
-        self.errors: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(count)]
 
-    def start(self) -> AlignedReaders:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(120)
-
-    def _run(self, seed: int) -> None:
-        rng = random.Random(1000 + seed)
-        with EpochStateClient(self.target, timeout=60) as client:
-            while not self._stop.is_set():
-                try:
-                    done = self._round(client, rng)
-                except EpochStateError as error:
-                    with self._lock:
-                        self.errors[type(error).__name__] += 1
-                    self._stop.wait(0.5)
-                    continue
-                with self._lock:
-                    self.reads += done
-                if done == 0:  # job 2 has read nothing aligned yet
-                    self._stop.wait(0.5)
-
-    def _round(self, client: EpochStateClient, rng: random.Random) -> int:
+    def round(self, client: EpochStateClient, rng: random.Random, thread: int) -> int:
         source = self.registry.get_source(SUBJECT, READER)
         batches = sorted(source.mapping)[-RECENT_BATCHES:] if source is not None else []
-        if not batches:
+        if not batches:  # job 2 has read nothing aligned yet
             return 0
         issues = [[rng.randrange(self.workload.issues)] for _ in range(10)]
         aligned = AlignedWith(READER, rng.choice(batches), SUBJECT)
