@@ -223,17 +223,18 @@ def test_zookeeper_down_is_unavailable_within_the_call_deadline(
     # Frozen, ZooKeeper keeps its sockets open and answers nothing: the daemon's session
     # still counts as connected (for up to 2/3 of its 10 s timeout), so each request
     # waits for an answer that never comes, as when ZooKeeper dies mid-request. The
-    # registry's own timeout (10 s a request) would outlast the call's 3 s: the call's
-    # deadline bounds its requests, and it ends UNAVAILABLE, not DEADLINE_EXCEEDED.
+    # registry's own timeout (10 s a request), and kazoo's noticing the frozen server
+    # (2/3 of the session timeout), would outlast the call's 4 s: the call's deadline
+    # bounds its requests, and it ends UNAVAILABLE, not DEADLINE_EXCEEDED.
     # The daemon's own stub: the client would retry UNAVAILABLE until its deadline.
     with grpc.insecure_channel(daemon.target) as channel:
         stub = pb_grpc.AlignmentAdminStub(channel)
         os.kill(pid, signal.SIGSTOP)
         try:
-            frozen = rpc_error(lambda: stub.Status(pb.AlignmentStatusRequest(), timeout=3))
+            frozen = rpc_error(lambda: stub.Status(pb.AlignmentStatusRequest(), timeout=4))
         finally:
             server.kill()  # a stopped process is killed as well: ZooKeeper is now gone
-        gone = rpc_error(lambda: stub.Status(pb.AlignmentStatusRequest(), timeout=3))
+        gone = rpc_error(lambda: stub.Status(pb.AlignmentStatusRequest(), timeout=4))
     for error in (frozen, gone):
         assert error.code() == grpc.StatusCode.UNAVAILABLE, error.details()
         assert isinstance(from_rpc_error(error), Unavailable)
