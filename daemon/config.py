@@ -1,9 +1,12 @@
 """Daemon settings: defaults, then a YAML/JSON config file, then environment.
 
 Environment variables are ``EPOCHSTATE_<FIELD>`` (``EPOCHSTATE_LISTEN=0.0.0.0:7070``,
-``EPOCHSTATE_LISTEN_UNIX=""`` for no Unix socket); jobs can be given as JSON in
-``EPOCHSTATE_JOBS``; a field of a section after a double underscore
-(``EPOCHSTATE_TLS__CERT=/etc/epochstate/tls.crt``, ``EPOCHSTATE_AUTH__ENABLED=true``).
+``EPOCHSTATE_LISTEN_UNIX=""`` for no Unix socket, ``EPOCHSTATE_LIMIT_STREAMS=256``);
+jobs can be given as JSON in ``EPOCHSTATE_JOBS``; a field of a section after a
+double underscore (``EPOCHSTATE_TLS__CERT=/etc/epochstate/tls.crt``,
+``EPOCHSTATE_AUTH__ENABLED=true``). The call limits stay flat ``limit_<kind>``
+fields (one factory, :func:`_call_limit`), not a section: a section would rename
+the variables and keys deployments already set.
 Settings that would serve beyond loopback without TLS and auth are refused
 (:func:`~epochstate.daemon.security_config.exposure_problem`) unless ``insecure``.
 """
@@ -43,6 +46,19 @@ class JobConfig(BaseModel):
                 "credentials or a query in the URI are not accepted; they come from the environment"
             )
         return checkpoint
+
+
+LIMIT_PREFIX = "limit_"
+
+
+def _call_limit(default: int, calls: str) -> Any:
+    """The field of a ``limit_<kind>`` setting: how many ``calls`` of one kind (the kinds of
+    ``epochstate.daemon.server.limits``) may run at once."""
+    return Field(
+        default=default,
+        ge=1,
+        description=f"concurrent {calls}; more are refused RESOURCE_EXHAUSTED (TOO_MANY_CALLS)",
+    )
 
 
 class DaemonSettings(BaseSettings):
@@ -102,27 +118,17 @@ class DaemonSettings(BaseSettings):
         description="gRPC server threads beyond the per-kind call limits below: for health checks, "
         "reflection and refusing calls past a limit (the pool holds the sum of the limits plus these)",
     )
-    limit_unary_reads: int = Field(
-        default=64,
-        ge=1,
-        description="concurrent reads that never wait (Get/MultiGet/Scan of an exact or the latest "
-        "epoch, ListJobs, DescribeJob, ListEpochs); more are refused RESOURCE_EXHAUSTED (TOO_MANY_CALLS)",
+    limit_unary_reads: int = _call_limit(
+        64,
+        "reads that never wait (Get/MultiGet/Scan of an exact or the latest epoch, ListJobs, "
+        "DescribeJob, ListEpochs)",
     )
-    limit_waiting_reads: int = Field(
-        default=128,
-        ge=1,
-        description="concurrent reads whose selector may wait (at_least, exact with wait, covers, "
-        "aligned_with); more are refused RESOURCE_EXHAUSTED (TOO_MANY_CALLS)",
+    limit_waiting_reads: int = _call_limit(
+        128, "reads whose selector may wait (at_least, exact with wait, covers, aligned_with)"
     )
-    limit_streams: int = Field(
-        default=128,
-        ge=1,
-        description="concurrent open streams (WatchEpochs, health Watch, reflection); more are refused",
-    )
-    limit_reports: int = Field(default=32, ge=1, description="concurrent ReportEpoch calls")
-    limit_admin: int = Field(
-        default=16, ge=1, description="concurrent administration calls (FollowJob, AlignmentAdmin)"
-    )
+    limit_streams: int = _call_limit(128, "open streams (WatchEpochs, health Watch, reflection)")
+    limit_reports: int = _call_limit(32, "ReportEpoch calls")
+    limit_admin: int = _call_limit(16, "administration calls (FollowJob, AlignmentAdmin)")
     max_wait: float = Field(
         default=300.0,
         gt=0,
@@ -164,6 +170,13 @@ class DaemonSettings(BaseSettings):
     @property
     def advertised(self) -> str:
         return self.advertise or self.listen
+
+    @property
+    def call_limits(self) -> dict[str, int]:
+        """The ``limit_<kind>`` settings by kind (``unary_reads``, ``waiting_reads``, ...)."""
+        return {
+            name.removeprefix(LIMIT_PREFIX): value for name, value in self if name.startswith(LIMIT_PREFIX)
+        }
 
     @property
     def unix_socket(self) -> Path | None:

@@ -113,11 +113,7 @@ class Daemon:
         self.health = health.HealthServicer()
         self.health_monitor = self._health_monitor()
         self.limits = CallLimits(
-            unary_reads=settings.limit_unary_reads,
-            waiting_reads=settings.limit_waiting_reads,
-            streams=settings.limit_streams,
-            reports=settings.limit_reports,
-            admin=settings.limit_admin,
+            **settings.call_limits,
             reserve=settings.grpc_workers,
             max_response_bytes=settings.max_response_bytes,
         )

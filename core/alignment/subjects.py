@@ -1,47 +1,38 @@
 """The subject registry in ZooKeeper: subject epochs written once, sources and their mapping.
 
-Every call waits at most ``timeout`` seconds per ZooKeeper request, repeats
-requests that failed on a lost connection, and raises :class:`RegistryUnavailable`
-when ZooKeeper still does not answer, :class:`AccessDenied` when a znode's ACL
-refuses the client's identity. Writes are idempotent: repeating one after
-a timeout (whose request may have run anyway) ends in the same state.
+Every call waits at most ``timeout`` seconds per ZooKeeper request (and, through
+:meth:`~epochstate.core.alignment.requests.SubjectRequests.within`, at most until
+a caller's deadline), repeats requests that failed on a lost connection, and
+raises :class:`RegistryUnavailable` when ZooKeeper still does not answer,
+:class:`AccessDenied` when a znode's ACL refuses the client's identity. Writes
+are idempotent: repeating one after a timeout (whose request may have run
+anyway) ends in the same state.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
-from kazoo.protocol.states import WatchedEvent
-from kazoo.retry import ForceRetryError, KazooRetry
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.retry import ForceRetryError
 
-from epochstate.core.alignment.errors import (
-    EpochWrittenByAnotherQuery,
-    RegistryUnavailable,
-    SourceNotFound,
-)
+from epochstate.core.alignment.errors import EpochWrittenByAnotherQuery, SourceNotFound
 from epochstate.core.alignment.layout import DEFAULT_ROOT, SubjectLayout, parse_epoch_name
 from epochstate.core.alignment.records import Adopt, Mode, SourceRecord, SubjectEpoch
-from epochstate.core.zookeeper.errors import AccessDenied
+from epochstate.core.alignment.requests import SubjectRequests, Watch
 from epochstate.core.zookeeper.layout import Layout
 from epochstate.core.zookeeper.records import decode
-from epochstate.core.zookeeper.session import CONNECTION_ERRORS, wait
-
-T = TypeVar("T")
-Watch = Callable[[WatchedEvent], None]
 
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class SubjectRegistry:
+class SubjectRegistry(SubjectRequests):
     """Subjects under ``root`` as one client sees them; safe to share between threads."""
 
     def __init__(
@@ -52,13 +43,9 @@ class SubjectRegistry:
         timeout: float = 5.0,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        self.client = client
+        super().__init__(client, timeout)
         self.layout = SubjectLayout(root)
-        self.timeout = timeout
         self._clock = clock
-        self._retry = KazooRetry(max_tries=4, delay=0.1, backoff=2, max_delay=1.0)
-        self._ensured: set[str] = set()
-        self._lock = threading.Lock()
 
     # Epochs.
 
@@ -81,10 +68,10 @@ class SubjectRegistry:
 
         def create() -> bool:
             try:
-                wait(self.client.create_async(path, data), self.timeout)
+                self._wait(self.client.create_async(path, data))
                 return True
             except NodeExistsError:
-                existing_data, _ = wait(self.client.get_async(path), self.timeout)
+                existing_data, _ = self._wait(self.client.get_async(path))
             existing = SubjectEpoch.decode(epoch.topic, epoch.epoch, existing_data)
             if not _same_writer(existing, epoch):
                 raise EpochWrittenByAnotherQuery(
@@ -121,7 +108,7 @@ class SubjectRegistry:
         def delete() -> None:
             for request in [self.client.delete_async(path) for path in paths]:
                 with contextlib.suppress(NoNodeError):
-                    wait(request, self.timeout)
+                    self._wait(request)
 
         if paths:
             self._call(delete)
@@ -163,28 +150,10 @@ class SubjectRegistry:
         """The jobs that registered as sources of ``topic``, sorted (none for an unknown subject)."""
         return sorted(self._call(lambda: self._children(self.layout.sources(topic))))
 
-    def _read(self, path: str, watch: Watch | None) -> bytes | None:
-        """The data of ``path`` (None if it does not exist), setting ``watch`` on it."""
-        if wait(self.client.exists_async(path, watch=watch), self.timeout) is None:
-            return None
-        try:
-            data: bytes = wait(self.client.get_async(path), self.timeout)[0]
-        except NoNodeError:
-            return None
-        return data
-
-    def _children(self, path: str) -> list[str]:
-        """The child names of ``path`` (none if it does not exist)."""
-        try:
-            names: list[str] = wait(self.client.get_children_async(path), self.timeout)
-        except NoNodeError:
-            return []
-        return names
-
     def exists(self, topic: str) -> bool:
         """Whether subject ``topic`` has a znode (an epoch or a source registered once)."""
         path = self.layout.subject(topic)
-        return self._call(lambda: wait(self.client.exists_async(path), self.timeout) is not None)
+        return self._call(lambda: self._wait(self.client.exists_async(path)) is not None)
 
     def register_source(
         self, topic: str, job: str, mode: Mode, query_id: str | None = None, adopt: Adopt | None = None
@@ -241,13 +210,13 @@ class SubjectRegistry:
 
         def update() -> SourceRecord:
             try:
-                data, stat = wait(self.client.get_async(path), self.timeout)
+                data, stat = self._wait(self.client.get_async(path))
             except NoNodeError:
                 if create_as is None:
                     raise SourceNotFound(f"subject {topic!r} has no source {job!r}") from None
                 record = change(SourceRecord(create_as, query_id=query_id))
                 try:
-                    wait(self.client.create_async(path, record.encode()), self.timeout)
+                    self._wait(self.client.create_async(path, record.encode()))
                 except NodeExistsError:
                     raise ForceRetryError() from None
                 return record
@@ -256,38 +225,12 @@ class SubjectRegistry:
             if replace(record, updated_at_ms=current.updated_at_ms) == current:
                 return current
             try:
-                wait(self.client.set_async(path, record.encode(), stat.version), self.timeout)
+                self._wait(self.client.set_async(path, record.encode(), stat.version))
             except (BadVersionError, NoNodeError):
                 raise ForceRetryError() from None
             return record
 
         return self._call(update)
-
-    # Plumbing.
-
-    def _ensure(self, path: str) -> None:
-        with self._lock:
-            if path in self._ensured:
-                return
-        self._call(lambda: wait(self.client.ensure_path_async(path), self.timeout))
-        with self._lock:
-            self._ensured.add(path)
-
-    def _call(self, operation: Callable[[], T]) -> T:
-        try:
-            result: T = self._retry.copy()(operation)
-        except CONNECTION_ERRORS as error:
-            raise RegistryUnavailable(f"ZooKeeper did not answer: {error!r}") from error
-        except NoAuthError:
-            raise AccessDenied(ACCESS_DENIED) from None
-        return result
-
-
-ACCESS_DENIED = (
-    "ZooKeeper refused a request on the subject registry: the znode's ACL does not grant it to "
-    "this identity; give the component the ZooKeeper credentials the tree was secured with "
-    "(zookeeperAuthFile, --zookeeper-auth-file or EPOCHSTATE_ZOOKEEPER_AUTH_FILE)"
-)
 
 
 def _same_writer(existing: SubjectEpoch, new: SubjectEpoch) -> bool:

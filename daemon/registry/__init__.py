@@ -1,8 +1,9 @@
 """The ZooKeeper registry (kazoo): nodes, jobs, their epochs and replicas.
 
 ``layout`` says where things live, ``records`` what the znodes hold, ``view``
-reads them, ``znodes`` writes one node's part, ``pending``, ``sync`` and
-``registry`` keep that part in ZooKeeper across outages and expired sessions.
+reads them, ``znodes`` writes one node's part (its ``ephemerals``, ``job_znodes``
+and epochs, through ``transactions``), ``pending``, ``sync`` and ``registry``
+keep that part in ZooKeeper across outages and expired sessions.
 """
 
 from epochstate.core.zookeeper.client import new_client

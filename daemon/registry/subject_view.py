@@ -147,6 +147,13 @@ class SubjectView:
         order, for its event thread; a marker queued there after the reply runs
         once they have all emptied the cache entries they concern. One round trip.
 
+        Not skipped when no watch event is pending here: ZooKeeper orders what one
+        session receives, not one session against another, so an event owed to this
+        session may still be in the socket, in kazoo's reader, or on a lagging
+        follower when the writer has its reply and asks for the read. Only a sync
+        delivers it first (docs/read-contract.md, aligned_with; the cost measured
+        by bench/aligned_reads.py).
+
         Raises RegistryUnavailable: not connected, or no answer within ``timeout`` seconds.
         """
         with self._reading():

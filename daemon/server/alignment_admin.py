@@ -4,7 +4,10 @@ The daemon issues commands through its own ZooKeeper session (the coordinator
 keeps no state, so any daemon, or the CLI, may issue them in turn). With
 ``wait_seconds`` a command answers once the source carried it out; a refusal
 is FAILED_PRECONDITION, no answer in time DEADLINE_EXCEEDED. The waits block
-one server thread each and never outlast the call's deadline.
+one server thread each and never outlast the call's deadline; neither do the
+ZooKeeper requests: each call's requests end within its deadline (less the margin
+of :func:`~epochstate.daemon.server.status.wait_budget`), so a ZooKeeper that stops
+answering mid-request fails the call UNAVAILABLE (REGISTRY_UNAVAILABLE) in time.
 """
 
 from __future__ import annotations
@@ -71,20 +74,20 @@ class AlignmentAdminService:
             None if client is None else AlignmentCoordinator(SubjectRegistry(client, root, timeout=timeout))
         )
 
-    @property
-    def coordinator(self) -> AlignmentCoordinator:
+    def coordinator(self, context: grpc.ServicerContext) -> AlignmentCoordinator:
+        """The coordinator for one call: its ZooKeeper requests end within the call's deadline."""
         if self._coordinator is None:
             raise NoZooKeeper("the daemon runs without ZooKeeper (--zookeeper): there are no subjects")
         # Without a session every request would only retry until its timeout: answer at once.
         if not self._coordinator.registry.client.connected:
             raise RegistryUnavailable("the daemon is not connected to ZooKeeper")
-        return self._coordinator
+        return AlignmentCoordinator(self._coordinator.registry.within(wait_budget(context)))
 
     @domain_errors
     def Status(
         self, request: pb.AlignmentStatusRequest, context: grpc.ServicerContext
     ) -> pb.AlignmentStatusResponse:
-        coordinator = self.coordinator
+        coordinator = self.coordinator(context)
         retention = SubjectRetention(coordinator.registry, request.keep or DEFAULT_KEEP)
         topics = [request.subject] if request.subject else coordinator.registry.subjects()
         response = pb.AlignmentStatusResponse()
@@ -106,8 +109,9 @@ class AlignmentAdminService:
         self, request: pb.AlignmentCommandRequest, context: grpc.ServicerContext
     ) -> pb.AlignmentCommandResponse:
         _check_wait(request.wait_seconds)
-        command = self.coordinator.catch_up(request.subject, request.job)
-        return self._answer(request.subject, request.job, command, request.wait_seconds, context)
+        coordinator = self.coordinator(context)
+        command = coordinator.catch_up(request.subject, request.job)
+        return self._answer(coordinator, request, command, context)
 
     @domain_errors
     def Align(self, request: pb.AlignRequest, context: grpc.ServicerContext) -> pb.AlignmentCommandResponse:
@@ -118,22 +122,24 @@ class AlignmentAdminService:
             raise BadRequest(f"a subject epoch is at least 0, not {request.epoch}")
         _check_wait(request.wait_seconds)
         epoch = request.epoch if at == "epoch" else None
-        command = self.coordinator.align(request.subject, request.job, epoch)
-        return self._answer(request.subject, request.job, command, request.wait_seconds, context)
+        coordinator = self.coordinator(context)
+        command = coordinator.align(request.subject, request.job, epoch)
+        return self._answer(coordinator, request, command, context)
 
     @domain_errors
     def Abort(
         self, request: pb.AlignmentCommandRequest, context: grpc.ServicerContext
     ) -> pb.AlignmentCommandResponse:
         _check_wait(request.wait_seconds)
-        command = self.coordinator.abort(request.subject, request.job)
-        return self._answer(request.subject, request.job, command, request.wait_seconds, context)
+        coordinator = self.coordinator(context)
+        command = coordinator.abort(request.subject, request.job)
+        return self._answer(coordinator, request, command, context)
 
     @domain_errors
     def Prune(
         self, request: pb.PruneSubjectRequest, context: grpc.ServicerContext
     ) -> pb.PruneSubjectResponse:
-        coordinator = self.coordinator
+        coordinator = self.coordinator(context)
         coordinator.require_subject(request.subject)
         retention = SubjectRetention(coordinator.registry, request.keep or DEFAULT_KEEP)
         if request.dry_run:
@@ -148,16 +154,22 @@ class AlignmentAdminService:
         )
 
     def _answer(
-        self, topic: str, job: str, command: Command, wait: float, context: grpc.ServicerContext
+        self,
+        coordinator: AlignmentCoordinator,
+        request: pb.AlignmentCommandRequest | pb.AlignRequest,
+        command: Command,
+        context: grpc.ServicerContext,
     ) -> pb.AlignmentCommandResponse:
+        topic, job, wait = request.subject, request.job, request.wait_seconds
         if wait > 0:
-            remaining = wait_budget(context)
-            report = self.coordinator.wait(
-                topic, job, command, wait if remaining is None else min(wait, remaining)
-            )
+            remaining = coordinator.registry.remaining()
+            if remaining is not None:
+                # Time left after the wait for the source's record, read below.
+                wait = min(wait, remaining - min(1.0, remaining / 5))
+            report = coordinator.wait(topic, job, command, wait)
             if report.refused is not None:
                 raise InvalidTransition(f"source {job!r} refused {command}: {report.refused}")
-        status = self.coordinator.source(topic, job)
+        status = coordinator.source(topic, job)
         return pb.AlignmentCommandResponse(command=command_message(command), source=source_message(status))
 
 

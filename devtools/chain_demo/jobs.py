@@ -44,10 +44,7 @@ class Wiring:
 
 def _comments(spark: Any, wiring: Wiring, topic: str, column: str) -> Any:
     """The comments of ``topic`` (a directory of JSON files), a column ``column`` of ids."""
-    return (
-        spark.readStream.schema(f"{column} int")
-        .json(str(wiring.comments / topic))
-    )
+    return spark.readStream.schema(f"{column} int").json(str(wiring.comments / topic))
 
 
 def count_comments(key: tuple[int], frames: Iterator[Any], state: Any) -> Iterator[Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -25,10 +26,11 @@ from typer.testing import CliRunner
 import epochstate
 from epochstate.cli.app import app
 from epochstate.client import EpochStateClient
-from epochstate.client.errors import CommandRefused, EpochStateClientError
+from epochstate.client.errors import CommandRefused, EpochStateClientError, Unavailable, from_rpc_error
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from epochstate.spark_plugin.alignment import register
 from epochstate.v1 import epochstate_pb2 as pb
+from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
 from tests.alignment.conftest import DownstreamJob, UpstreamJob, fresh_topic
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.kafka import KafkaBroker
@@ -209,20 +211,39 @@ def test_prune_keeps_what_the_aligned_source_holds(admin_run: AdminRun) -> None:
     assert (run.pruned.horizon, list(run.pruned.deleted_epochs)) == (3, [0, 1, 2])
 
 
-def test_zookeeper_down_is_unavailable(
+def test_zookeeper_down_is_unavailable_within_the_call_deadline(
     private_zookeeper_server: EmbeddedZooKeeper, daemon_factory: Callable[..., DaemonProcess]
 ) -> None:
     server = private_zookeeper_server
     daemon = daemon_factory({}, zookeeper=server.connect_string)
     with EpochStateClient(daemon.target, timeout=3) as client:
         assert client.alignment.status() == []  # no subject yet
-    server.kill()
-    # A request that reached ZooKeeper's socket before the daemon's session saw it close
-    # waits for its answer up to the registry's timeout (10 s), then fails UNAVAILABLE:
-    # the call gets the time to see that, however busy the machine.
-    with EpochStateClient(daemon.target, timeout=60) as client:
-        error = refused(lambda: client.alignment.status())
-    assert error.code == grpc.StatusCode.UNAVAILABLE
+    pid = server.pid
+    assert pid is not None
+    # Frozen, ZooKeeper keeps its sockets open and answers nothing: the daemon's session
+    # still counts as connected (for up to 2/3 of its 10 s timeout), so each request
+    # waits for an answer that never comes, as when ZooKeeper dies mid-request. The
+    # registry's own timeout (10 s a request), and kazoo's noticing the frozen server
+    # (2/3 of the session timeout), would outlast the call's 4 s: the call's deadline
+    # bounds its requests, and it ends UNAVAILABLE, not DEADLINE_EXCEEDED.
+    # The daemon's own stub: the client would retry UNAVAILABLE until its deadline.
+    with grpc.insecure_channel(daemon.target) as channel:
+        stub = pb_grpc.AlignmentAdminStub(channel)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            frozen = rpc_error(lambda: stub.Status(pb.AlignmentStatusRequest(), timeout=4))
+        finally:
+            server.kill()  # a stopped process is killed as well: ZooKeeper is now gone
+        gone = rpc_error(lambda: stub.Status(pb.AlignmentStatusRequest(), timeout=4))
+    for error in (frozen, gone):
+        assert error.code() == grpc.StatusCode.UNAVAILABLE, error.details()
+        assert isinstance(from_rpc_error(error), Unavailable)
+
+
+def rpc_error(call: Callable[[], object]) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as failed:
+        call()
+    return failed.value
 
 
 def test_the_daemon_serves_alignment_without_importing_spark_or_the_plugin() -> None:

@@ -31,6 +31,7 @@ from epochstate.spark_plugin.alignment import (
 )
 from epochstate.spark_plugin.kafka import OffsetRange
 from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.zookeeper import eventually
 
 TOPIC, JOB = "t", "reader"
 
@@ -175,9 +176,20 @@ def test_cli_commands_status_and_exit_codes(registry: SubjectRegistry, reach: li
     code, output = cli("align", TOPIC, JOB, *z, "--wait", "0.3")
     assert code == 5 and "align(2)" in output, output
     answer(registry, "ready", {0: 4, 1: 6}, refused="moved on")  # refused align(2): ready for another
-    later = threading.Timer(0.5, lambda: answer(registry, "ready", {0: 4, 1: 6}, refused="passed it"))
+
+    def refuse_align_3() -> None:
+        # As the source does: answer align(3) once it is the newest command (never the one before).
+        def issued() -> bool:
+            record = registry.get_source(TOPIC, JOB)
+            command = None if record is None else record.command
+            return command is not None and command.name == "align" and command.epoch == 3
+
+        eventually(issued, 60, 0.05)  # else the CLI's wait below ends unanswered: the test fails
+        answer(registry, "ready", {0: 4, 1: 6}, refused="passed it")
+
+    later = threading.Thread(target=refuse_align_3)
     later.start()
-    code, output = cli("align", TOPIC, JOB, *z, "--epoch", "3", "--wait", "30")
+    code, output = cli("align", TOPIC, JOB, *z, "--epoch", "3", "--wait", "60")
     later.join()
     assert code == 4 and "refused align(3): passed it" in " ".join(output.split()), output
     assert cli("abort", TOPIC, "nobody", *z)[0] == 3

@@ -26,7 +26,7 @@ def test_errors_are_one_line_with_the_documented_exit_code(served: Served) -> No
         (("get", "missing-job", "x"), 3, "missing-job"),
         (("get", "spend", "[1, 2]"), 4, "string"),
         (("get", "spend", wide), 4, "unknown field"),
-        (("get", "spend", "[\"eu-west\", \"a\"]", "--epoch", str(newest + 50)), 5, "not committed yet"),
+        (("get", "spend", '["eu-west", "a"]', "--epoch", str(newest + 50)), 5, "not committed yet"),
         (("get", "spend", "x", "--epoch", "soon"), 2, "--epoch"),
         (("get", "spend"), 2, "Missing argument"),
         (("scan", "spend", "--bogus"), 2, "--bogus"),

@@ -15,7 +15,7 @@ from epochstate.daemon.registry import (
     InvalidRecord,
     JobNotRegistered,
     Registry,
-    znodes,
+    transactions,
 )
 from tests.fixtures.zookeeper import eventually
 from tests.registry.conftest import OPERATORS
@@ -188,7 +188,7 @@ def test_retention_deletes_old_epochs_in_bounded_transactions(
     for epoch in (40, 41):
         assert registry.publish_epoch(JOB, epoch, record(epoch), epoch, 0)
 
-    monkeypatch.setattr(znodes, "MAX_OPS_PER_TRANSACTION", 10)
+    monkeypatch.setattr(transactions, "MAX_OPS_PER_TRANSACTION", 10)
     commits = 0
     transaction_factory = registry.client.transaction
 

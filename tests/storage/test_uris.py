@@ -95,5 +95,10 @@ def test_credentials_in_a_uri_are_refused_without_being_echoed(uri: str) -> None
 
 
 def test_redact_leaves_plain_uris_alone() -> None:
-    for uri in ("s3a://bucket/cp", "abfss://box@acct.dfs.core.windows.net/cp", "/local/cp", "hdfs://nn:8020/cp"):
+    for uri in (
+        "s3a://bucket/cp",
+        "abfss://box@acct.dfs.core.windows.net/cp",
+        "/local/cp",
+        "hdfs://nn:8020/cp",
+    ):
         assert redact(uri) == uri
