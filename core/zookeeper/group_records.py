@@ -148,7 +148,7 @@ class MemberRecord:
         address, version, joined = record.get("address"), record.get("version"), record.get("joined_at_ms")
         if not isinstance(address, str) or not isinstance(version, str) or not _is_count(joined):
             raise InvalidRecord(f"not a member record: {record!r}")
-        return cls(address, version, joined)
+        return cls(address, version, cast(int, joined))
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,11 @@ class ShardAssignment:
             raise InvalidRecord(str(error)) from None
 
     def to_json(self) -> dict[str, Any]:
-        return {"partitions": [self.first, self.last], "replicas": list(self.replicas), "missing": self.missing}
+        return {
+            "partitions": [self.first, self.last],
+            "replicas": list(self.replicas),
+            "missing": self.missing,
+        }
 
     @classmethod
     def from_json(cls, value: Any) -> ShardAssignment:
@@ -239,7 +243,12 @@ class Assignment:
     def encode(self) -> bytes:
         jobs = {job: assignment.to_json() for job, assignment in self.jobs.items()}
         return encode(
-            {"generation": self.generation, "leader": self.leader, "updated_at_ms": self.updated_at_ms, "jobs": jobs}
+            {
+                "generation": self.generation,
+                "leader": self.leader,
+                "updated_at_ms": self.updated_at_ms,
+                "jobs": jobs,
+            }
         )
 
     @classmethod
@@ -250,7 +259,10 @@ class Assignment:
             generation, leader, updated = record["generation"], record["leader"], record["updated_at_ms"]
             if not (_is_count(generation) and _is_count(updated) and isinstance(leader, str)):
                 raise ValueError(f"generation {generation!r}, leader {leader!r}, updated_at_ms {updated!r}")
-            jobs = {check_name("job", job): JobAssignment.from_json(value) for job, value in record["jobs"].items()}
+            jobs = {
+                check_name("job", job): JobAssignment.from_json(value)
+                for job, value in record["jobs"].items()
+            }
         except (KeyError, TypeError, ValueError, AttributeError, InvalidName) as error:
             raise InvalidRecord(f"not an assignment: {error!r}") from error
         return cls(generation, leader, updated, jobs)

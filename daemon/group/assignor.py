@@ -75,7 +75,9 @@ def assign(
             )
             for first, last in definition.ranges
         )
-        jobs[job] = JobAssignment(definition.checkpoint, definition.state, definition.restart_generation, assigned)
+        jobs[job] = JobAssignment(
+            definition.checkpoint, definition.state, definition.restart_generation, assigned
+        )
     return jobs
 
 
@@ -83,9 +85,7 @@ def moved_replicas(before: Mapping[str, JobAssignment], after: Mapping[str, JobA
     """How many replicas ``after`` places on a node that did not hold that shard ``before``,
     counting only shards present in both (new shards are placed, not moved)."""
     old = _replica_sets(before)
-    return sum(
-        len(nodes - old[key]) for key, nodes in _replica_sets(after).items() if key in old and old[key]
-    )
+    return sum(len(nodes - old[key]) for key, nodes in _replica_sets(after).items() if old.get(key))
 
 
 def replicas_per_node(jobs: Mapping[str, JobAssignment], members: Collection[str]) -> dict[str, int]:

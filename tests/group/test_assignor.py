@@ -44,7 +44,9 @@ def history_st(draw: st.DrawFn) -> tuple[dict[str, JobAssignment], dict[str, Job
 
 
 def _pairs(jobs: dict[str, JobAssignment]) -> set[tuple[str, int, str]]:
-    return {(job, shard.first, node) for job, a in jobs.items() for shard in a.shards for node in shard.replicas}
+    return {
+        (job, shard.first, node) for job, a in jobs.items() for shard in a.shards for node in shard.replicas
+    }
 
 
 def _total(jobs: dict[str, JobAssignment]) -> int:
@@ -130,7 +132,10 @@ def test_without_members_every_replica_is_missing(definitions: dict[str, JobDefi
 def test_a_small_group_by_hand() -> None:
     definitions = {"orders": JobDefinition("file:///c/orders", replicas=2, shards=2, partitions=5)}
     first = assign({}, ["a", "b", "c"], definitions)
-    assert [(s.first, s.last, s.replicas) for s in first["orders"].shards] == [(0, 2, ("a", "b")), (3, 4, ("c", "a"))]
+    assert [(s.first, s.last, s.replicas) for s in first["orders"].shards] == [
+        (0, 2, ("a", "b")),
+        (3, 4, ("c", "a")),
+    ]
     # b leaves: its one replica goes to the member without a replica of that shard.
     second = assign(first, ["a", "c"], definitions)
     assert [s.replicas for s in second["orders"].shards] == [("a", "c"), ("c", "a")]
