@@ -6,11 +6,18 @@ Its guarantees, each checked by a property test (tests/group/test_assignor.py):
 - Every shard of every defined job (paused ones too: a paused replica keeps
   serving the epochs it holds) has ``min(replicas, len(members))`` replicas, on
   distinct live members; ``missing`` says how many the definition asks for beyond.
-- Balanced: the number of replicas per member differs by one at most.
-- Sticky: a replica on a live member stays there unless balance needs it
-  elsewhere. So when members only leave, only their replicas move; when members
-  join a balanced group, at most ``ceil(total / members)`` replicas move per
-  joining member (its fair share), and nothing else moves.
+- Sticky when members leave: a replica on a live member never moves away when
+  the group only shrank (members left, no job or replica was added); only the
+  replicas of the members that left move, each to the least loaded member that
+  does not hold its shard yet.
+- Balanced when the group grew (a member joined, a shard or a replica was
+  added): the number of replicas per member then differs by one at most. A
+  member joining a balanced group takes at most ``ceil(total / members)``
+  replicas (its fair share), and nothing moves between the other members.
+- Stickiness wins over balance: after members left, a shard whose replicas may
+  only go to the most loaded members can leave a difference of two or more,
+  evened out at the next growth. Moving a replica costs a full catch-up of its
+  state; one replica more on a member costs little.
 - Deterministic: the same inputs give the same assignment; an unchanged group
   gives back its previous assignment.
 """
@@ -56,13 +63,17 @@ def assign(
     load = Counter({node: 0 for node in live})
     for shard in shards:
         load.update(shard.replicas)
+    held = {node for replicas in kept.values() for node in replicas}
+    sizes = {job_shard: len(shard.replicas) for job_shard, shard in _previous_shards(previous).items()}
+    grew = any(node not in held for node in live) or any(s.wanted > sizes.get(s.key, 0) for s in shards)
     # The most constrained shards (fewest members left to take a replica) choose first.
     for shard in sorted(shards, key=lambda s: (-len(s.replicas), s.key)):
         while len(shard.replicas) < shard.wanted:
             node = min((n for n in live if n not in shard.replicas), key=lambda n: (load[n], n))
             shard.replicas.append(node)
             load[node] += 1
-    _balance(shards, load)
+    if grew:
+        _balance(shards, load)
     by_key = {shard.key: shard for shard in shards}
     jobs: dict[str, JobAssignment] = {}
     for job, definition in sorted(definitions.items()):
@@ -104,6 +115,10 @@ def _previous_replicas(previous: Mapping[str, JobAssignment], live: set[str]) ->
         for job, assignment in previous.items()
         for shard in assignment.shards
     }
+
+
+def _previous_shards(previous: Mapping[str, JobAssignment]) -> dict[ShardKey, ShardAssignment]:
+    return {(job, s.first, s.last): s for job, assignment in previous.items() for s in assignment.shards}
 
 
 def _replica_sets(jobs: Mapping[str, JobAssignment]) -> dict[ShardKey, set[str]]:

@@ -46,8 +46,9 @@ class GroupLeader:
     """Contends for the leadership of ``group`` as ``node``, and assigns while it leads.
 
     ``terms`` counts the terms this member led; ``written`` is the last assignment
-    it wrote; ``leadership`` the path of its election znode in its current or last term. Start with :meth:`start`, stop with :meth:`stop` (which also gives up
-    the leadership). Runs on its own thread; kazoo's callbacks only set events.
+    it wrote; ``leadership`` the path of its election znode in its current or last
+    term. Start with :meth:`start`, stop with :meth:`stop` (which also gives up the
+    leadership). Runs on its own thread; kazoo's callbacks only set events.
     """
 
     def __init__(
@@ -139,8 +140,9 @@ class GroupLeader:
         assert election is not None and election.lock.node is not None
         leadership = f"{self.layout.group_election(self.group)}/{election.lock.node}"
         self._term_over.clear()
-        if not self.client.exists(leadership):
-            return  # the session expired while the lock was being taken
+        # Checked after clearing: a stop or a session lost meanwhile is not missed.
+        if self._closing.is_set() or not self.client.exists(leadership):
+            return
         self.terms += 1
         self.leadership = leadership
         self._leading.set()

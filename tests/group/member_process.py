@@ -22,7 +22,9 @@ def main(connect: str, group: str, node: str) -> None:
     logging.basicConfig(level=logging.INFO, format=f"{node} %(levelname)s %(name)s: %(message)s")
     client = new_client(connect, auth=load_auth(), session_timeout=SESSION_TIMEOUT, max_reconnect_delay=0.5)
     client.start(timeout=15)
-    member = GroupMember(client, Layout(), group, node, address=f"{node}.test:7070", version="test", debounce=0.1)
+    member = GroupMember(
+        client, Layout(), group, node, address=f"{node}.test:7070", version="test", debounce=0.1
+    )
     if not member.start(timeout=30):
         raise SystemExit(f"{node} could not join {group}")
     print("joined", flush=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from epochstate.core.zookeeper.group_records import JobAssignment, JobDefinition
@@ -70,14 +70,21 @@ def test_every_shard_has_its_replicas_on_distinct_live_members(
             assert shard.missing == definition.replicas - len(shard.replicas)  # the shortfall, reported
 
 
+def _balanced(jobs: dict[str, JobAssignment], members: set[str]) -> bool:
+    load = replicas_per_node(jobs, members)
+    return not load or max(load.values()) - min(load.values()) <= 1
+
+
 @settings(max_examples=300, deadline=None)
-@given(history_st())
-def test_replicas_per_member_differ_by_one_at_most(
+@given(history_st(), definitions_st(), st.sets(st.sampled_from(["new-0", "new-1"]), min_size=1))
+def test_a_group_that_grew_is_balanced(
     history: tuple[dict[str, JobAssignment], dict[str, JobDefinition], set[str]],
+    definitions: dict[str, JobDefinition],
+    joining: set[str],
 ) -> None:
     jobs, _, members = history
-    load = replicas_per_node(jobs, members)
-    assert not load or max(load.values()) - min(load.values()) <= 1
+    assert _balanced(assign({}, members, definitions), members)  # a new group
+    assert _balanced(assign(jobs, members | joining, definitions), members | joining)
 
 
 @settings(max_examples=300, deadline=None)
@@ -110,6 +117,7 @@ def test_members_joining_take_only_their_fair_share(
     history: tuple[dict[str, JobAssignment], dict[str, JobDefinition], set[str]], joining: set[str]
 ) -> None:
     jobs, definitions, members = history
+    assume(_balanced(jobs, members))
     after = assign(jobs, members | joining, definitions)
     total = _total(after)
     moved = moved_replicas(jobs, after)
@@ -121,6 +129,7 @@ def test_members_joining_take_only_their_fair_share(
         assert moved == sum(1 for _, _, node in _pairs(after) if node in joining)
 
 
+@settings(deadline=None)
 @given(definitions_st())
 def test_without_members_every_replica_is_missing(definitions: dict[str, JobDefinition]) -> None:
     jobs = assign({}, [], definitions)
