@@ -56,7 +56,7 @@ def test_impossible_definitions_are_refused(zk_client: KazooClient) -> None:
     jobs = JobDefinitions(zk_client, LAYOUT, GROUP)
     for kwargs in ({"replicas": 0}, {"shards": 2}, {"shards": 4, "partitions": 3}, {"partitions": 0}):
         with pytest.raises(InvalidDefinition):
-            jobs.add("orders", "file:///c", **kwargs)  # type: ignore[arg-type]
+            jobs.add("orders", "file:///c", **kwargs)
     with pytest.raises(InvalidDefinition):
         jobs.add("orders", "")
     with pytest.raises(InvalidName):

@@ -17,6 +17,7 @@ from epochstate.core.zookeeper.group_records import Assignment, JobAssignment
 from epochstate.daemon.group.assignments import read_assignment, write_assignment
 from epochstate.daemon.group.assignor import moved_replicas, replicas_per_node
 from epochstate.daemon.group.definitions import JobDefinitions
+from epochstate.daemon.group.member import GroupMember
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from tests.fixtures.zookeeper import eventually, expire_session
 from tests.group.conftest import GROUP, LAYOUT, GroupHarness
@@ -81,9 +82,12 @@ def test_three_members_elect_one_leader_that_assigns_every_job(harness: GroupHar
     assert assignment.jobs["clicks"].checkpoint == "s3a://bucket/clicks"
     # Each member sees the same assignment, and its own part of it in its callback.
     for node, member in harness.members.items():
-        assert eventually(lambda m=member: m.assignment == assignment, DEADLINE)
+
+        def seen(member: GroupMember = member, node: str = node) -> bool:
+            return member.assignment == assignment and harness.changes[node][-1] == assignment.assigned(node)
+
+        assert eventually(seen, DEADLINE)
         assert member.assigned() == assignment.assigned(node)
-        assert eventually(lambda n=node: harness.changes[n][-1] == assignment.assigned(n), DEADLINE)
     # A fourth replica of "users" is asked for: three members, one replica missing.
     harness.admin().update("users", replicas=4)
     assert eventually(
