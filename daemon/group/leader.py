@@ -148,6 +148,7 @@ class GroupLeader:
         self._leading.set()
         log.info("group %r: %s leads (term %d)", self.group, self.node, self.terms)
         self._changed.set()
+        failure = ""
         try:
             while not self._term_over.is_set():
                 self._changed.wait(self.resync_interval)
@@ -159,9 +160,13 @@ class GroupLeader:
                     log.warning("group %r: %s", self.group, error)
                     break
                 except _ASSIGN_AGAIN as error:
-                    log.info("group %r: assigning again after %r", self.group, error)
+                    if repr(error) != failure:  # once, not at every retry of an outage
+                        log.info("group %r: assigning again after %r", self.group, error)
+                    failure = repr(error)
                     self._changed.set()
-                    self._term_over.wait(0.2)
+                    self._term_over.wait(0.2 if self.client.connected else 1.0)
+                else:
+                    failure = ""
         finally:
             self._leading.clear()
             log.info("group %r: %s stops leading", self.group, self.node)

@@ -18,13 +18,39 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.retry import ForceRetryError, KazooRetry
 
-from epochstate.core.zookeeper.errors import MemberNameTaken
+from epochstate.core.zookeeper.errors import InvalidRecord, MemberNameTaken
 from epochstate.core.zookeeper.group_records import MemberRecord
 from epochstate.core.zookeeper.layout import Layout
 from epochstate.core.zookeeper.session import CONNECTION_ERRORS, session_id, wait
 from epochstate.daemon.registry.sync import SyncThread
 
 log = logging.getLogger(__name__)
+
+
+def read_members(
+    client: KazooClient, layout: Layout, group: str, timeout: float = 5.0
+) -> dict[str, MemberRecord]:
+    """The live members of ``group`` by node name (members whose record does not decode
+    are logged and left out; none when the group does not exist).
+
+    Raises:
+        KazooTimeoutError, ConnectionLoss, SessionExpiredError: ZooKeeper did not answer.
+    """
+    parent = layout.group_members(group)
+    try:
+        names = wait(client.get_children_async(parent), timeout)
+    except NoNodeError:
+        return {}
+    requests = {name: client.get_async(f"{parent}/{name}") for name in sorted(names)}
+    found: dict[str, MemberRecord] = {}
+    for name, request in requests.items():
+        try:
+            found[name] = MemberRecord.decode(wait(request, timeout)[0])
+        except NoNodeError:
+            continue  # left meanwhile
+        except InvalidRecord as error:
+            log.error("group %r: member %r is left out: %s", group, name, error)
+    return found
 
 
 class Membership:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from kazoo.protocol.connection import _SESSION_EXPIRED
 
 from epochstate.core.zookeeper.errors import AssignmentChanged, JobNotAssigned, NotLeader
 from epochstate.core.zookeeper.group_records import Assignment, JobAssignment
@@ -18,6 +19,7 @@ from epochstate.daemon.group.assignments import read_assignment, write_assignmen
 from epochstate.daemon.group.assignor import moved_replicas, replicas_per_node
 from epochstate.daemon.group.definitions import JobDefinitions
 from epochstate.daemon.group.member import GroupMember
+from epochstate.daemon.group.membership import read_members
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from tests.fixtures.zookeeper import eventually, expire_session
 from tests.group.conftest import GROUP, LAYOUT, GroupHarness
@@ -74,6 +76,10 @@ def test_three_members_elect_one_leader_that_assigns_every_job(harness: GroupHar
     assert eventually(lambda: len(_leaders(harness)) == 1, DEADLINE)
     (leader,) = _leaders(harness)
     assert assignment.leader == leader
+    members = read_members(harness.members[leader].client, LAYOUT, GROUP)
+    assert {node: record.address for node, record in members.items()} == {
+        node: f"{node}.test:7070" for node in ("node-a", "node-b", "node-c")
+    }
     load = replicas_per_node(dict(assignment.jobs), ["node-a", "node-b", "node-c"])
     assert sum(load.values()) == 2 + 2 * 3 + 3 + 1 and max(load.values()) - min(load.values()) <= 1
     assert (
@@ -199,3 +205,33 @@ def test_ready_and_restart(harness: GroupHarness) -> None:
     admin.remove("clicks")
     assert eventually(lambda: set(member.assigned()) == {"orders"}, DEADLINE)
     assert harness.changes["node-a"][-1] == member.assigned()
+
+
+def test_a_member_znode_of_an_old_session_is_taken_over_once_it_expires(harness: GroupHarness) -> None:
+    # The client gives its session up while ZooKeeper still holds it (kazoo's own test
+    # trick), as a restarted daemon finds its previous process's znodes: the new
+    # session joins once ZooKeeper expired the old one, and leads again then.
+    harness.admin().add("orders", "file:///c")
+    member = harness.join("node-a")
+    assert eventually(lambda: member.leader.leading, DEADLINE)
+    path = LAYOUT.group_member(GROUP, "node-a")
+    old = member.client.client_id[0]
+    member.client._call(_SESSION_EXPIRED, None)
+    assert eventually(lambda: member.client.connected and member.client.client_id[0] != old, DEADLINE)
+    new = member.client.client_id[0]
+    reader = harness.make_client()
+    assert reader.exists(path).ephemeralOwner == old  # held by the old session meanwhile
+    assert eventually(
+        lambda: (stat := reader.exists(path)) is not None and stat.ephemeralOwner == new, DEADLINE
+    )
+    assert eventually(lambda: member.membership.joined and member.leader.terms == 2, DEADLINE), (
+        member.membership.joined,
+        member.leader.terms,
+        member.leader.leading,
+        reader.get_children(LAYOUT.group_election(GROUP)),
+    )
+    assert eventually(lambda: set(member.assigned()) == {"orders"}, DEADLINE), (
+        member.assignment,
+        harness.assignment(),
+        reader.get_children(LAYOUT.group_members(GROUP)),
+    )
