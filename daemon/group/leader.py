@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError
@@ -127,6 +128,7 @@ class GroupLeader:
                     ChildrenWatch(self.client, self.layout.group_members(self.group), self._on_change)
                     self._definitions.watch(lambda _: self._changed.set())
                     watching = True
+                self._abandon()
                 self._election = Election(self.client, self.layout.group_election(self.group), self.node)
                 if self._closing.is_set():
                     break
@@ -134,6 +136,20 @@ class GroupLeader:
             except (*CONNECTION_ERRORS, NoAuthError, RegistryError) as error:
                 log.info("group %r: contending again after %r", self.group, error)
                 self._closing.wait(0.5)
+            except Exception:
+                log.exception("group %r: the leader's thread failed; contending again", self.group)
+                self._closing.wait(0.5)
+
+    def _abandon(self) -> None:
+        """Delete the last term's election znode if its release failed (the connection was
+        down): while this session lives it would stay first in line, and nobody would lead."""
+        previous = self._election
+        if previous is None or previous.lock.node is None:
+            return
+        path = f"{self.layout.group_election(self.group)}/{previous.lock.node}"
+        with suppress(NoNodeError):
+            wait(self.client.delete_async(path), self.timeout)
+        previous.lock.node = None
 
     def _lead(self) -> None:
         election = self._election

@@ -52,11 +52,11 @@ class GroupHarness:
     def admin(self) -> JobDefinitions:
         return JobDefinitions(self.make_client(), LAYOUT, GROUP)
 
-    def join(self, node: str) -> GroupMember:
-        """A member with a client (a session) of its own, joined."""
+    def join(self, node: str, client: KazooClient | None = None) -> GroupMember:
+        """A member with a client (a session) of its own (``client`` if given), joined."""
         self.changes[node] = []
         member = GroupMember(
-            self.make_client(),
+            client or self.make_client(),
             LAYOUT,
             GROUP,
             node,

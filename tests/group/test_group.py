@@ -21,8 +21,9 @@ from epochstate.daemon.group.definitions import JobDefinitions
 from epochstate.daemon.group.member import GroupMember
 from epochstate.daemon.group.membership import read_members
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
-from tests.fixtures.zookeeper import eventually, expire_session
+from tests.fixtures.zookeeper import eventually, expire_session, new_test_client
 from tests.group.conftest import GROUP, LAYOUT, GroupHarness
+from tests.group.cut_proxy import CutProxy
 
 DEADLINE = 60.0
 
@@ -235,3 +236,40 @@ def test_a_member_znode_of_an_old_session_is_taken_over_once_it_expires(harness:
         harness.assignment(),
         reader.get_children(LAYOUT.group_members(GROUP)),
     )
+
+
+def test_a_leader_cut_off_from_zookeeper_is_replaced_and_cannot_write(
+    harness: GroupHarness, zookeeper_server: EmbeddedZooKeeper, zk_chroot: str
+) -> None:
+    _define(harness.admin())
+    proxy = CutProxy("127.0.0.1", zookeeper_server.port)
+    cut_off_client = new_test_client(f"127.0.0.1:{proxy.port}{zk_chroot}")
+    cut_off_client.start(timeout=15)
+    try:
+        cut_off = harness.join("node-a", cut_off_client)
+        assert eventually(lambda: cut_off.leader.leading, DEADLINE)
+        harness.join("node-b")
+        harness.join("node-c")
+        before = _settled(harness, {"node-a", "node-b", "node-c"})
+        deposed = cut_off.leader.leadership
+        assert deposed is not None
+
+        proxy.cut()  # node-a's session expires in ZooKeeper: the others take over
+        after = _settled(harness, {"node-b", "node-c"}, balanced=False)
+        assert after.leader in ("node-b", "node-c") and after.generation > before.generation
+        assert {p for p in _pairs(dict(before.jobs)) if p[2] != "node-a"} <= _pairs(dict(after.jobs))
+
+        proxy.restore()  # node-a learns its session expired, joins again, and does not lead
+        back = _settled(harness, {"node-a", "node-b", "node-c"})
+        assert back.leader == after.leader and back.generation > after.generation
+        assert eventually(lambda: cut_off.membership.joined and not cut_off.leader.leading, DEADLINE)
+        assert cut_off.leader.terms == 1
+        _, version = read_assignment(cut_off_client, LAYOUT, GROUP)
+        with pytest.raises(NotLeader):
+            write_assignment(cut_off_client, LAYOUT, GROUP, deposed, Assignment(99, "node-a", 0, {}), version)
+        assert eventually(lambda: cut_off.assigned() == back.assigned("node-a"), DEADLINE)
+    finally:
+        harness.members.pop("node-a").stop(10)
+        cut_off_client.stop()
+        cut_off_client.close()
+        proxy.close()
