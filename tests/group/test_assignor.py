@@ -53,7 +53,7 @@ def _total(jobs: dict[str, JobAssignment]) -> int:
     return sum(len(shard.replicas) for a in jobs.values() for shard in a.shards)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(history_st())
 def test_every_shard_has_its_replicas_on_distinct_live_members(
     history: tuple[dict[str, JobAssignment], dict[str, JobDefinition], set[str]],
@@ -75,7 +75,7 @@ def _balanced(jobs: dict[str, JobAssignment], members: set[str]) -> bool:
     return not load or max(load.values()) - min(load.values()) <= 1
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(history_st(), definitions_st(), st.sets(st.sampled_from(["new-0", "new-1"]), min_size=1))
 def test_a_group_that_grew_is_balanced(
     history: tuple[dict[str, JobAssignment], dict[str, JobDefinition], set[str]],
@@ -87,7 +87,7 @@ def test_a_group_that_grew_is_balanced(
     assert _balanced(assign(jobs, members | joining, definitions), members | joining)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(history_st())
 def test_an_unchanged_group_keeps_its_assignment(
     history: tuple[dict[str, JobAssignment], dict[str, JobDefinition], set[str]],
@@ -97,7 +97,7 @@ def test_an_unchanged_group_keeps_its_assignment(
     assert assign(jobs, sorted(members, reverse=True), dict(reversed(definitions.items()))) == jobs
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(history_st(), st.data())
 def test_members_leaving_move_only_their_replicas(
     history: tuple[dict[str, JobAssignment], dict[str, JobDefinition], set[str]], data: st.DataObject
@@ -111,7 +111,7 @@ def test_members_leaving_move_only_their_replicas(
     assert moved_replicas(jobs, after) <= sum(1 for _, _, node in _pairs(jobs) if node in leaving)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(history_st(), st.sets(st.sampled_from([f"new-{i}" for i in range(3)]), min_size=1))
 def test_members_joining_take_only_their_fair_share(
     history: tuple[dict[str, JobAssignment], dict[str, JobDefinition], set[str]], joining: set[str]
