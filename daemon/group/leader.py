@@ -36,6 +36,7 @@ from epochstate.core.zookeeper.session import CONNECTION_ERRORS, wait
 from epochstate.daemon.group.assignments import read_assignment, write_assignment
 from epochstate.daemon.group.assignor import assign
 from epochstate.daemon.group.definitions import JobDefinitions, now_ms
+from epochstate.daemon.group.watch import DefinitionsWatch
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class GroupLeader:
         self._term_over = threading.Event()
         self._closing = threading.Event()
         self._election: Election | None = None
+        self._watch: DefinitionsWatch | None = None
         self._leading = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"group-leader-{node}", daemon=True)
         self.terms = 0
@@ -100,6 +102,8 @@ class GroupLeader:
         self._term_over.set()
         self._changed.set()
         self.client.remove_listener(self._on_state)
+        if self._watch is not None:
+            self._watch.stop()
         election = self._election
         if election is not None:
             election.cancel()
@@ -126,7 +130,7 @@ class GroupLeader:
                     # Watches outlive terms (and sessions): they only wake the leading thread.
                     self.client.ensure_path(self.layout.group_members(self.group))
                     ChildrenWatch(self.client, self.layout.group_members(self.group), self._on_change)
-                    self._definitions.watch(lambda _: self._changed.set())
+                    self._watch = self._definitions.watch(lambda _: self._changed.set())
                     watching = True
                 self._abandon()
                 self._election = Election(self.client, self.layout.group_election(self.group), self.node)
