@@ -47,7 +47,7 @@ pytest: $(STAMP)
 
 # The ZooKeeper-facing tests again, every component and test client authenticated
 # (docs/zookeeper.md): tests/e2e/test_zookeeper_acl.py covers auth in `make pytest`.
-ZK_AUTH_TESTS := tests/e2e/test_aligned_selector.py tests/e2e/test_zookeeper.py tests/registry \
+ZK_AUTH_TESTS := tests/e2e/test_aligned_selector.py tests/e2e/test_zookeeper.py tests/registry tests/group \
 	tests/alignment/test_subjects.py tests/alignment/test_coordinator.py
 zookeeper-auth: $(STAMP)
 	mkdir -p build && (umask 077 && echo "epochstate:$$(openssl rand -hex 32)" > build/zookeeper-digest)

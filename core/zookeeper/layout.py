@@ -8,8 +8,13 @@
     <root>/jobs/<job>/replicas/<node>      ephemeral: a node's newest and oldest epoch
     <root>/subjects/<topic>/epochs/<k>     written once: subject epoch k's offset ranges
     <root>/subjects/<topic>/sources/<job>  a job reading the subject: mode, its epochs -> subject epochs
+    <root>/groups/<group>/jobs/<job>       a job definition of the group: checkpoint, replicas, state
+    <root>/groups/<group>/members/<node>   ephemeral: a member of the group (address, version)
+    <root>/groups/<group>/election         kazoo's Election recipe: the member that assigns
+    <root>/groups/<group>/assignment       written by the leader only: each job's shards and replicas
 
-What the subject znodes hold: :mod:`epochstate.core.zookeeper.subject_records`.
+What the subject znodes hold: :mod:`epochstate.core.zookeeper.subject_records`;
+the group znodes: :mod:`epochstate.core.zookeeper.group_records`.
 
 Epoch znode names are the epoch zero-padded to 19 digits (every non-negative
 64-bit value fits), so ZooKeeper's lexical order is numeric order.
@@ -113,3 +118,28 @@ class Layout:
 
     def subject_source(self, topic: str, job: str) -> str:
         return f"{self.subject_sources(topic)}/{check_name('job', job)}"
+
+    @property
+    def groups(self) -> str:
+        return f"{self._prefix}/groups"
+
+    def group(self, group: str) -> str:
+        return f"{self.groups}/{check_name('group', group)}"
+
+    def group_jobs(self, group: str) -> str:
+        return f"{self.group(group)}/jobs"
+
+    def group_job(self, group: str, job: str) -> str:
+        return f"{self.group_jobs(group)}/{check_name('job', job)}"
+
+    def group_members(self, group: str) -> str:
+        return f"{self.group(group)}/members"
+
+    def group_member(self, group: str, node: str) -> str:
+        return f"{self.group_members(group)}/{check_name('node', node)}"
+
+    def group_election(self, group: str) -> str:
+        return f"{self.group(group)}/election"
+
+    def group_assignment(self, group: str) -> str:
+        return f"{self.group(group)}/assignment"

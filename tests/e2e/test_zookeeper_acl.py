@@ -5,6 +5,7 @@ the daemon follows ``orders``; job ``enrich`` reads the subject aligned; the CLI
 coordinator sends ``enrich`` an Abort; the daemon answers an aligned read. All of
 them authenticate with one digest identity read from a file (options
 ``zookeeperAuthFile``, ``--zookeeper-auth-file`` and ``EPOCHSTATE_ZOOKEEPER_AUTH_FILE``).
+A group member (the group engine, its own session) defines a job and assigns it.
 Then, on every znode they created, a client without credentials and one with a
 wrong password try to create a child, set, delete, read and list: ZooKeeper
 refuses every attempt. Real Spark, ZooKeeper, the tansu broker and the daemon.
@@ -32,6 +33,9 @@ from kazoo.exceptions import NoAuthError, NoNodeError, NotEmptyError
 from epochstate.client import AlignedWith
 from epochstate.core.zookeeper.auth import AUTH_FILE_VARIABLE, ZooKeeperAuth, load_auth
 from epochstate.core.zookeeper.client import new_client
+from epochstate.core.zookeeper.layout import Layout
+from epochstate.daemon.group.definitions import JobDefinitions
+from epochstate.daemon.group.member import GroupMember
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from epochstate.spark_plugin.alignment import register
 from epochstate.spark_plugin.alignment.connections import close_shared_clients
@@ -63,6 +67,15 @@ KINDS = {
     "subject epoch": r"/subjects/[^/]+/epochs/\d{19}",
     "sources": r"/subjects/[^/]+/sources",
     "source (mapping, command)": r"/subjects/[^/]+/sources/[^/]+",
+    "groups": r"/groups",
+    "group": r"/groups/[^/]+",
+    "group jobs": r"/groups/[^/]+/jobs",
+    "group job (definition)": r"/groups/[^/]+/jobs/[^/]+",
+    "group members": r"/groups/[^/]+/members",
+    "group member": r"/groups/[^/]+/members/[^/]+",
+    "group election": r"/groups/[^/]+/election",
+    "group election contender": r"/groups/[^/]+/election/[^/]+",
+    "group assignment": r"/groups/[^/]+/assignment",
 }
 
 
@@ -133,6 +146,8 @@ def secured(
         .start()
     )
     read: dict[int, int] = {}
+    member: GroupMember | None = None
+    group_client: KazooClient | None = None
 
     def start_enrich() -> Any:
         return (
@@ -196,8 +211,20 @@ def secured(
         with daemon.client() as client:
             aligned = AlignedWith("enrich", batch, topic)
             assert client.get("orders", ["alice"], aligned_with=aligned, wait=True).epoch == subject_epoch
+        # A group: a job definition, a member, its election contender, the leader's assignment.
+        group_client = new_client(connect, auth=auth)
+        group_client.start(timeout=15)
+        JobDefinitions(group_client, Layout(ROOT), "acl").add("orders", str(directory / "orders"))
+        member = GroupMember(group_client, Layout(ROOT), "acl", "acl-node", address="local", version="test")
+        assert member.start(timeout=60)
+        assert eventually(lambda: "orders" in member.assigned(), timeout=60)
         yield scenario
     finally:
+        if member is not None:
+            member.stop(10)
+        if group_client is not None:
+            group_client.stop()
+            group_client.close()
         enrich.stop()
         orders.stop()
         daemon.stop()
