@@ -111,6 +111,6 @@ def test_a_zip_that_would_expand_beyond_the_bound_is_refused_before_extracting(t
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("metadata", 'v1\n{"sstFiles": [], "numKeys": 0}')
         archive.writestr("MANIFEST-1", b"\0" * (1 << 20))
-    opening = open_snapshot_zip(str(path), open_location(path), max_uncompressed_bytes=1 << 16)
+    opening = open_snapshot_zip(open_location(path), max_uncompressed_bytes=1 << 16)
     with pytest.raises(CorruptStateFile, match="above the 65536 a snapshot zip"), opening:
         raise AssertionError("opened")

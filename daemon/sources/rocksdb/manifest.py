@@ -254,7 +254,7 @@ def read_snapshot_manifest(
     # store one request beats a ranged read of the directory and then the entries.
     with zip_errors(zip_path):
         data = zip_path.read_bytes() if content is None else content
-    with open_snapshot_zip(io.BytesIO(data), zip_path) as archive:
+    with open_snapshot_zip(zip_path, io.BytesIO(data)) as archive:
         entries = {info.filename: info for info in archive.infolist()}
         if METADATA not in entries or "CURRENT" not in entries:
             raise CorruptStateFile(f"{zip_path}: no {METADATA} or CURRENT entry")

@@ -117,7 +117,7 @@ def read_snapshot_metadata(zip_path: Location) -> SnapshotMetadata:
         UnsupportedCheckpoint, CorruptStateFile: as for :func:`parse_snapshot_metadata`,
             or a zip that cannot be read.
     """
-    with open_snapshot_zip(zip_path.local_path(), zip_path) as archive:
+    with open_snapshot_zip(zip_path) as archive:
         try:
             raw = archive.read(METADATA)  # checks the entry's CRC-32
         except KeyError:
@@ -180,8 +180,8 @@ class SnapshotReader:
         self.close()
 
     def _extract(self, directory: str) -> str:
-        source = self.zip_path.local_path() if self._content is None else io.BytesIO(self._content)
-        with open_snapshot_zip(source, self.zip_path) as archive:
+        content = None if self._content is None else io.BytesIO(self._content)
+        with open_snapshot_zip(self.zip_path, content) as archive:
             if METADATA not in archive.namelist():
                 raise CorruptStateFile(f"{self.zip_path}: no {METADATA} entry")
             # Reading every entry checks its CRC-32.

@@ -18,7 +18,6 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from os import PathLike
 from typing import IO
 
 from epochstate.core.storage.location import Location
@@ -65,13 +64,13 @@ def zip_errors(zip_path: Location) -> Iterator[None]:
 
 @contextmanager
 def open_snapshot_zip(
-    source: str | PathLike[str] | IO[bytes],
     zip_path: Location,
+    content: IO[bytes] | None = None,
     max_uncompressed_bytes: int = MAX_UNCOMPRESSED_BYTES,
 ) -> Iterator[zipfile.ZipFile]:
-    """The zip at ``source`` (a local path or its bytes), checked to be one Spark
-    could have written; reading its entries inside the block raises domain errors
-    only, as :func:`zip_errors` maps them.
+    """The zip at ``zip_path`` (or its bytes ``content``, when already read), checked
+    to be one Spark could have written; reading its entries inside the block raises
+    domain errors only, as :func:`zip_errors` maps them.
 
     Raises:
         MissingStateFile: no such file.
@@ -79,7 +78,7 @@ def open_snapshot_zip(
             compressed with a method Spark never uses; entries that would expand
             beyond ``max_uncompressed_bytes``.
     """
-    with zip_errors(zip_path), zipfile.ZipFile(source) as archive:
+    with zip_errors(zip_path), zipfile.ZipFile(content or zip_path.local_path()) as archive:
         total = 0
         for info in archive.infolist():
             plain_entry_name(info.filename, str(zip_path))
