@@ -81,6 +81,14 @@ class DaemonSettings(BaseSettings):
         "the daemon authenticates as and gives sole rights on every znode it creates; none: no "
         "authentication, znodes open to anyone (docs/zookeeper.md)",
     )
+    group: str | None = Field(
+        default=None,
+        description="join this group of daemons (needs zookeeper): follow the jobs its leader assigns, "
+        "besides the jobs of this config (docs/groups.md); None: no group",
+    )
+    group_status_interval: float = Field(
+        default=1.0, gt=0, description="seconds between updates of this member's replica status znode"
+    )
     retention_epochs: int = Field(default=100, ge=1)
     ingest_known_keys: int = Field(
         default=1_000_000,
@@ -222,6 +230,8 @@ def load_settings(path: Path | None = None, **overrides: Any) -> DaemonSettings:
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
         raise ConfigError(f"invalid settings: {problems}") from error
+    if settings.group is not None and not settings.zookeeper:
+        raise ConfigError("a group (--group) needs ZooKeeper (--zookeeper): its members meet there")
     problem = exposure_problem(settings.listen, settings.tls, settings.auth, settings.insecure)
     if problem is not None:
         raise ConfigError(problem)

@@ -24,8 +24,10 @@ from epochstate.core.storage.location import StorageFactory, redact
 from epochstate.core.storage.location import configure as configure_storage
 from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.config import DaemonSettings
+from epochstate.daemon.group.replicas import GroupReplicas
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
 from epochstate.daemon.ingest.loop import IngestLoop
+from epochstate.daemon.ingest.registry_publisher import RegistryPublisher
 from epochstate.daemon.registry.subject_view import SubjectView
 from epochstate.daemon.server import unix_socket
 from epochstate.daemon.server.aligned import SubjectAlignment
@@ -41,7 +43,7 @@ from epochstate.daemon.server.health import (
 from epochstate.daemon.server.limits import CallLimits, limited_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.security import ServerSecurity
-from epochstate.daemon.server.service import EpochStateService
+from epochstate.daemon.server.service import EpochStateService, IngestControl
 from epochstate.daemon.store.catalog import Catalog, JobEntry
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.errors import StoreDamaged
@@ -108,8 +110,10 @@ class Daemon:
             poll_max_interval=settings.poll_max_interval,
             on_ingested=self._ingested,
             on_problem=self._problem,
+            on_caught_up=self._caught_up,
             scratch_dir=scratch,
         )
+        self.group: GroupReplicas | None = None  # set in start() with settings.group
         self.health = health.HealthServicer()
         self.health_monitor = self._health_monitor()
         self.limits = CallLimits(
@@ -128,8 +132,6 @@ class Daemon:
     def _publisher(self) -> EpochPublisher:
         if not self.settings.zookeeper:
             return NoRegistry()
-        from epochstate.daemon.ingest.registry_publisher import RegistryPublisher
-
         publisher = RegistryPublisher.connect(self.settings, version=__version__)
         # Aligned reads use the publisher's session: one ZooKeeper connection per daemon.
         self.subjects = SubjectView(
@@ -165,6 +167,10 @@ class Daemon:
             m.freshness.labels(job).observe(max(0.0, (record.ingested_at_ms - record.committed_at_ms) / 1000))
         m.epoch_problems.labels(job).set(len(entry.problems))
 
+    def _caught_up(self, job: str) -> None:
+        if self.group is not None:
+            self.group.caught_up(job)
+
     def _problem(self, job: str, epoch: int, reason: str) -> None:
         self.metrics.epoch_problems.labels(job).set(len(self.catalog.get(job).problems))
 
@@ -175,6 +181,7 @@ class Daemon:
             self.store, self.catalog, ingest, alignment, max_wait=self.settings.max_wait
         )
         add_to_server(self.service, self.server, self.metrics, guard=self.security.guard)
+        self.group = self._group(ingest)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         zk = None if self.subjects is None else self.subjects.client
         admin = add_alignment_admin(
@@ -213,8 +220,31 @@ class Daemon:
         self.address = f"{host}:{self.port}"
         advertised = self.settings.advertise or self.address
         self.publisher.node_serving(advertised)
+        if self.group is not None:
+            self.group.start(advertised, self.settings.zookeeper_session_timeout)
         targets = " and ".join(self.targets)
         log.info("epochstate %s serving on %s (node %s)", __version__, targets, self.settings.node)
+
+    def _group(self, ingest: IngestControl) -> GroupReplicas | None:
+        """This daemon's part in ``settings.group`` (None: no group)."""
+        s = self.settings
+        if s.group is None or not isinstance(self.publisher, RegistryPublisher):
+            return None
+        registry = self.publisher.registry
+        return GroupReplicas(
+            registry.client,
+            registry.layout,
+            s.group,
+            s.node,
+            ingest=self.ingest,
+            follow=ingest.follow,  # the checkpoint-roots check applies to group jobs too
+            store=self.store,
+            catalog=self.catalog,
+            publisher=self.publisher,
+            standalone=frozenset(job.name for job in s.jobs),
+            version=__version__,
+            status_interval=s.group_status_interval,
+        )
 
     def _listen_unix(self) -> None:
         path = self.settings.unix_socket
@@ -240,6 +270,8 @@ class Daemon:
             log.info("shutting down")
             self.health_monitor.stop()
             self.health.enter_graceful_shutdown()
+            if self.group is not None:
+                self.group.stop(self.settings.shutdown_grace)  # the leader moves its replicas now
             self.catalog.close()  # wakes waiting reads; they fail UNAVAILABLE
             if self.subjects is not None:
                 self.subjects.close()  # so do reads waiting for an aligned epoch
