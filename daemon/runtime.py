@@ -24,8 +24,8 @@ from epochstate.core.storage.location import StorageFactory, redact
 from epochstate.core.storage.location import configure as configure_storage
 from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.config import DaemonSettings
-from epochstate.daemon.group.replicas import GroupReplicas
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
+from epochstate.daemon.ingest.group_replicas import GroupReplicas
 from epochstate.daemon.ingest.loop import IngestLoop
 from epochstate.daemon.ingest.registry_publisher import RegistryPublisher
 from epochstate.daemon.registry.subject_view import SubjectView

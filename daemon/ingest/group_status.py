@@ -1,7 +1,7 @@
 """This member's replica status in ZooKeeper: the ephemeral ``<root>/groups/<group>/status/<node>``.
 
 A thread of its own looks every ``interval`` seconds at the replicas this node
-holds (:class:`~epochstate.daemon.group.replicas.GroupReplicas`) and rewrites
+holds (:class:`~epochstate.daemon.ingest.group_replicas.GroupReplicas`) and rewrites
 the znode when anything but the time changed, or while a replica lags (its lag
 in seconds grows). A ZooKeeper that does not answer only delays the next write;
 in a new session the znode is written again. Record:
@@ -13,23 +13,32 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
+from epochstate.core.zookeeper.group_records import JobAssignment
 from epochstate.core.zookeeper.group_status import MemberStatus, ReplicaStatus
 from epochstate.core.zookeeper.layout import Layout
 from epochstate.core.zookeeper.session import session_id, wait
+from epochstate.daemon.ingest.loop import IngestLoop
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
-
-if TYPE_CHECKING:
-    from epochstate.daemon.group.replicas import GroupReplicas
 
 log = logging.getLogger(__name__)
 
 
-def member_status(replicas: GroupReplicas, now_ms: int) -> MemberStatus:
+class Replicas(Protocol):
+    """What the status is made from (:class:`~epochstate.daemon.ingest.group_replicas.GroupReplicas`)."""
+
+    ingest: IngestLoop
+
+    def replicas(self) -> tuple[dict[str, JobAssignment], dict[str, str], set[str]]: ...
+
+    def retry_failed(self) -> None: ...
+
+
+def member_status(replicas: Replicas, now_ms: int) -> MemberStatus:
     """What ``replicas`` holds, as the status znode tells it."""
     jobs, failed, announced = replicas.replicas()
     found: dict[str, ReplicaStatus] = {}
@@ -83,7 +92,7 @@ class StatusWriter:
         layout: Layout,
         group: str,
         node: str,
-        replicas: GroupReplicas,
+        replicas: Replicas,
         interval: float = 1.0,
         timeout: float = 5.0,
     ) -> None:

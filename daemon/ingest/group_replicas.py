@@ -28,7 +28,7 @@ from epochstate.core.zookeeper.errors import JobNotAssigned
 from epochstate.core.zookeeper.group_records import Assignment, JobAssignment
 from epochstate.core.zookeeper.layout import Layout
 from epochstate.daemon.group.member import GroupMember, Shards
-from epochstate.daemon.group.status_writer import StatusWriter
+from epochstate.daemon.ingest.group_status import StatusWriter
 from epochstate.daemon.ingest.loop import IngestLoop
 from epochstate.daemon.ingest.registry_publisher import RegistryPublisher
 from epochstate.daemon.store.catalog import Catalog, JobEntry
