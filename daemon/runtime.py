@@ -40,6 +40,7 @@ from epochstate.daemon.server.health import (
     HealthMonitor,
     IngestWatch,
 )
+from epochstate.daemon.server.jobs_admin import JobsAdminService, add_jobs_admin
 from epochstate.daemon.server.limits import CallLimits, limited_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.security import ServerSecurity
@@ -187,10 +188,13 @@ class Daemon:
         admin = add_alignment_admin(
             self.server, zk, self.settings.zookeeper_root, self.metrics, self.security.guard
         )
+        jobs = JobsAdminService(zk, self.settings.zookeeper_root, self.settings.group, self.security.roots)
+        jobs_admin = add_jobs_admin(self.server, jobs, self.metrics, self.security.guard)
         reflection.enable_server_reflection(
             (
                 SERVICE_NAME,
                 admin,
+                jobs_admin,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                 reflection.SERVICE_NAME,
             ),

@@ -217,7 +217,7 @@ class IngestLoop:
     def _until_next_look(self) -> float:
         now = time.monotonic()
         with self._lock:
-            names = [name for name in self._followers if name not in self._paused]
+            names = list(self._followers)
         looks = [max(self._next_look.get(n, now), self._retry_at.get(n, now)) for n in names]
         return max(0.0, min((t - now for t in looks), default=self._poll_interval))
 
@@ -229,11 +229,20 @@ class IngestLoop:
         self._idle_interval[job] = interval
         self._next_look[job] = time.monotonic() + interval
 
+    def _look_only(self, follower: JobFollower) -> None:
+        """A paused job: only note what its checkpoint committed (its lag), ingest nothing."""
+        try:
+            follower.next_epoch()
+        except Exception as error:
+            log.debug("job %s (paused): cannot list its commits: %r", follower.name, error)
+        self._idle(follower)
+
     def _step(self, follower: JobFollower) -> bool:
         now = time.monotonic()
-        if follower.name in self._paused:
-            return False
         if now < self._retry_at.get(follower.name, 0.0) or now < self._next_look.get(follower.name, 0.0):
+            return False
+        if follower.name in self._paused:
+            self._look_only(follower)
             return False
         epoch = None
         with self._lock:
