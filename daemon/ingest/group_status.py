@@ -104,6 +104,7 @@ class StatusWriter:
         self.timeout = timeout
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"group-status-{node}", daemon=True)
+        self._last_error = ""
         self._written: tuple[int | None, bytes] | None = None  # (session, status without its time)
 
     def start(self) -> None:
@@ -120,7 +121,11 @@ class StatusWriter:
                 self.replicas.retry_failed()
                 self.write_once()
             except Exception as error:  # ZooKeeper away, a session expiring: next round
-                log.debug("group status not written: %r", error)
+                if repr(error) != self._last_error:
+                    log.warning("group status not written (retrying): %r", error)
+                self._last_error = repr(error)
+            else:
+                self._last_error = ""
 
     def write_once(self) -> None:
         """Write the status if it changed (or a replica lags, or the session is new)."""
@@ -133,7 +138,7 @@ class StatusWriter:
         data = status.encode()
         try:
             wait(self.client.set_async(self.path, data), self.timeout)
-            _, stat = wait(self.client.exists_async(self.path), self.timeout)
+            stat = wait(self.client.exists_async(self.path), self.timeout)
             if stat is None or stat.ephemeralOwner != session:
                 raise NoNodeError()  # another session's leftover (this node's previous process)
         except NoNodeError:

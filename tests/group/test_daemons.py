@@ -9,6 +9,9 @@ kept) and remove (nobody follows it; its replica znodes are gone).
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +116,16 @@ def group(
     yield Group(daemons, make_zk_client(), stream)
 
 
+def cli(target: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``epochstate ARGS --target TARGET``."""
+    return subprocess.run(
+        [sys.executable, "-m", "epochstate.cli", *args, "--target", target],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def pinned_records(daemon: DaemonProcess, keys: list[Any], epoch: int) -> dict[str, bytes]:
     """Each key's Get at ``epoch``, as the bytes of the record the daemon sent."""
     found = {}
@@ -132,7 +145,17 @@ def pinned_records(daemon: DaemonProcess, keys: list[Any], epoch: int) -> dict[s
 
 def test_group_follows_pauses_resumes_restarts_and_removes_a_job(spark: Any, group: Group) -> None:
     admin = JobDefinitions(group.zk, LAYOUT, GROUP)
-    admin.add(JOB, str(group.stream.checkpoint), replicas=2)
+    any_member = group.daemons["n3"].target
+    added = cli(any_member, "jobs", "add", JOB, str(group.stream.checkpoint), "--replicas", "2", "--json")
+    assert added.returncode == 0, added.stderr
+    assert json.loads(added.stdout) == {
+        "job": JOB,
+        "checkpoint": str(group.stream.checkpoint),
+        "replicas": 2,
+        "state": "running",
+        "restart_generation": 0,
+        "version": 0,
+    }
 
     # Exactly two daemons follow it; both announce themselves once caught up (epoch 1).
     assert eventually(lambda: len(group.announced(JOB)) == 2, WAIT), group.assignment()
@@ -147,6 +170,17 @@ def test_group_follows_pauses_resumes_restarts_and_removes_a_job(spark: Any, gro
         assert status is not None
         assert status.replicas[JOB].state == "following" and status.replicas[JOB].lag_epochs == 0
 
+    # Status, as JSON, from any member: both replicas following, no lag.
+    shown = json.loads(cli(any_member, "jobs", "status", "--json").stdout)
+    assert (shown["group"], shown["leader"] in group.daemons) == (GROUP, True)
+    ((job,),) = [shown["jobs"]]
+    assert (job["job"], job["state"], job["replicas"], job["missing_replicas"]) == (JOB, "running", 2, 0)
+    assert {
+        r["node"]: (r["state"], r["announced"], r["newest_epoch"], r["lag_epochs"], r["lag_seconds"])
+        for r in job["replica_states"]
+    } == {node: ("following", True, 1, 0, 0.0) for node in replicas}
+    assert {r["address"] for r in job["replica_states"]} == {group.daemons[n].target for n in replicas}
+
     # Pinned reads: byte-identical from both replicas, equal to Spark's reader.
     oracle = spark_store(spark, group.stream.checkpoint, [1]).states[1]
     keys = [key for key, _, _ in oracle.values()]
@@ -157,7 +191,7 @@ def test_group_follows_pauses_resumes_restarts_and_removes_a_job(spark: Any, gro
             assert plain(client.get(JOB, key, epoch=1).value) == value
 
     # Pause: a new epoch is committed but not ingested; held epochs are still served.
-    admin.pause(JOB)
+    assert cli(any_member, "jobs", "pause", JOB).returncode == 0
     assert eventually(
         lambda: all((r := group.status_of(n).get(JOB)) and r.state == "paused" for n in replicas), WAIT
     )
@@ -168,16 +202,21 @@ def test_group_follows_pauses_resumes_restarts_and_removes_a_job(spark: Any, gro
     for node in replicas:
         assert group.newest(node, JOB) == 1
         assert pinned_records(group.daemons[node], keys, 1) == first
+    paused = json.loads(cli(any_member, "jobs", "status", JOB, "--json").stdout)["jobs"][0]
+    assert paused["state"] == "paused"
+    for replica in paused["replica_states"]:
+        assert (replica["state"], replica["newest_epoch"], replica["committed_epoch"]) == ("paused", 1, 2)
+        assert replica["lag_epochs"] == 1 and replica["lag_seconds"] > 0
 
     # Resume: both catch up with epoch 2.
-    admin.resume(JOB)
+    assert cli(any_member, "jobs", "resume", JOB).returncode == 0
     assert eventually(lambda: all(group.newest(n, JOB) == 2 for n in replicas), WAIT)
     assert eventually(
         lambda: all((r := group.status_of(n).get(JOB)) and r.state == "following" for n in replicas), WAIT
     )
 
     # Restart: a new generation; each replica re-opens the job, keeps its store, announces again.
-    admin.restart(JOB)
+    assert cli(any_member, "jobs", "restart", JOB).returncode == 0
     assert eventually(
         lambda: all(
             (s := group.status(n))
@@ -193,7 +232,8 @@ def test_group_follows_pauses_resumes_restarts_and_removes_a_job(spark: Any, gro
         assert pinned_records(group.daemons[node], keys, 1) == first
 
     # Remove: nobody follows it, its replica znodes are gone.
-    admin.remove(JOB)
+    assert cli(any_member, "jobs", "remove", JOB).returncode == 0
+    assert admin.list() == {}
     assert eventually(lambda: not group.announced(JOB), WAIT)
     assert eventually(lambda: not any(group.follows(n, JOB) for n in group.daemons), WAIT)
     assert eventually(lambda: not any(JOB in group.status_of(n) for n in group.daemons), WAIT)
