@@ -24,6 +24,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from epochstate.core.errors import EpochStateError
 from epochstate.core.storage.location import redact
+from epochstate.core.zookeeper.errors import InvalidName
+from epochstate.core.zookeeper.layout import check_name
 from epochstate.daemon.security_config import AuthSettings, TlsSettings, exposure_problem
 
 
@@ -174,6 +176,16 @@ class DaemonSettings(BaseSettings):
     insecure: bool = Field(
         default=False, description="serve beyond loopback even without TLS and auth (never in production)"
     )
+
+    @field_validator("group")
+    @classmethod
+    def _group_name(cls, group: str | None) -> str | None:
+        if group is not None:
+            try:
+                check_name("group", group)
+            except InvalidName as error:
+                raise ValueError(str(error)) from None
+        return group
 
     @property
     def advertised(self) -> str:
