@@ -113,7 +113,11 @@ def group(
         )
         for node in ("n1", "n2", "n3")
     }
-    yield Group(daemons, make_zk_client(), stream)
+    zk = make_zk_client()
+    # Every member joined before a job is added: no member joining later moves a replica mid-test.
+    members = LAYOUT.group_members(GROUP)
+    assert eventually(lambda: zk.exists(members) is not None and len(zk.get_children(members)) == 3, WAIT)
+    yield Group(daemons, zk, stream)
 
 
 def cli(target: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -165,10 +169,11 @@ def test_group_follows_pauses_resumes_restarts_and_removes_a_job(spark: Any, gro
     assert not group.follows(idle, JOB)
     for node in replicas:
         assert group.newest(node, JOB) == 1
-        assert eventually(lambda: all(JOB in group.status_of(n) for n in replicas), WAIT)
-        status = group.status(node)
-        assert status is not None
-        assert status.replicas[JOB].state == "following" and status.replicas[JOB].lag_epochs == 0
+    # Each member reports its replica (within group_status_interval of the change).
+    assert eventually(
+        lambda: all((r := group.status_of(n).get(JOB)) and r.state == "following" for n in replicas), WAIT
+    )
+    assert all(group.status_of(n)[JOB].lag_epochs == 0 for n in replicas)
 
     # Status, as JSON, from any member: both replicas following, no lag.
     shown = json.loads(cli(any_member, "jobs", "status", "--json").stdout)
@@ -226,7 +231,7 @@ def test_group_follows_pauses_resumes_restarts_and_removes_a_job(spark: Any, gro
         ),
         WAIT,
     )
-    assert group.announced(JOB) == replicas
+    assert eventually(lambda: group.announced(JOB) == replicas, WAIT)
     for node in replicas:
         assert group.newest(node, JOB) == 2
         assert pinned_records(group.daemons[node], keys, 1) == first
