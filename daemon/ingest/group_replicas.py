@@ -163,6 +163,12 @@ class GroupReplicas:
         except EpochStateError as error:
             self._fail(job, str(error))
             return
+        except Exception as error:  # an unexpected failure is shown as such, and retried
+            reason = f"{type(error).__name__}: {error}"
+            if self._failed.get(job) != reason:
+                log.exception("group %r: following job %s failed", self.group, job)
+            self._fail(job, reason)
+            return
         with self._lock:
             self._failed.pop(job, None)
         self._ours.add(job)

@@ -4,7 +4,8 @@ A job added with two replicas is followed by exactly two daemons, which announce
 their replica znodes once caught up and answer a pinned Get byte for byte the
 same, and the same as Spark's own reader. Then pause (nothing new ingested, held
 epochs still served), resume (catches up), restart (a new follower, the store
-kept) and remove (nobody follows it; its replica znodes are gone).
+kept), a replica's daemon stopping (the idle daemon takes the replica and announces
+itself once caught up) and remove (nobody follows it; its replica znodes are gone).
 """
 
 from __future__ import annotations
@@ -224,9 +225,7 @@ def test_group_follows_pauses_resumes_restarts_and_removes_a_job(spark: Any, gro
     assert cli(any_member, "jobs", "restart", JOB).returncode == 0
     assert eventually(
         lambda: all(
-            (s := group.status(n))
-            and s.replicas[JOB].restart_generation == 1
-            and s.replicas[JOB].state == "following"
+            (r := group.status_of(n).get(JOB)) and r.restart_generation == 1 and r.state == "following"
             for n in replicas
         ),
         WAIT,
@@ -235,6 +234,16 @@ def test_group_follows_pauses_resumes_restarts_and_removes_a_job(spark: Any, gro
     for node in replicas:
         assert group.newest(node, JOB) == 2
         assert pinned_records(group.daemons[node], keys, 1) == first
+
+    # A replica's daemon stops: it leaves the group, the idle daemon takes its replica,
+    # catches up and only then announces itself, answering as the others did.
+    gone = min(replicas - {"n3"})  # n3 answers the commands
+    assert group.daemons.pop(gone).stop() == 0
+    moved = (replicas - {gone}) | {idle}
+    assert eventually(lambda: group.announced(JOB) == moved, WAIT), group.assignment()
+    assert group.replicas_of(JOB) == moved
+    assert group.newest(idle, JOB) == 2
+    assert pinned_records(group.daemons[idle], keys, 1) == first
 
     # Remove: nobody follows it, its replica znodes are gone.
     assert cli(any_member, "jobs", "remove", JOB).returncode == 0
