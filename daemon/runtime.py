@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EpochState"].full_name
 ADMIN_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AlignmentAdmin"].full_name
+JOBS_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["JobsAdmin"].full_name
 
 
 class NoRegistry:
@@ -146,7 +147,13 @@ class Daemon:
         s = self.settings
         zookeeper = None if self.subjects is None else ConnectionWatch(self.subjects.client)
         both = frozenset({ZOOKEEPER_LOST, INGEST_STUCK})
-        services = {"": both, SERVICE_NAME: both, ADMIN_SERVICE_NAME: frozenset({ZOOKEEPER_LOST})}
+        zookeeper_only = frozenset({ZOOKEEPER_LOST})
+        services = {
+            "": both,
+            SERVICE_NAME: both,
+            ADMIN_SERVICE_NAME: zookeeper_only,
+            JOBS_SERVICE_NAME: zookeeper_only,
+        }
         # The loop may rightly sleep up to poll_max_interval between passes.
         ingest = IngestWatch(self.catalog, self.ingest, s.ingest_stuck_after, s.poll_max_interval)
         timeout = s.zookeeper_session_timeout

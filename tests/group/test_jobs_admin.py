@@ -121,3 +121,40 @@ def test_only_admins_manage_the_group_and_only_checkpoints_under_the_roots(
             assert eventually(following, 120), ops.group_jobs.status()
     finally:
         daemon.stop()
+
+
+@pytest.mark.spark
+def test_config_jobs_stay_standalone_beside_the_group(
+    tmp_path: Path,
+    orders_checkpoint: Path,
+    zk_connect: str,
+    daemon_factory: Callable[..., DaemonProcess],
+) -> None:
+    """A job of the daemon's config is followed as before and is not the group's: a group job of
+    the same name is not followed there (its replica fails, saying why); another group job is."""
+    daemon = daemon_factory(
+        {"orders": str(orders_checkpoint)},
+        name="standalone",
+        zookeeper=zk_connect,
+        extra_args=["--group", "g", "--node", "a"],
+    )
+    with daemon.client() as client:
+        assert eventually(lambda: {j.job: j.latest_epoch for j in client.jobs()} == {"orders": 1}, 120)
+        client.group_jobs.add("orders", str(orders_checkpoint))
+        client.group_jobs.add("orders-again", str(orders_checkpoint))
+
+        def states() -> dict[str, tuple[str, str]]:
+            return {
+                job.definition.name: (replica.state, replica.reason)
+                for job in client.group_jobs.status().jobs
+                for replica in job.replicas
+            }
+
+        assert eventually(lambda: states().get("orders-again", ("",))[0] == "following", 120), states()
+        state, reason = states()["orders"]
+        assert state == "failed" and "outside the group" in reason
+        # The config job is served as before; removing the group's job of that name leaves it alone.
+        client.group_jobs.remove("orders")
+        client.group_jobs.remove("orders-again")
+        assert eventually(lambda: {j.job for j in client.jobs()} == {"orders"}, 120)
+        assert client.get("orders", "u1", epoch=1).found
