@@ -149,7 +149,8 @@ class GroupReplicas:
                 )
                 self._unfollow(job)
                 self._follow(job, want)
-            self.ingest.pause(job, want.state == "paused")
+            if job in self._ours:  # never a job followed outside the group
+                self.ingest.pause(job, want.state == "paused")
 
     def _follow(self, job: str, want: JobAssignment) -> None:
         if job in self._ours:
@@ -172,6 +173,7 @@ class GroupReplicas:
         with self._lock:
             self._failed.pop(job, None)
         self._ours.add(job)
+        self.ingest.pause(job, want.state == "paused")
         log.info("group %r: following job %s", self.group, job)
 
     def _fail(self, job: str, reason: str) -> None:

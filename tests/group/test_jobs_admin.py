@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -15,8 +16,10 @@ import pytest
 from epochstate.client import EpochStateClient
 from epochstate.client.errors import CheckpointNotAllowed, JobDefined, JobNotDefined, NoGroup, RoleMissing
 from epochstate.client.tls import TlsOptions
+from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.certs import Certificates
 from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.streams import FileStream
 from tests.fixtures.zookeeper import eventually
 from tests.server.security.conftest import ROLES, certificates, orders_checkpoint, token_files
 
@@ -125,23 +128,31 @@ def test_only_admins_manage_the_group_and_only_checkpoints_under_the_roots(
 
 @pytest.mark.spark
 def test_config_jobs_stay_standalone_beside_the_group(
+    spark: Any,
     tmp_path: Path,
-    orders_checkpoint: Path,
     zk_connect: str,
     daemon_factory: Callable[..., DaemonProcess],
 ) -> None:
     """A job of the daemon's config is followed as before and is not the group's: a group job of
-    the same name is not followed there (its replica fails, saying why); another group job is."""
+    the same name is not followed there (its replica fails, saying why) and pausing it does not
+    pause the config job; another group job is followed."""
+    stream = FileStream(spark, tmp_path / "in", tmp_path / "cp" / "orders", counts, SCHEMA, name="orders")
+    stream.start()
+    try:
+        stream.feed(orders(0))
+    finally:
+        stream.stop()
+    checkpoint = str(stream.checkpoint)
     daemon = daemon_factory(
-        {"orders": str(orders_checkpoint)},
+        {"orders": checkpoint},
         name="standalone",
         zookeeper=zk_connect,
         extra_args=["--group", "g", "--node", "a"],
     )
     with daemon.client() as client:
-        assert eventually(lambda: {j.job: j.latest_epoch for j in client.jobs()} == {"orders": 1}, 120)
-        client.group_jobs.add("orders", str(orders_checkpoint))
-        client.group_jobs.add("orders-again", str(orders_checkpoint))
+        assert eventually(lambda: {j.job: j.latest_epoch for j in client.jobs()} == {"orders": 0}, 120)
+        client.group_jobs.add("orders", checkpoint)
+        client.group_jobs.add("orders-again", checkpoint)
 
         def states() -> dict[str, tuple[str, str]]:
             return {
@@ -153,7 +164,16 @@ def test_config_jobs_stay_standalone_beside_the_group(
         assert eventually(lambda: states().get("orders-again", ("",))[0] == "following", 120), states()
         state, reason = states()["orders"]
         assert state == "failed" and "outside the group" in reason
-        # The config job is served as before; removing the group's job of that name leaves it alone.
+        # Pausing the group's job of that name leaves the config job ingesting.
+        client.group_jobs.pause("orders")
+        assert eventually(lambda: states()["orders"][0] == "failed", 30)  # its reason still shown
+        stream.start(fresh=False)
+        try:
+            stream.feed(orders(1))
+        finally:
+            stream.stop()
+        assert eventually(lambda: {j.job: j.latest_epoch for j in client.jobs()}.get("orders") == 1, 120)
+        # Removing the group's job of that name leaves the config job alone too.
         client.group_jobs.remove("orders")
         client.group_jobs.remove("orders-again")
         assert eventually(lambda: {j.job for j in client.jobs()} == {"orders"}, 120)
