@@ -32,7 +32,8 @@ from epochstate.cli.connection import tls_options
 from epochstate.cli.console import fail
 from epochstate.cli.daemon_command import daemon
 from epochstate.cli.dev_commands import demo, demo_chain, zookeeper
-from epochstate.cli.jobs import describe, epochs, jobs
+from epochstate.cli.group_jobs import jobs_app
+from epochstate.cli.jobs import describe, epochs
 from epochstate.cli.reads import get, scan
 from epochstate.cli.secure_zookeeper import secure_zookeeper
 from epochstate.cli.watch import watch
@@ -47,7 +48,7 @@ app = typer.Typer(
 app.callback()(tls_options)
 app.command()(get)
 app.command()(scan)
-app.command()(jobs)
+app.add_typer(jobs_app, name="jobs")
 app.command()(describe)
 app.command()(epochs)
 app.command()(watch)

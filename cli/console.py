@@ -23,6 +23,8 @@ EXIT_BY_CODE = {
     grpc.StatusCode.OUT_OF_RANGE: 5,
     grpc.StatusCode.DEADLINE_EXCEEDED: 5,
     grpc.StatusCode.DATA_LOSS: 5,
+    grpc.StatusCode.ALREADY_EXISTS: 5,
+    grpc.StatusCode.ABORTED: 5,
     grpc.StatusCode.UNAVAILABLE: 6,
     grpc.StatusCode.UNAUTHENTICATED: 7,
     grpc.StatusCode.PERMISSION_DENIED: 7,

@@ -29,6 +29,12 @@ def daemon(
         ),
     ] = None,
     node: Annotated[str | None, typer.Option(help="node name in ZooKeeper")] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            help="join this group of daemons: follow the jobs its leader assigns (needs --zookeeper)"
+        ),
+    ] = None,
     job: Annotated[list[str] | None, typer.Option(help="NAME=CHECKPOINT to follow (repeatable)")] = None,
     address_file: Annotated[
         Path | None, typer.Option(help="write host:port (and unix:///path) here, one a line, once serving")
@@ -69,6 +75,7 @@ def daemon(
             zookeeper=zookeeper,
             zookeeper_auth_file=zookeeper_auth_file,
             node=node,
+            group=group,
             jobs=jobs_given,
             poll_interval=poll_interval,
             retention_epochs=retention_epochs,

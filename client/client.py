@@ -20,6 +20,7 @@ import grpc
 
 from epochstate.client.alignment_admin import AlignmentAdmin
 from epochstate.client.errors import DeadlineExceeded, IncarnationChanged, InvalidArgument, from_rpc_error
+from epochstate.client.jobs_admin import JobsAdmin
 from epochstate.client.structs import Struct
 from epochstate.client.tls import TlsOptions, open_channel
 from epochstate.client.values import from_row, to_row
@@ -184,6 +185,11 @@ class EpochStateClient:
     def alignment(self) -> AlignmentAdmin:
         """The daemon's alignment control (``AlignmentAdmin``): status, catch-up, align, abort, prune."""
         return AlignmentAdmin(self._channel, self._call)
+
+    @property
+    def group_jobs(self) -> JobsAdmin:
+        """The jobs of the daemon's group (``JobsAdmin``): add, remove, pause, resume, restart, status."""
+        return JobsAdmin(self._channel, self._call)
 
     @property
     def stub(self) -> pb_grpc.EpochStateStub:

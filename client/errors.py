@@ -165,6 +165,34 @@ class CheckpointNotAllowed(PermissionDenied):
     """The checkpoint to follow is outside the daemon's configured checkpoint roots."""
 
 
+class AlreadyExists(EpochStateClientError):
+    """What the call would create exists already."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class JobDefined(AlreadyExists):
+    """The group already has a job of that name."""
+
+
+class Aborted(EpochStateClientError):
+    """A concurrent change came first; read again and decide again."""
+
+    code = grpc.StatusCode.ABORTED
+
+
+class DefinitionChanged(Aborted):
+    """The job's definition changed since the version the caller read."""
+
+
+class JobNotDefined(NotFound):
+    """The group has no job of that name."""
+
+
+class NoGroup(FailedPrecondition):
+    """The daemon is not a member of a group (started without --group)."""
+
+
 class Cancelled(EpochStateClientError):
     """The call was cancelled (by this client, or its connection ended) before an answer."""
 
@@ -184,6 +212,8 @@ _BY_CODE: dict[grpc.StatusCode, type[EpochStateClientError]] = {
         ResourceExhausted,
         Unauthenticated,
         PermissionDenied,
+        AlreadyExists,
+        Aborted,
         Cancelled,
     )
 }
@@ -216,6 +246,10 @@ BY_REASON: Mapping[str, type[EpochStateClientError]] = {
     reasons.ROLE_MISSING: RoleMissing,
     reasons.CHECKPOINT_NOT_ALLOWED: CheckpointNotAllowed,
     reasons.CALL_CANCELLED: Cancelled,
+    reasons.JOB_DEFINED: JobDefined,
+    reasons.JOB_NOT_DEFINED: JobNotDefined,
+    reasons.DEFINITION_CHANGED: DefinitionChanged,
+    reasons.NO_GROUP: NoGroup,
 }
 """The one table from the daemon's reasons to exception classes; it covers every reason."""
 

@@ -231,3 +231,28 @@ CALL_CANCELLED: Final = _reason(
     "the daemon stopped waiting and freed the call's slot at once.",
     "Nothing: the caller is gone. A client sees CANCELLED from its own library, not this reason.",
 )
+JOB_DEFINED: Final = _reason(
+    "JOB_DEFINED",
+    "ALREADY_EXISTS",
+    "The group already has a job of that name (JobsAdmin.AddJob).",
+    "Pick another name, or remove the job first; JobsStatus shows its definition.",
+)
+JOB_NOT_DEFINED: Final = _reason(
+    "JOB_NOT_DEFINED",
+    "NOT_FOUND",
+    "The group has no job of that name (JobsAdmin.RemoveJob, PauseJob, ResumeJob, RestartJob).",
+    "Check the name (JobsAdmin.JobsStatus lists the group's jobs).",
+)
+DEFINITION_CHANGED: Final = _reason(
+    "DEFINITION_CHANGED",
+    "ABORTED",
+    "The job's definition changed since the version the caller read (expected_version): "
+    "another admin came first.",
+    "Read the job again (JobsStatus), decide again, and repeat the call with the new version.",
+)
+NO_GROUP: Final = _reason(
+    "NO_GROUP",
+    "FAILED_PRECONDITION",
+    "The daemon is not a member of a group (started without --group), so it has no group jobs to manage.",
+    "Send the call to a daemon started with --group (and --zookeeper).",
+)

@@ -24,6 +24,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from epochstate.core.errors import EpochStateError
 from epochstate.core.storage.location import redact
+from epochstate.core.zookeeper.errors import InvalidName
+from epochstate.core.zookeeper.layout import check_name
 from epochstate.daemon.security_config import AuthSettings, TlsSettings, exposure_problem
 
 
@@ -80,6 +82,14 @@ class DaemonSettings(BaseSettings):
         description="file holding one line user:password (a mounted secret): the ZooKeeper digest identity "
         "the daemon authenticates as and gives sole rights on every znode it creates; none: no "
         "authentication, znodes open to anyone (docs/zookeeper.md)",
+    )
+    group: str | None = Field(
+        default=None,
+        description="join this group of daemons (needs zookeeper): follow the jobs its leader assigns, "
+        "besides the jobs of this config (docs/groups.md); None: no group",
+    )
+    group_status_interval: float = Field(
+        default=1.0, gt=0, description="seconds between updates of this member's replica status znode"
     )
     retention_epochs: int = Field(default=100, ge=1)
     ingest_known_keys: int = Field(
@@ -167,6 +177,16 @@ class DaemonSettings(BaseSettings):
         default=False, description="serve beyond loopback even without TLS and auth (never in production)"
     )
 
+    @field_validator("group")
+    @classmethod
+    def _group_name(cls, group: str | None) -> str | None:
+        if group is not None:
+            try:
+                check_name("group", group)
+            except InvalidName as error:
+                raise ValueError(str(error)) from None
+        return group
+
     @property
     def advertised(self) -> str:
         return self.advertise or self.listen
@@ -222,6 +242,8 @@ def load_settings(path: Path | None = None, **overrides: Any) -> DaemonSettings:
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
         raise ConfigError(f"invalid settings: {problems}") from error
+    if settings.group is not None and not settings.zookeeper:
+        raise ConfigError("a group (--group) needs ZooKeeper (--zookeeper): its members meet there")
     problem = exposure_problem(settings.listen, settings.tls, settings.auth, settings.insecure)
     if problem is not None:
         raise ConfigError(problem)

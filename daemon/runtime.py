@@ -25,7 +25,9 @@ from epochstate.core.storage.location import configure as configure_storage
 from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.config import DaemonSettings
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
+from epochstate.daemon.ingest.group_replicas import GroupReplicas
 from epochstate.daemon.ingest.loop import IngestLoop
+from epochstate.daemon.ingest.registry_publisher import RegistryPublisher
 from epochstate.daemon.registry.subject_view import SubjectView
 from epochstate.daemon.server import unix_socket
 from epochstate.daemon.server.aligned import SubjectAlignment
@@ -38,10 +40,11 @@ from epochstate.daemon.server.health import (
     HealthMonitor,
     IngestWatch,
 )
+from epochstate.daemon.server.jobs_admin import JobsAdminService, add_jobs_admin
 from epochstate.daemon.server.limits import CallLimits, limited_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.security import ServerSecurity
-from epochstate.daemon.server.service import EpochStateService
+from epochstate.daemon.server.service import EpochStateService, IngestControl
 from epochstate.daemon.store.catalog import Catalog, JobEntry
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.errors import StoreDamaged
@@ -52,6 +55,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EpochState"].full_name
 ADMIN_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AlignmentAdmin"].full_name
+JOBS_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["JobsAdmin"].full_name
 
 
 class NoRegistry:
@@ -108,8 +112,10 @@ class Daemon:
             poll_max_interval=settings.poll_max_interval,
             on_ingested=self._ingested,
             on_problem=self._problem,
+            on_caught_up=self._caught_up,
             scratch_dir=scratch,
         )
+        self.group: GroupReplicas | None = None  # set in start() with settings.group
         self.health = health.HealthServicer()
         self.health_monitor = self._health_monitor()
         self.limits = CallLimits(
@@ -128,8 +134,6 @@ class Daemon:
     def _publisher(self) -> EpochPublisher:
         if not self.settings.zookeeper:
             return NoRegistry()
-        from epochstate.daemon.ingest.registry_publisher import RegistryPublisher
-
         publisher = RegistryPublisher.connect(self.settings, version=__version__)
         # Aligned reads use the publisher's session: one ZooKeeper connection per daemon.
         self.subjects = SubjectView(
@@ -143,7 +147,13 @@ class Daemon:
         s = self.settings
         zookeeper = None if self.subjects is None else ConnectionWatch(self.subjects.client)
         both = frozenset({ZOOKEEPER_LOST, INGEST_STUCK})
-        services = {"": both, SERVICE_NAME: both, ADMIN_SERVICE_NAME: frozenset({ZOOKEEPER_LOST})}
+        zookeeper_only = frozenset({ZOOKEEPER_LOST})
+        services = {
+            "": both,
+            SERVICE_NAME: both,
+            ADMIN_SERVICE_NAME: zookeeper_only,
+            JOBS_SERVICE_NAME: zookeeper_only,
+        }
         # The loop may rightly sleep up to poll_max_interval between passes.
         ingest = IngestWatch(self.catalog, self.ingest, s.ingest_stuck_after, s.poll_max_interval)
         timeout = s.zookeeper_session_timeout
@@ -165,6 +175,10 @@ class Daemon:
             m.freshness.labels(job).observe(max(0.0, (record.ingested_at_ms - record.committed_at_ms) / 1000))
         m.epoch_problems.labels(job).set(len(entry.problems))
 
+    def _caught_up(self, job: str) -> None:
+        if self.group is not None:
+            self.group.caught_up(job)
+
     def _problem(self, job: str, epoch: int, reason: str) -> None:
         self.metrics.epoch_problems.labels(job).set(len(self.catalog.get(job).problems))
 
@@ -175,15 +189,19 @@ class Daemon:
             self.store, self.catalog, ingest, alignment, max_wait=self.settings.max_wait
         )
         add_to_server(self.service, self.server, self.metrics, guard=self.security.guard)
+        self.group = self._group(ingest)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         zk = None if self.subjects is None else self.subjects.client
         admin = add_alignment_admin(
             self.server, zk, self.settings.zookeeper_root, self.metrics, self.security.guard
         )
+        jobs = JobsAdminService(zk, self.settings.zookeeper_root, self.settings.group, self.security.roots)
+        jobs_admin = add_jobs_admin(self.server, jobs, self.metrics, self.security.guard)
         reflection.enable_server_reflection(
             (
                 SERVICE_NAME,
                 admin,
+                jobs_admin,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                 reflection.SERVICE_NAME,
             ),
@@ -213,8 +231,31 @@ class Daemon:
         self.address = f"{host}:{self.port}"
         advertised = self.settings.advertise or self.address
         self.publisher.node_serving(advertised)
+        if self.group is not None:
+            self.group.start(advertised, self.settings.zookeeper_session_timeout)
         targets = " and ".join(self.targets)
         log.info("epochstate %s serving on %s (node %s)", __version__, targets, self.settings.node)
+
+    def _group(self, ingest: IngestControl) -> GroupReplicas | None:
+        """This daemon's part in ``settings.group`` (None: no group)."""
+        s = self.settings
+        if s.group is None or not isinstance(self.publisher, RegistryPublisher):
+            return None
+        registry = self.publisher.registry
+        return GroupReplicas(
+            registry.client,
+            registry.layout,
+            s.group,
+            s.node,
+            ingest=self.ingest,
+            follow=ingest.follow,  # the checkpoint-roots check applies to group jobs too
+            store=self.store,
+            catalog=self.catalog,
+            publisher=self.publisher,
+            standalone=frozenset(job.name for job in s.jobs),
+            version=__version__,
+            status_interval=s.group_status_interval,
+        )
 
     def _listen_unix(self) -> None:
         path = self.settings.unix_socket
@@ -240,6 +281,8 @@ class Daemon:
             log.info("shutting down")
             self.health_monitor.stop()
             self.health.enter_graceful_shutdown()
+            if self.group is not None:
+                self.group.stop(self.settings.shutdown_grace)  # the leader moves its replicas now
             self.catalog.close()  # wakes waiting reads; they fail UNAVAILABLE
             if self.subjects is not None:
                 self.subjects.close()  # so do reads waiting for an aligned epoch

@@ -52,13 +52,19 @@ class InvalidDefinition(RegistryError, BadRequest):
 class JobDefined(RegistryError):
     """The group already has a job of that name (remove it first, or change it)."""
 
+    reason = reasons.JOB_DEFINED
+
 
 class JobNotDefined(RegistryError):
     """The group has no job of that name."""
 
+    reason = reasons.JOB_NOT_DEFINED
+
 
 class DefinitionChanged(RegistryError):
     """The job definition changed since the version the caller read: read it again and decide."""
+
+    reason = reasons.DEFINITION_CHANGED
 
 
 class NotLeader(RegistryError):

@@ -123,7 +123,7 @@ class JobDefinition:
     @classmethod
     def decode(cls, data: bytes | None) -> JobDefinition:
         """The definition in a job znode's data; InvalidRecord if it is not one."""
-        record = _object(data, "job definition")
+        record = decode_object(data, "job definition")
         try:
             known = {name: record.pop(name) for name in _DEFINITION_FIELDS if name in record}
             return cls(**known, other=record)
@@ -144,7 +144,7 @@ class MemberRecord:
 
     @classmethod
     def decode(cls, data: bytes | None) -> MemberRecord:
-        record = _object(data, "member record")
+        record = decode_object(data, "member record")
         address, version, joined = record.get("address"), record.get("version"), record.get("joined_at_ms")
         if not isinstance(address, str) or not isinstance(version, str) or not _is_count(joined):
             raise InvalidRecord(f"not a member record: {record!r}")
@@ -254,7 +254,7 @@ class Assignment:
     @classmethod
     def decode(cls, data: bytes | None) -> Assignment:
         """The assignment in the assignment znode's data; InvalidRecord if it is not one."""
-        record = _object(data, "assignment")
+        record = decode_object(data, "assignment")
         try:
             generation, leader, updated = record["generation"], record["leader"], record["updated_at_ms"]
             if not (_is_count(generation) and _is_count(updated) and isinstance(leader, str)):
@@ -272,7 +272,7 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _object(data: bytes | None, what: str) -> dict[str, Any]:
+def decode_object(data: bytes | None, what: str) -> dict[str, Any]:
     try:
         value = json.loads(data or b"")
     except ValueError as error:

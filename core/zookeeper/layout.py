@@ -138,6 +138,12 @@ class Layout:
     def group_member(self, group: str, node: str) -> str:
         return f"{self.group_members(group)}/{check_name('node', node)}"
 
+    def group_statuses(self, group: str) -> str:
+        return f"{self.group(group)}/status"
+
+    def group_status(self, group: str, node: str) -> str:
+        return f"{self.group_statuses(group)}/{check_name('node', node)}"
+
     def group_election(self, group: str) -> str:
         return f"{self.group(group)}/election"
 

@@ -62,6 +62,7 @@ class IngestLoop:
         skip_after_failures: int = 3,
         on_ingested: Callable[[str, IngestStats], None] | None = None,
         on_problem: Callable[[str, int, str], None] | None = None,
+        on_caught_up: Callable[[str], None] | None = None,
         scratch_dir: Path | None = None,
     ) -> None:
         self._scratch_dir = scratch_dir
@@ -77,6 +78,9 @@ class IngestLoop:
         self._retry_interval = retry_interval
         self._on_ingested = on_ingested
         self._on_problem = on_problem
+        self._on_caught_up = on_caught_up
+        self._paused: set[str] = set()
+        self._calls: list[Callable[[], None]] = []  # run on the ingest thread (call_soon)
         self._followers: dict[str, JobFollower] = {}
         # Per job: reports not yet handed to its follower (epoch, run id, query id).
         self._reports: dict[str, list[tuple[int, str, str]]] = {}
@@ -131,6 +135,50 @@ class IngestLoop:
         self._idle_interval.pop(job, None)
         self._wake.set()
 
+    def call_soon(self, call: Callable[[], None]) -> None:
+        """Run ``call`` on the ingest thread before its next pass (never during a job's step),
+        in the order given. Exceptions are logged."""
+        with self._lock:
+            self._calls.append(call)
+        self._wake.set()
+
+    def followed(self, job: str) -> JobFollower | None:
+        """The follower of ``job`` (None: not followed)."""
+        with self._lock:
+            return self._followers.get(job)
+
+    def failing(self, job: str) -> str | None:
+        """Why ingest of ``job`` is stuck on an epoch right now (None: it is not)."""
+        follower = self.followed(job)
+        failure = self._failures.get(job)
+        if follower is None or failure is None:
+            return None
+        return follower.entry.problems.get(failure[0], "ingest keeps failing")
+
+    # -- control of one job (ingest thread only: from a call_soon call) -----------------
+
+    def unfollow(self, job: str) -> JobEntry | None:
+        """Stop following ``job`` (its store data stays); its entry, None if not followed."""
+        with self._lock:
+            follower = self._followers.pop(job, None)
+            self._reports.pop(job, None)
+        for times in (self._next_look, self._idle_interval, self._retry_at):
+            times.pop(job, None)
+        self._failures.pop(job, None)
+        self._paused.discard(job)
+        return None if follower is None else follower.entry
+
+    def pause(self, job: str, paused: bool = True) -> None:
+        """Stop (or, ``paused`` False, resume) ingesting ``job``; what it holds is still served."""
+        if paused:
+            self._paused.add(job)
+        else:
+            self._paused.discard(job)
+            self.poke(job)
+
+    def is_paused(self, job: str) -> bool:
+        return job in self._paused
+
     def start(self) -> None:
         self._thread.start()
 
@@ -146,6 +194,7 @@ class IngestLoop:
         while not self._stopping.is_set():
             self.passed_at = time.monotonic()
             self._wake.clear()
+            self._run_calls()
             busy = False
             with self._lock:
                 followers = list(self._followers.values())
@@ -155,6 +204,15 @@ class IngestLoop:
                 busy |= self._step(follower)
             if not busy:
                 self._wake.wait(self._until_next_look())
+
+    def _run_calls(self) -> None:
+        with self._lock:
+            calls, self._calls = self._calls, []
+        for call in calls:
+            try:
+                call()
+            except Exception:
+                log.exception("a control call on the ingest thread failed")
 
     def _until_next_look(self) -> float:
         now = time.monotonic()
@@ -171,9 +229,20 @@ class IngestLoop:
         self._idle_interval[job] = interval
         self._next_look[job] = time.monotonic() + interval
 
+    def _look_only(self, follower: JobFollower) -> None:
+        """A paused job: only note what its checkpoint committed (its lag), ingest nothing."""
+        try:
+            follower.next_epoch()
+        except Exception as error:
+            log.debug("job %s (paused): cannot list its commits: %r", follower.name, error)
+        self._idle(follower)
+
     def _step(self, follower: JobFollower) -> bool:
         now = time.monotonic()
         if now < self._retry_at.get(follower.name, 0.0) or now < self._next_look.get(follower.name, 0.0):
+            return False
+        if follower.name in self._paused:
+            self._look_only(follower)
             return False
         epoch = None
         with self._lock:
@@ -184,6 +253,8 @@ class IngestLoop:
             epoch = follower.next_epoch()
             if epoch is None and not follower.log_went_back():
                 self._idle(follower)
+                if self._on_caught_up is not None:
+                    self._on_caught_up(follower.name)
                 return False
             # About to ingest (or the log went back): is it still the same query?
             if follower.may_be_recreated() and follower.reopen_if_recreated():

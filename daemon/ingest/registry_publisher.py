@@ -88,6 +88,25 @@ class RegistryPublisher:
         except RegistryError as error:
             log.error("retention of job %r is not registered: %s", job, error)
 
+    def hold(self, job: str) -> None:
+        """Group mode: do not announce this node's replica of ``job`` until :meth:`release`."""
+        self.registry.hold_replica(job)
+
+    def release(self, job: str) -> None:
+        """Group mode: announce this node's replica of ``job`` (it caught up)."""
+        try:
+            self.registry.release_replica(job)
+        except RegistryError as error:
+            log.error("the replica of job %r is not announced: %s", job, error)
+
+    def job_dropped(self, job: str) -> None:
+        """This node no longer follows ``job``: withdraw its replica znode."""
+        self._jobs.pop(job, None)
+        try:
+            self.registry.forget_job(job)
+        except RegistryError as error:
+            log.error("the replica of job %r is not withdrawn: %s", job, error)
+
     def close(self) -> None:
         """Leave ZooKeeper, after flushing for up to CLOSE_FLUSH_SECONDS."""
         self.registry.close(timeout=CLOSE_FLUSH_SECONDS)

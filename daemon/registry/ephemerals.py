@@ -107,6 +107,19 @@ class Ephemerals:
         """Note that ``path`` is gone (deleted by this node)."""
         self._owned.pop(path, None)
 
+    def delete(self, path: str) -> None:
+        """Delete ``path`` if this session owns it (or held it unseen since a reconnect)."""
+        client = self._requests.client
+        try:
+            _, stat = self._requests.call(client.get_async(path))
+        except NoNodeError:
+            self._owned.pop(path, None)
+            return
+        if stat.ephemeralOwner == self.session:
+            with suppress(NoNodeError):
+                self._requests.call(client.delete_async(path))
+        self._owned.pop(path, None)
+
     def delete_all(self) -> None:
         """Delete the ephemerals this session owns (leaving the registry cleanly)."""
         client = self._requests.client

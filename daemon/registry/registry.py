@@ -46,6 +46,7 @@ from epochstate.core.zookeeper.records import (
     node_record,
 )
 from epochstate.core.zookeeper.session import CONNECTION_ERRORS
+from epochstate.daemon.registry.gate import ReplicaGate
 from epochstate.daemon.registry.incarnation import IncarnationRetired, JobZnodeChanged
 from epochstate.daemon.registry.pending import PendingEpoch, PendingEpochs
 from epochstate.daemon.registry.sync import SyncThread
@@ -106,6 +107,7 @@ class Registry(RegistryView):
         self._replicas: dict[str, ReplicaState] = {}
         self._retention: dict[str, int] = {}
         self._pending = PendingEpochs()
+        self.gate = ReplicaGate()
         self._sync_thread.start()
 
     # -- writes ------------------------------------------------------------------
@@ -215,6 +217,35 @@ class Registry(RegistryView):
             generation = self._change()
         return self._await(generation)
 
+    def hold_replica(self, job: str) -> None:
+        """Keep ``job``'s replica znode out of ZooKeeper (deleting it if written) until
+        :meth:`release_replica`; its epochs are still registered (group mode: a replica
+        catching up)."""
+        self.gate.hold(job)
+        with self._state:
+            self._change()
+
+    def release_replica(self, job: str) -> bool:
+        """Announce ``job``'s replica znode (it caught up); True once in ZooKeeper."""
+        self.gate.release(job)
+        with self._state:
+            generation = self._change()
+        return self._await(generation)
+
+    def forget_job(self, job: str) -> bool:
+        """This node no longer follows ``job``: drop what is queued of it and delete its
+        replica znode (the job and epoch znodes stay: other replicas may serve it)."""
+        self.gate.forget(job)
+        with self._state:
+            self._pending.drop_job(job)
+            self._jobs.pop(job, None)
+            self._queries.pop(job, None)
+            self._replicas.pop(job, None)
+            self._retention.pop(job, None)
+            self._retired.discard(job)
+            generation = self._change()
+        return self._await(generation)
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything registered so far is in ZooKeeper; False on timeout."""
         with self._state:
@@ -315,11 +346,16 @@ class Registry(RegistryView):
             self._call(self._writer.put_ephemeral, self.layout.node(self.node), node)
         for job, data in jobs.items():
             self._put_job(job, data)
+        for job in self.gate.withdrawn():
+            self._call(self._writer.delete_ephemeral, self.layout.replica(job, self.node))
+            self.gate.deleted(job)
         self._flush_pending()
         self._apply_retention()
         with self._state:
             replicas = {
-                job: state.encode() for job, state in self._replicas.items() if job not in self._retired
+                job: state.encode()
+                for job, state in self._replicas.items()
+                if job not in self._retired and self.gate.announced(job)
             }
         for job, data in replicas.items():
             self._call(self._writer.put_ephemeral, self.layout.replica(job, self.node), data)
@@ -362,7 +398,7 @@ class Registry(RegistryView):
                         entry.job,
                         entry.epoch,
                         entry.data,
-                        entry.replica.encode(),
+                        entry.replica.encode() if self.gate.announced(entry.job) else None,
                     )
             except EpochConflict as conflict:
                 entry.conflict = conflict
@@ -387,7 +423,7 @@ class Registry(RegistryView):
                         self._writer.delete_epochs_before,
                         job,
                         oldest,
-                        replica.encode() if replica else None,
+                        replica.encode() if replica and self.gate.announced(job) else None,
                     )
                 except JobZnodeChanged:
                     continue  # registered again, and retention done, on the next round

@@ -72,9 +72,10 @@ class ZnodeWriter:
         """
         self._jobs.put(job, data)
 
-    def put_epoch(self, job: str, epoch: int, data: bytes, replica: bytes) -> None:
-        """Register ``epoch`` and set this node's replica of ``job``, in one transaction
-        that checks the job znode is as :meth:`put_job` left it (same query).
+    def put_epoch(self, job: str, epoch: int, data: bytes, replica: bytes | None) -> None:
+        """Register ``epoch`` and set this node's replica of ``job`` (unless ``replica`` is
+        None: a replica not announced yet), in one transaction that checks the job znode
+        is as :meth:`put_job` left it (same query).
 
         An epoch znode of another query (left by a replaced query) is replaced in the
         same way; one of the same query is write-once.
@@ -88,17 +89,19 @@ class ZnodeWriter:
         replica_path = self.layout.replica(job, self.node)
         transaction = self._jobs.checked(job)
         transaction.create(epoch_path, data)
-        write = self._ephemerals.add_to(transaction, replica_path, replica)
+        write = None if replica is None else self._ephemerals.add_to(transaction, replica_path, replica)
         failed = self._commit_checked(job, transaction, write)
         if failed is None:
             return
         results, failure = failed
         if not isinstance(results[1], NodeExistsError):
-            self._ephemerals.failed(write, results)
+            if write is not None:
+                self._ephemerals.failed(write, results)
             raise failure
         existing, stat = self._requests.call(self.client.get_async(epoch_path))
         if same_record(existing, data):
-            self.put_ephemeral(replica_path, replica)  # write-once: identical is success
+            if replica is not None:
+                self.put_ephemeral(replica_path, replica)  # write-once: identical is success
             return
         if query_of(decode(existing)) == query_of(decode(data)):
             raise EpochConflict(
@@ -107,11 +110,12 @@ class ZnodeWriter:
         transaction = self._jobs.checked(job)  # a replaced query's leftover
         transaction.delete(epoch_path, stat.version)
         transaction.create(epoch_path, data)
-        write = self._ephemerals.add_to(transaction, replica_path, replica)
+        write = None if replica is None else self._ephemerals.add_to(transaction, replica_path, replica)
         failed = self._commit_checked(job, transaction, write)
         if failed is None:
             return
-        self._ephemerals.failed(write, failed[0])
+        if write is not None:
+            self._ephemerals.failed(write, failed[0])
         raise ForceRetryError()
 
     def delete_epochs_before(self, job: str, oldest_epoch: int, replica: bytes | None) -> int:
@@ -154,6 +158,10 @@ class ZnodeWriter:
                 raise failure
             unwritten = None
         return len(old_paths)
+
+    def delete_ephemeral(self, path: str) -> None:
+        """Delete ``path`` if this session created it (a replica withdrawn)."""
+        self._ephemerals.delete(path)
 
     def delete_ephemerals(self) -> None:
         """Delete the ephemerals this session created (leaving the registry cleanly)."""

@@ -26,6 +26,7 @@ from epochstate.core import reasons
 from epochstate.core.alignment import errors as alignment
 from epochstate.core.errors import BadRequest as BadRequest  # re-exported: the servicers raise it
 from epochstate.core.errors import EpochStateError
+from epochstate.core.zookeeper import errors as group
 from epochstate.core.zookeeper.errors import InvalidRecord, RegistryUnavailable
 from epochstate.daemon.server.epochs import (
     BadSelector,
@@ -45,6 +46,12 @@ class NoZooKeeper(EpochStateError):
     """The daemon runs without ZooKeeper (no ``--zookeeper``): it cannot reach the alignment registry."""
 
     reason = reasons.NO_ZOOKEEPER
+
+
+class NoGroup(EpochStateError):
+    """The daemon is not a member of a group (no ``--group``): JobsAdmin has nothing to manage."""
+
+    reason = reasons.NO_GROUP
 
 
 class TooManyCalls(EpochStateError):
@@ -107,6 +114,11 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (alignment.RegistryUnavailable, grpc.StatusCode.UNAVAILABLE),
     (alignment.CorruptSubjectRecord, grpc.StatusCode.DATA_LOSS),
     (NoZooKeeper, grpc.StatusCode.FAILED_PRECONDITION),
+    # JobsAdmin (the group's job definitions).
+    (group.JobDefined, grpc.StatusCode.ALREADY_EXISTS),
+    (group.JobNotDefined, grpc.StatusCode.NOT_FOUND),
+    (group.DefinitionChanged, grpc.StatusCode.ABORTED),
+    (NoGroup, grpc.StatusCode.FAILED_PRECONDITION),
     # Limits (limits.py): refused before any work, or an answer over the size limit.
     (TooManyCalls, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (ResponseTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),

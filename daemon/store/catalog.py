@@ -151,6 +151,13 @@ class Catalog:
             self._jobs[entry.descriptor.name] = entry
             self._changed.notify_all()
 
+    def remove(self, name: str) -> JobEntry | None:
+        """Stop serving ``name`` (reads of it then fail JobNotFound); its entry, if any."""
+        with self._changed:
+            entry = self._jobs.pop(name, None)
+            self._changed.notify_all()
+            return entry
+
     def get(self, name: str) -> JobEntry:
         entry = self._jobs.get(name)
         if entry is None:

@@ -42,6 +42,10 @@ ROLE_OF: dict[str, Role] = {
         f"epochstate.v1.AlignmentAdmin.{name}": Role.ADMIN
         for name in ("Status", "CatchUp", "Align", "Abort", "Prune")
     },
+    **{
+        f"epochstate.v1.JobsAdmin.{name}": Role.ADMIN
+        for name in ("AddJob", "RemoveJob", "PauseJob", "ResumeJob", "RestartJob", "JobsStatus")
+    },
 }
 """The role each method needs, by its full name; a method missing here fails at start-up."""
 

@@ -1568,3 +1568,255 @@ class PruneSubjectResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PruneSubjectResponse: _TypeAlias = PruneSubjectResponse  # noqa: Y015
+
+@_typing.final
+class AddJobRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    checkpoint: _builtins.str
+    """a checkpoint URI (file://, s3a://, ...) or an absolute path"""
+    replicas: _builtins.int
+    """0: 1"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        checkpoint: _builtins.str = ...,
+        replicas: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "name", b"name", "replicas", b"replicas"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddJobRequest: _TypeAlias = AddJobRequest  # noqa: Y015
+
+@_typing.final
+class JobChangeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    expected_version: _builtins.int
+    """When set, the change is refused ABORTED (DEFINITION_CHANGED) unless the
+    definition is still at this version (as JobsStatus showed it).
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        expected_version: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "expected_version", b"expected_version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "expected_version", b"expected_version", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__expected_version: _TypeAlias = _typing.Literal["expected_version"]  # noqa: Y015
+    _WhichOneofArgType__expected_version: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__expected_version) -> _WhichOneofReturnType__expected_version | None: ...
+
+Global___JobChangeRequest: _TypeAlias = JobChangeRequest  # noqa: Y015
+
+@_typing.final
+class JobDefinition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    RESTART_GENERATION_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    CREATED_AT_MS_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_MS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    checkpoint: _builtins.str
+    replicas: _builtins.int
+    state: _builtins.str
+    """"running" or "paused" """
+    restart_generation: _builtins.int
+    version: _builtins.int
+    """the definition znode's version, for expected_version"""
+    created_at_ms: _builtins.int
+    updated_at_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        checkpoint: _builtins.str = ...,
+        replicas: _builtins.int = ...,
+        state: _builtins.str = ...,
+        restart_generation: _builtins.int = ...,
+        version: _builtins.int = ...,
+        created_at_ms: _builtins.int = ...,
+        updated_at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "created_at_ms", b"created_at_ms", "name", b"name", "replicas", b"replicas", "restart_generation", b"restart_generation", "state", b"state", "updated_at_ms", b"updated_at_ms", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobDefinition: _TypeAlias = JobDefinition  # noqa: Y015
+
+@_typing.final
+class JobChangeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def job(self) -> Global___JobDefinition:
+        """as written (RemoveJob: as it was before)"""
+
+    def __init__(
+        self,
+        *,
+        job: Global___JobDefinition | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobChangeResponse: _TypeAlias = JobChangeResponse  # noqa: Y015
+
+@_typing.final
+class JobsStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    job: _builtins.str
+    """empty: every job of the group"""
+    def __init__(
+        self,
+        *,
+        job: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobsStatusRequest: _TypeAlias = JobsStatusRequest  # noqa: Y015
+
+@_typing.final
+class ReplicaStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    ANNOUNCED_FIELD_NUMBER: _builtins.int
+    NEWEST_EPOCH_FIELD_NUMBER: _builtins.int
+    COMMITTED_EPOCH_FIELD_NUMBER: _builtins.int
+    LAG_EPOCHS_FIELD_NUMBER: _builtins.int
+    LAG_SECONDS_FIELD_NUMBER: _builtins.int
+    RESTART_GENERATION_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    address: _builtins.str
+    """the member's gRPC address; empty when the member is gone"""
+    state: _builtins.str
+    """"following" (caught up, announced for routing), "catching_up", "paused",
+    "failed" (see reason), "down" (assigned, but the member is not live),
+    "unknown" (the member has not reported this replica yet).
+    """
+    reason: _builtins.str
+    announced: _builtins.bool
+    """its replica znode exists (routing may use it)"""
+    newest_epoch: _builtins.int
+    """the newest epoch it serves (-1: none)"""
+    committed_epoch: _builtins.int
+    """the newest committed in the checkpoint, as it last saw (-1: none)"""
+    lag_epochs: _builtins.int
+    lag_seconds: _builtins.float
+    """how long the oldest epoch it has not ingested has been committed"""
+    restart_generation: _builtins.int
+    """the generation the replica runs"""
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        address: _builtins.str = ...,
+        state: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        announced: _builtins.bool = ...,
+        newest_epoch: _builtins.int = ...,
+        committed_epoch: _builtins.int = ...,
+        lag_epochs: _builtins.int = ...,
+        lag_seconds: _builtins.float = ...,
+        restart_generation: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "announced", b"announced", "committed_epoch", b"committed_epoch", "lag_epochs", b"lag_epochs", "lag_seconds", b"lag_seconds", "newest_epoch", b"newest_epoch", "node", b"node", "reason", b"reason", "restart_generation", b"restart_generation", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaStatus: _TypeAlias = ReplicaStatus  # noqa: Y015
+
+@_typing.final
+class JobStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEFINITION_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    MISSING_REPLICAS_FIELD_NUMBER: _builtins.int
+    missing_replicas: _builtins.int
+    """replicas asked for that no live member could take"""
+    @_builtins.property
+    def definition(self) -> Global___JobDefinition: ...
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaStatus]: ...
+    def __init__(
+        self,
+        *,
+        definition: Global___JobDefinition | None = ...,
+        replicas: _abc.Iterable[Global___ReplicaStatus] | None = ...,
+        missing_replicas: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["definition", b"definition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["definition", b"definition", "missing_replicas", b"missing_replicas", "replicas", b"replicas"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobStatus: _TypeAlias = JobStatus  # noqa: Y015
+
+@_typing.final
+class JobsStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    LEADER_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_GENERATION_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    leader: _builtins.str
+    """the member that wrote the assignment"""
+    assignment_generation: _builtins.int
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobStatus]: ...
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        leader: _builtins.str = ...,
+        assignment_generation: _builtins.int = ...,
+        jobs: _abc.Iterable[Global___JobStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_generation", b"assignment_generation", "group", b"group", "jobs", b"jobs", "leader", b"leader"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobsStatusResponse: _TypeAlias = JobsStatusResponse  # noqa: Y015

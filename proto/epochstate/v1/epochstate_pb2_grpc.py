@@ -712,3 +712,308 @@ class AlignmentAdmin:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class JobsAdminStub:
+    """The jobs of the daemon's group (docs/groups.md): their definitions, kept in
+    ZooKeeper, and the state of each replica. Any member of the group answers; a
+    daemon started without --group answers FAILED_PRECONDITION (NO_GROUP). Role: admin.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.AddJob = channel.unary_unary(
+                '/epochstate.v1.JobsAdmin/AddJob',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.AddJobRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.FromString,
+                _registered_method=True)
+        self.RemoveJob = channel.unary_unary(
+                '/epochstate.v1.JobsAdmin/RemoveJob',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.FromString,
+                _registered_method=True)
+        self.PauseJob = channel.unary_unary(
+                '/epochstate.v1.JobsAdmin/PauseJob',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.FromString,
+                _registered_method=True)
+        self.ResumeJob = channel.unary_unary(
+                '/epochstate.v1.JobsAdmin/ResumeJob',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.FromString,
+                _registered_method=True)
+        self.RestartJob = channel.unary_unary(
+                '/epochstate.v1.JobsAdmin/RestartJob',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.FromString,
+                _registered_method=True)
+        self.JobsStatus = channel.unary_unary(
+                '/epochstate.v1.JobsAdmin/JobsStatus',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.JobsStatusRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.JobsStatusResponse.FromString,
+                _registered_method=True)
+
+
+class JobsAdminServicer:
+    """The jobs of the daemon's group (docs/groups.md): their definitions, kept in
+    ZooKeeper, and the state of each replica. Any member of the group answers; a
+    daemon started without --group answers FAILED_PRECONDITION (NO_GROUP). Role: admin.
+    """
+
+    def AddJob(self, request, context):
+        """Defines a job: the group's leader assigns it to `replicas` members.
+        ALREADY_EXISTS (JOB_DEFINED) when the group has a job of that name;
+        PERMISSION_DENIED (CHECKPOINT_NOT_ALLOWED) for a checkpoint outside the
+        daemon's auth.checkpoint_roots.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveJob(self, request, context):
+        """Deletes the definition: its replicas stop following it and drop its data.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseJob(self, request, context):
+        """Its replicas stop ingesting and keep serving the epochs they hold.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestartJob(self, request, context):
+        """A new restart generation: each replica re-opens the job (clearing a failed
+        state), keeping its store, and announces itself again once caught up.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JobsStatus(self, request, context):
+        """Every job of the group (or one): its definition and the state of each replica.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_JobsAdminServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'AddJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddJob,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.AddJobRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.SerializeToString,
+            ),
+            'RemoveJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveJob,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.SerializeToString,
+            ),
+            'PauseJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseJob,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.SerializeToString,
+            ),
+            'ResumeJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeJob,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.SerializeToString,
+            ),
+            'RestartJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestartJob,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.SerializeToString,
+            ),
+            'JobsStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.JobsStatus,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.JobsStatusRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.JobsStatusResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'epochstate.v1.JobsAdmin', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('epochstate.v1.JobsAdmin', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class JobsAdmin:
+    """The jobs of the daemon's group (docs/groups.md): their definitions, kept in
+    ZooKeeper, and the state of each replica. Any member of the group answers; a
+    daemon started without --group answers FAILED_PRECONDITION (NO_GROUP). Role: admin.
+    """
+
+    @staticmethod
+    def AddJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.JobsAdmin/AddJob',
+            epochstate_dot_v1_dot_epochstate__pb2.AddJobRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.JobsAdmin/RemoveJob',
+            epochstate_dot_v1_dot_epochstate__pb2.JobChangeRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.JobsAdmin/PauseJob',
+            epochstate_dot_v1_dot_epochstate__pb2.JobChangeRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.JobsAdmin/ResumeJob',
+            epochstate_dot_v1_dot_epochstate__pb2.JobChangeRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestartJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.JobsAdmin/RestartJob',
+            epochstate_dot_v1_dot_epochstate__pb2.JobChangeRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.JobChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JobsStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.JobsAdmin/JobsStatus',
+            epochstate_dot_v1_dot_epochstate__pb2.JobsStatusRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.JobsStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

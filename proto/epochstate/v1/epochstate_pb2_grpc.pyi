@@ -245,3 +245,118 @@ class AlignmentAdminServicer(metaclass=_abc_1.ABCMeta):
         """Deletes subject epochs (and mapping entries) no source or daemon needs."""
 
 def add_AlignmentAdminServicer_to_server(servicer: AlignmentAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class JobsAdminStub:
+    """The jobs of the daemon's group (docs/groups.md): their definitions, kept in
+    ZooKeeper, and the state of each replica. Any member of the group answers; a
+    daemon started without --group answers FAILED_PRECONDITION (NO_GROUP). Role: admin.
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> JobsAdminAsyncStub: ...
+    AddJob: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.AddJobRequest, _epochstate_pb2.JobChangeResponse]
+    """Defines a job: the group's leader assigns it to `replicas` members.
+    ALREADY_EXISTS (JOB_DEFINED) when the group has a job of that name;
+    PERMISSION_DENIED (CHECKPOINT_NOT_ALLOWED) for a checkpoint outside the
+    daemon's auth.checkpoint_roots.
+    """
+    RemoveJob: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.JobChangeRequest, _epochstate_pb2.JobChangeResponse]
+    """Deletes the definition: its replicas stop following it and drop its data."""
+    PauseJob: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.JobChangeRequest, _epochstate_pb2.JobChangeResponse]
+    """Its replicas stop ingesting and keep serving the epochs they hold."""
+    ResumeJob: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.JobChangeRequest, _epochstate_pb2.JobChangeResponse]
+    RestartJob: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.JobChangeRequest, _epochstate_pb2.JobChangeResponse]
+    """A new restart generation: each replica re-opens the job (clearing a failed
+    state), keeping its store, and announces itself again once caught up.
+    """
+    JobsStatus: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.JobsStatusRequest, _epochstate_pb2.JobsStatusResponse]
+    """Every job of the group (or one): its definition and the state of each replica."""
+
+@_typing.type_check_only
+class JobsAdminAsyncStub(JobsAdminStub):
+    """The jobs of the daemon's group (docs/groups.md): their definitions, kept in
+    ZooKeeper, and the state of each replica. Any member of the group answers; a
+    daemon started without --group answers FAILED_PRECONDITION (NO_GROUP). Role: admin.
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    AddJob: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.AddJobRequest, _epochstate_pb2.JobChangeResponse]  # type: ignore[assignment]
+    """Defines a job: the group's leader assigns it to `replicas` members.
+    ALREADY_EXISTS (JOB_DEFINED) when the group has a job of that name;
+    PERMISSION_DENIED (CHECKPOINT_NOT_ALLOWED) for a checkpoint outside the
+    daemon's auth.checkpoint_roots.
+    """
+    RemoveJob: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.JobChangeRequest, _epochstate_pb2.JobChangeResponse]  # type: ignore[assignment]
+    """Deletes the definition: its replicas stop following it and drop its data."""
+    PauseJob: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.JobChangeRequest, _epochstate_pb2.JobChangeResponse]  # type: ignore[assignment]
+    """Its replicas stop ingesting and keep serving the epochs they hold."""
+    ResumeJob: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.JobChangeRequest, _epochstate_pb2.JobChangeResponse]  # type: ignore[assignment]
+    RestartJob: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.JobChangeRequest, _epochstate_pb2.JobChangeResponse]  # type: ignore[assignment]
+    """A new restart generation: each replica re-opens the job (clearing a failed
+    state), keeping its store, and announces itself again once caught up.
+    """
+    JobsStatus: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.JobsStatusRequest, _epochstate_pb2.JobsStatusResponse]  # type: ignore[assignment]
+    """Every job of the group (or one): its definition and the state of each replica."""
+
+class JobsAdminServicer(metaclass=_abc_1.ABCMeta):
+    """The jobs of the daemon's group (docs/groups.md): their definitions, kept in
+    ZooKeeper, and the state of each replica. Any member of the group answers; a
+    daemon started without --group answers FAILED_PRECONDITION (NO_GROUP). Role: admin.
+    """
+
+    @_abc_1.abstractmethod
+    def AddJob(
+        self,
+        request: _epochstate_pb2.AddJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.JobChangeResponse, _abc.Awaitable[_epochstate_pb2.JobChangeResponse]]:
+        """Defines a job: the group's leader assigns it to `replicas` members.
+        ALREADY_EXISTS (JOB_DEFINED) when the group has a job of that name;
+        PERMISSION_DENIED (CHECKPOINT_NOT_ALLOWED) for a checkpoint outside the
+        daemon's auth.checkpoint_roots.
+        """
+
+    @_abc_1.abstractmethod
+    def RemoveJob(
+        self,
+        request: _epochstate_pb2.JobChangeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.JobChangeResponse, _abc.Awaitable[_epochstate_pb2.JobChangeResponse]]:
+        """Deletes the definition: its replicas stop following it and drop its data."""
+
+    @_abc_1.abstractmethod
+    def PauseJob(
+        self,
+        request: _epochstate_pb2.JobChangeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.JobChangeResponse, _abc.Awaitable[_epochstate_pb2.JobChangeResponse]]:
+        """Its replicas stop ingesting and keep serving the epochs they hold."""
+
+    @_abc_1.abstractmethod
+    def ResumeJob(
+        self,
+        request: _epochstate_pb2.JobChangeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.JobChangeResponse, _abc.Awaitable[_epochstate_pb2.JobChangeResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RestartJob(
+        self,
+        request: _epochstate_pb2.JobChangeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.JobChangeResponse, _abc.Awaitable[_epochstate_pb2.JobChangeResponse]]:
+        """A new restart generation: each replica re-opens the job (clearing a failed
+        state), keeping its store, and announces itself again once caught up.
+        """
+
+    @_abc_1.abstractmethod
+    def JobsStatus(
+        self,
+        request: _epochstate_pb2.JobsStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.JobsStatusResponse, _abc.Awaitable[_epochstate_pb2.JobsStatusResponse]]:
+        """Every job of the group (or one): its definition and the state of each replica."""
+
+def add_JobsAdminServicer_to_server(servicer: JobsAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -30,6 +30,7 @@ def every_rpc(followable: str) -> list[Rpc]:
     key = pb.Row(fields=[pb.Value(string="u1")])
     at = pb.EpochSelector(exact=1)
     state, admin = "/epochstate.v1.EpochState/", "/epochstate.v1.AlignmentAdmin/"
+    jobs = "/epochstate.v1.JobsAdmin/"
     return [
         Rpc(state + "Get", "read", pb.GetRequest(store=store, key=key, epoch=at)),
         Rpc(state + "MultiGet", "read", pb.MultiGetRequest(store=store, keys=[key], epoch=at)),
@@ -45,6 +46,12 @@ def every_rpc(followable: str) -> list[Rpc]:
         Rpc(admin + "Align", "admin", pb.AlignRequest(subject="t", job="j", next=True)),
         Rpc(admin + "Abort", "admin", pb.AlignmentCommandRequest(subject="t", job="j")),
         Rpc(admin + "Prune", "admin", pb.PruneSubjectRequest(subject="t", dry_run=True)),
+        Rpc(jobs + "AddJob", "admin", pb.AddJobRequest(name="orders", checkpoint=followable)),
+        Rpc(jobs + "RemoveJob", "admin", pb.JobChangeRequest(name="orders")),
+        Rpc(jobs + "PauseJob", "admin", pb.JobChangeRequest(name="orders")),
+        Rpc(jobs + "ResumeJob", "admin", pb.JobChangeRequest(name="orders")),
+        Rpc(jobs + "RestartJob", "admin", pb.JobChangeRequest(name="orders")),
+        Rpc(jobs + "JobsStatus", "admin", pb.JobsStatusRequest()),
     ]
 
 
