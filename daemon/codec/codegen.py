@@ -56,7 +56,9 @@ class FunctionSource:
         positional parameters. Raises ValueError for a name that is not an identifier."""
         for n in (name, *params):
             _check_name(n)
-        self.label = label
+        # The label becomes the code's file name: schemas come from checkpoint files, so a
+        # field name may hold any character, and compile() refuses a NUL in a file name.
+        self.label = "".join(c if c.isprintable() else repr(c)[1:-1] for c in label)
         self.name = name
         self.params = tuple(params)
         self.lines: list[str] = []

@@ -70,3 +70,11 @@ def test_names_are_checked_and_fresh_names_are_unique() -> None:
 def test_an_empty_body_and_no_bindings_compile() -> None:
     assert FunctionSource("test empty", "nothing", []).compile()() is None
     assert FunctionSource("test empty", "nothing", ["x"]).source().startswith("def nothing(x):")
+
+
+def test_a_label_from_a_hostile_schema_still_compiles() -> None:
+    # A fuzz finding: a schema field named with a NUL made compile() refuse the file name.
+    code = FunctionSource("reader struct<a\x00b:int,\u2028:string>", "read", ["x"])
+    code.add("return x")
+    assert code.compile()(7) == 7
+    assert code.label == "reader struct<a\\x00b:int,\\u2028:string>"
