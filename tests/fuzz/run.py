@@ -36,6 +36,11 @@ INPUT_TIMEOUT_S = 10
 RSS_LIMIT_MB = 2048
 MAX_INPUT_BYTES = 64 * 1024
 
+# The seed of a repeatable run (the bounded one in `make pytest`): the same commit
+# tries the same inputs every time, so the suite's verdict never depends on luck.
+# Exploring with fresh seeds is `make fuzz`'s job; what it finds becomes a regression.
+REPEATABLE_SEED = 20191126
+
 
 # Token dictionaries (``tests/fuzz/dicts/``) of the targets whose inputs hold JSON.
 DICTIONARIES = {
@@ -46,10 +51,15 @@ DICTIONARIES = {
 }
 
 
-def libfuzzer_args(target: str, seconds: float, work: Path) -> list[str]:
+def libfuzzer_args(target: str, seconds: float, work: Path, runs: int | None = None) -> list[str]:
     """The command line of one bounded run of ``target``: a working corpus in
     ``work/corpus/<target>`` (new inputs go there), then the committed seeds and
-    regressions; findings in ``work/findings/<target>/``."""
+    regressions; findings in ``work/findings/<target>/``.
+
+    With ``runs``, the run is repeatable: libFuzzer's seed is fixed and it stops
+    after ``runs`` inputs (``seconds`` only caps it on a machine too slow to get
+    there, which then tries a prefix of the same inputs). Without, it explores:
+    a random seed, for ``seconds``."""
     from tests.fuzz.targets import CORPUS, REGRESSIONS
 
     corpus = work / "corpus" / target
@@ -63,6 +73,7 @@ def libfuzzer_args(target: str, seconds: float, work: Path) -> list[str]:
         "tests.fuzz.run",
         target,
         f"-max_total_time={max(1, round(seconds))}",
+        *([f"-runs={runs}", f"-seed={REPEATABLE_SEED}"] if runs is not None else []),
         f"-timeout={INPUT_TIMEOUT_S}",
         f"-rss_limit_mb={RSS_LIMIT_MB}",
         f"-max_len={MAX_INPUT_BYTES}",
@@ -91,18 +102,19 @@ def fuzz_one(target: str, argv: list[str]) -> None:
 
 
 def run_bounded(
-    target: str, seconds: float, work: Path, timeout: float | None = None
+    target: str, seconds: float, work: Path, timeout: float | None = None, runs: int | None = None
 ) -> subprocess.CompletedProcess[str]:
     """One bounded libFuzzer run of ``target`` (see :func:`libfuzzer_args`), in its own
-    scratch directory, removed afterwards."""
+    scratch directory, removed afterwards. Python's hash seed is fixed too, so a
+    repeatable run (``runs``) takes the same paths through set and dict orders."""
     from tests.fuzz.targets import SCRATCH_ENV, memory_scratch_root
 
     scratch = tempfile.mkdtemp(prefix="epochstate-fuzz-", dir=memory_scratch_root())
     try:
         return subprocess.run(
-            libfuzzer_args(target, seconds, work),
+            libfuzzer_args(target, seconds, work, runs),
             cwd=ROOT,
-            env={**os.environ, SCRATCH_ENV: scratch},
+            env={**os.environ, SCRATCH_ENV: scratch, "PYTHONHASHSEED": "0"},
             capture_output=True,
             text=True,
             timeout=timeout,

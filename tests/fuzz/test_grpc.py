@@ -15,7 +15,9 @@ selector, store reference, limit and page token. The properties:
   before.
 
 ``FUZZ_GRPC_EXAMPLES`` sets the examples per test (CI: a few hundred in all;
-``make fuzz-grpc``: more).
+``make fuzz-grpc``: more). Without it (``make pytest``) the examples are
+derandomized, the same on every run, so the suite's verdict never depends on luck;
+``make fuzz-grpc`` explores.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.streams import FileStream
 
 EXAMPLES = int(os.environ.get("FUZZ_GRPC_EXAMPLES", "200"))
+EXPLORING = "FUZZ_GRPC_EXAMPLES" in os.environ
 DEADLINE = 2.0  # seconds, every call
 JOB = "fuzzed"
 INT64 = (-(2**63), 2**63 - 1)
@@ -250,6 +253,7 @@ def assert_answer(call: Callable[[], Any], started: float | None = None) -> None
 def fuzz_settings() -> settings:
     return settings(
         max_examples=EXAMPLES,
+        derandomize=not EXPLORING,
         deadline=None,
         database=None,
         suppress_health_check=[

@@ -210,3 +210,15 @@ def test_no_call_gets_through_without_the_right_token(
             grpc.StatusCode.PERMISSION_DENIED,
             "CHECKPOINT_NOT_ALLOWED",
         ), (method, request)
+
+
+def test_the_calls_tried_are_every_method_of_every_service() -> None:
+    """The list the tests above try is checked against the contract itself: a method
+    added to the proto without a role and a try here fails this test."""
+    declared = {
+        f"/{service.full_name}/{method.name}"
+        for service in pb.DESCRIPTOR.services_by_name.values()
+        for method in service.methods
+    }
+    tried = {rpc.path for rpc in every_rpc("/nowhere")}
+    assert tried == declared, (sorted(declared - tried), sorted(tried - declared))

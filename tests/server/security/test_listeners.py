@@ -3,10 +3,14 @@ socket's mode; where a bearer token is accepted."""
 
 from __future__ import annotations
 
+import http.client
 import os
+import ssl
 import stat
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +35,7 @@ from epochstate.daemon.security_config import (
 from epochstate.daemon.server.security import UNIX_SOCKET_MODE
 from tests.fixtures.certs import Certificates
 from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.metrics import free_port
 from tests.server.security.calls import call, every_rpc
 from tests.server.security.conftest import ROLES, TOKENS, token_files
 
@@ -70,11 +75,24 @@ def test_tls_and_auth_let_it_start_beyond_loopback(
         "tls": {"cert": str(certificates.server.cert), "key": str(certificates.server.key)},
         "auth": {"enabled": True, "roles": ROLES, "tokens": {k: str(v) for k, v in files.items()}},
     }
+    metrics_port = free_port()
+    settings["metrics_port"] = metrics_port
     reader = TlsOptions(ca=certificates.ca.pem_path, token_file=files["dashboards"])
     daemon = secure_daemon(settings, extra_args=["--listen", "0.0.0.0:0"], tls=reader)
     port = daemon.target.rsplit(":", 1)[1]
     with EpochStateClient(f"127.0.0.1:{port}", tls=reader) as client:
         assert client.jobs() == []
+
+    # The metrics port is a TCP listener too: HTTPS with the daemon's certificate.
+    trusting = ssl.create_default_context(cafile=str(certificates.ca.pem_path))
+    url = f"https://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, context=trusting, timeout=30) as answer:
+        assert answer.status == 200
+        assert b"epochstate_" in answer.read()
+    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+        urllib.request.urlopen(url, context=ssl.create_default_context(), timeout=30)
+    with pytest.raises((ConnectionError, urllib.error.URLError, http.client.HTTPException)):
+        urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30)
 
 
 def test_what_counts_as_exposed() -> None:
