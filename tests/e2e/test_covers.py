@@ -107,7 +107,7 @@ def test_covers_pins_the_earliest_epoch_that_has_read_that_far(
             with pytest.raises(InvalidArgument):
                 pinned({(topic, 0): -1})
             with pytest.raises(DeadlineExceeded, match="covering"):
-                client.get("words", ["a"], covers={(topic, 0): 6}, timeout=1.0)
+                client.get("words", ["a"], covers={(topic, 0): 6}, timeout=3.0)
 
             # A scan pinned by covers: its later pages stay at that epoch after the job moves on.
             at = covering({(topic, 0): 4})
