@@ -117,6 +117,12 @@ class DaemonSettings(BaseSettings):
         description="bytes of remote checkpoint files (snapshot zips, table files) kept on local disk "
         "under data_dir/cache",
     )
+    s3_request_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="seconds one request to an S3 checkpoint may take, its body included; a request "
+        "past it is abandoned and retried like any transient fault (within at least twice this time)",
+    )
     metrics_port: int | None = Field(default=None, description="Prometheus metrics on this port")
     metrics_address: str = Field(
         default="127.0.0.1",

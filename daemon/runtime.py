@@ -22,6 +22,8 @@ from epochstate import __version__
 from epochstate.core.errors import EpochStateError
 from epochstate.core.storage.location import StorageFactory, redact
 from epochstate.core.storage.location import configure as configure_storage
+from epochstate.core.storage.objectstore import s3_options
+from epochstate.core.storage.retry import RetryPolicy
 from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.config import DaemonSettings
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
@@ -97,7 +99,10 @@ class Daemon:
         # Remote checkpoints (s3://, gs://, abfs://) are read through one storage
         # factory, its whole-file cache in the data directory.
         storage = StorageFactory(
-            cache_dir=settings.data_dir / "cache", cache_bytes=settings.checkpoint_cache_bytes
+            cache_dir=settings.data_dir / "cache",
+            cache_bytes=settings.checkpoint_cache_bytes,
+            retry=RetryPolicy().covering(settings.s3_request_timeout),
+            options={"s3": s3_options(settings.s3_request_timeout)},
         )
         configure_storage(storage)
         self.metrics.watch_storage(storage.stats)

@@ -40,11 +40,20 @@ try:
 except ImportError:  # the s3 extra is not installed: the factory says which to install
     _AVAILABLE = False
 
-# Client settings unless the daemon's configuration says otherwise.
-DEFAULT_S3_OPTIONS: dict[str, Any] = {
-    "client_options": {"connect_timeout": "5s", "timeout": "30s"},
-    "retry_config": {"max_retries": 0, "retry_timeout": dt.timedelta(seconds=30)},
-}
+#: Seconds one S3 request may take, its body included, unless configured otherwise.
+DEFAULT_REQUEST_TIMEOUT = 30.0
+
+
+def s3_options(request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> dict[str, Any]:
+    """obstore's client settings: a request past ``request_timeout`` seconds is
+    abandoned (and retried by :mod:`retry`); the crate's own retries are off."""
+    return {
+        "client_options": {"connect_timeout": "5s", "timeout": f"{int(request_timeout * 1000)}ms"},
+        "retry_config": {"max_retries": 0, "retry_timeout": dt.timedelta(seconds=request_timeout)},
+    }
+
+
+DEFAULT_S3_OPTIONS: dict[str, Any] = s3_options()
 
 
 def _bucket_known(call: Any, *args: Any) -> Any:

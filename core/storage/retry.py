@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -28,6 +28,12 @@ class RetryPolicy:
     def delays(self, rng: random.Random) -> list[float]:
         """The waits before tries 2..attempts (each drawn once per call)."""
         return [rng.uniform(0.0, min(self.cap, self.base * 2**n)) for n in range(self.attempts - 1)]
+
+    def covering(self, timeout: float) -> RetryPolicy:
+        """This policy for requests that may each run ``timeout`` seconds: the deadline
+        is at least twice the timeout, so a request that timed out is tried again
+        (a deadline shorter than the timeout would give up after the first)."""
+        return replace(self, deadline=max(self.deadline, 2 * timeout))
 
 
 NO_RETRY = RetryPolicy(attempts=1)

@@ -19,6 +19,7 @@ from tests.e2e.test_oracle import windowed, windowed_rows
 from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain, spark_state
+from tests.fixtures.snapshots import feed_until_skippable, full_versions
 from tests.fixtures.streams import FileStream
 
 CHECKSUM_OFFSET = 17  # "LZ4Block", token, two lengths: the first block's checksum
@@ -85,21 +86,6 @@ def test_damaged_delta_is_reported_refused_and_recovered(
             assert _scanned(client, "dmg", epoch) == spark_state(spark, checkpoint, epoch)
 
 
-def _mtime(path: Path) -> int:
-    return path.stat().st_mtime_ns
-
-
-def _full_versions(checkpoint: Path, partitions: int) -> list[int]:
-    """Versions with a snapshot in every partition, not older than the delta beside it."""
-    found: list[int] = []
-    for snapshot in sorted(checkpoint.glob("state/0/0/*.snapshot"), key=lambda p: int(p.stem)):
-        v = int(snapshot.stem)
-        files = [checkpoint / "state" / "0" / str(p) / f"{v}.snapshot" for p in range(partitions)]
-        if all(f.is_file() and f.stat().st_mtime_ns >= _mtime(f.with_suffix(".delta")) for f in files):
-            found.append(v)
-    return found
-
-
 def test_damaged_epoch_is_skipped_when_a_later_snapshot_loads_in_full(
     spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
 ) -> None:
@@ -108,23 +94,13 @@ def test_damaged_epoch_is_skipped_when_a_later_snapshot_loads_in_full(
     checkpoint = tmp_path / "cp"
     build_schema = "k long, s string, v double, ts timestamp"
     stream = FileStream(spark, tmp_path / "in", checkpoint, windowed, build_schema, "update").start()
-    damaged_version = None
     try:
-        for batch in range(12):
-            stream.feed(windowed_rows(batch))
-            time.sleep(0.5)  # let maintenance write snapshots
-            full = _full_versions(checkpoint, 2)
-            # A delta to damage (its version not loadable in full, nor the one before)
-            # with a snapshot of a later version in every partition.
-            candidates = [v for v in range(3, max(full, default=0)) if v not in full and v - 1 not in full]
-            if candidates and batch >= 4:
-                damaged_version = candidates[0]
-                break
+        damaged_version = feed_until_skippable(stream, windowed_rows)
     finally:
         stream.stop()
     assert damaged_version is not None, "Spark wrote no snapshots to skip ahead to"
     committed = stream.committed()
-    resume = min(v for v in _full_versions(checkpoint, 2) if v > damaged_version) - 1
+    resume = min(v for v in full_versions(checkpoint, 2) if v > damaged_version) - 1
     gap = list(range(damaged_version - 1, resume))
     _damage(checkpoint / "state" / "0" / "0" / f"{damaged_version}.delta")
     expected = {e: spark_state(spark, checkpoint, e) for e in committed if e not in gap}

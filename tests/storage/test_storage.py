@@ -147,6 +147,37 @@ def test_retries_stop_at_the_first_answer_that_is_not_transient() -> None:
         with_retries(lambda: (_ for _ in ()).throw(FileNotFoundError("x")), lambda e: False, policy)
 
 
+def test_a_request_that_timed_out_is_tried_again_within_the_deadline() -> None:
+    # Each try runs into a 30 s request timeout (the clock is ours: no real waits).
+    now = [0.0]
+    tries: list[float] = []
+
+    def times_out() -> str:
+        tries.append(now[0])
+        now[0] += 30.0
+        if len(tries) < 2:
+            raise TimeoutError("request timed out")
+        return "ok"
+
+    def run(policy: RetryPolicy) -> str:
+        tries.clear()
+        now[0] = 0.0
+        return with_retries(
+            times_out,
+            lambda e: isinstance(e, TimeoutError),
+            policy,
+            sleep=lambda _: None,
+            clock=lambda: now[0],
+        )
+
+    with pytest.raises(TimeoutError):
+        run(RetryPolicy(deadline=20.0))  # a deadline shorter than the timeout never retries one
+    assert len(tries) == 1
+    assert run(RetryPolicy(deadline=20.0).covering(30.0)) == "ok"
+    assert len(tries) == 2
+    assert RetryPolicy(deadline=20.0).covering(2.0).deadline == 20.0
+
+
 def _daemon(tmp_path: Path, job: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
