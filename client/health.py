@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grpc
 
-from epochstate.client.errors import EpochStateClientError, InvalidArgument, from_rpc_error
+from epochstate.client.errors import EpochStateClientError, InvalidArgument, NotFound, from_rpc_error
 from epochstate.client.tls import TlsOptions, open_channel
 
 CHECK = "/grpc.health.v1.Health/Check"
@@ -83,6 +83,8 @@ def check_health(
         check = channel.unary_unary(CHECK, request_serializer=None, response_deserializer=None)
         answer = check(_request(service), timeout=timeout)
     except grpc.RpcError as error:
+        if error.code() == grpc.StatusCode.NOT_FOUND:  # the health service's answer, without details
+            raise NotFound(f"{target} has no health service {service!r}", error.code()) from None
         raise from_rpc_error(error) from None
     finally:
         channel.close()
