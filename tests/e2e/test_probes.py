@@ -66,10 +66,11 @@ def test_health_answers_over_tls_the_unix_socket_and_the_plaintext_probe_port(
         )
     )
     probes, metrics = free_port(), free_port()
+    probe_target = f"127.0.0.1:{probes}"
     daemon = DaemonProcess(
         tmp_path / "daemon",
         {},
-        extra_args=["--config", str(config), "--health-listen", f"127.0.0.1:{probes}", "--log-format", "json"],
+        extra_args=["--config", str(config), "--log-format", "json", "--health-listen", probe_target],
         env={"EPOCHSTATE_METRICS_PORT": str(metrics)},
     ).start()
     try:
@@ -86,7 +87,7 @@ def test_health_answers_over_tls_the_unix_socket_and_the_plaintext_probe_port(
             assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), args
 
         # The TLS port without a client certificate: the handshake fails, unreachable (6).
-        done = health("--tls-ca", str(certs.ca.pem_path), "health", "--target", daemon.target, "--timeout", "2")
+        done = health("--tls-ca", str(certs.ca.pem_path), "health", "-t", daemon.target, "--timeout", "2")
         assert done.returncode == 6 and done.stderr.count("\n") == 1, done.stderr
         # A plaintext caller on the TLS port cannot reach it either.
         done = health("health", "--target", daemon.target, "--timeout", "2")
