@@ -24,8 +24,16 @@ def resolve() -> dict[str, str]:
     """Distribution name (normalized) -> version, as pip resolves ``.[EXTRAS]``."""
     report = subprocess.run(
         [
-            sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
-            "--report", "-", f".[{EXTRAS}]",
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--dry-run",
+            "--ignore-installed",
+            "--report",
+            "-",
+            f".[{EXTRAS}]",
         ],
         cwd=ROOT,
         check=True,

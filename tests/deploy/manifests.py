@@ -20,9 +20,7 @@ DEPLOY = ROOT / "deploy"
 DOCKERFILE = ROOT / "Dockerfile"
 
 # Every folder of deploy/ with a kustomization: the bases, the layouts and any overlay.
-KUSTOMIZATIONS = sorted(
-    str(path.parent.relative_to(ROOT)) for path in DEPLOY.rglob("kustomization.yaml")
-)
+KUSTOMIZATIONS = sorted(str(path.parent.relative_to(ROOT)) for path in DEPLOY.rglob("kustomization.yaml"))
 
 Resource = dict[str, Any]
 
@@ -94,9 +92,13 @@ class DaemonContainer:
     def volume(self, name: str) -> dict[str, Any]:
         """The pod's volume ``name``, or a StatefulSet's claim template of that name."""
         found = [v for v in self.pod_spec.get("volumes", []) if v["name"] == name]
-        claims = self.workload["spec"].get("volumeClaimTemplates", []) if self.workload["kind"] != "Pod" else []
+        claims = (
+            self.workload["spec"].get("volumeClaimTemplates", []) if self.workload["kind"] != "Pod" else []
+        )
         found += [
-            {"name": name, "volumeClaimTemplate": claim} for claim in claims if claim["metadata"]["name"] == name
+            {"name": name, "volumeClaimTemplate": claim}
+            for claim in claims
+            if claim["metadata"]["name"] == name
         ]
         assert len(found) == 1, f"{self.name}: volume {name!r} defined {len(found)} times"
         return found[0]

@@ -11,9 +11,16 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from tests.deploy.manifests import KUSTOMIZATIONS, DaemonContainer, Resource, daemon_containers, everything
+from tests.deploy.manifests import (
+    KUSTOMIZATIONS,
+    DaemonContainer,
+    Resource,
+    daemon_containers,
+    everything,
+    named,
+    render,
+)
 from tests.deploy.manifests import image as dockerfile_image
-from tests.deploy.manifests import named, render
 
 # Native sidecars (initContainers[].restartPolicy) are on by default from 1.29 (beta) and GA in
 # 1.33; the schemas kubernetes-validate ships end at the newest release it knows.
@@ -112,7 +119,11 @@ def test_the_daemon_container_is_locked_down_and_probed(daemon: DaemonContainer)
         assert container in pod["initContainers"] and container["restartPolicy"] == "Always"
     # The probes ask grpc.health.v1 on a declared port; readiness the daemon as a whole,
     # liveness and startup the service that is SERVING until shutdown.
-    for probe, service in (("readinessProbe", ""), ("livenessProbe", "liveness"), ("startupProbe", "liveness")):
+    for probe, service in (
+        ("readinessProbe", ""),
+        ("livenessProbe", "liveness"),
+        ("startupProbe", "liveness"),
+    ):
         grpc = container[probe]["grpc"]
         daemon.port(grpc["port"])
         assert grpc.get("service", "") == service, probe
@@ -146,7 +157,9 @@ def test_services_policies_and_monitors_find_the_daemon(daemon: DaemonContainer)
         resources = render(daemon.kustomization.rsplit("/", 1)[0])
     policies = [r for r in resources if r["kind"] == "NetworkPolicy"]
     assert policies and all(_matches(p["spec"]["podSelector"]["matchLabels"], labels) for p in policies)
-    allowed = {port["port"] for p in policies for rule in p["spec"]["ingress"] for port in rule.get("ports", [])}
+    allowed = {
+        port["port"] for p in policies for rule in p["spec"]["ingress"] for port in rule.get("ports", [])
+    }
     assert {"grpc", "metrics"} <= allowed
     for port in allowed:
         daemon.port(port)
@@ -160,7 +173,9 @@ def test_services_policies_and_monitors_find_the_daemon(daemon: DaemonContainer)
             for endpoint in endpoints:
                 daemon.port(endpoint["port"])
         else:
-            services = [r for r in resources if r["kind"] == "Service" and _matches(selector, r["metadata"]["labels"])]
+            services = [
+                r for r in resources if r["kind"] == "Service" and _matches(selector, r["metadata"]["labels"])
+            ]
             assert len(services) == 1
             (service,) = services
             assert _matches(service["spec"]["selector"], labels)
@@ -168,7 +183,10 @@ def test_services_policies_and_monitors_find_the_daemon(daemon: DaemonContainer)
             endpoints = monitor["spec"]["endpoints"]
             for endpoint in endpoints:
                 daemon.port(service_ports[endpoint["port"]]["targetPort"])
-        assert all(e["scheme"] == "https" and e["tlsConfig"]["ca"]["secret"]["name"] == "epochstate-tls" for e in endpoints)
+        assert all(
+            e["scheme"] == "https" and e["tlsConfig"]["ca"]["secret"]["name"] == "epochstate-tls"
+            for e in endpoints
+        )
         monitored = True
     assert monitored
 
@@ -180,6 +198,9 @@ def test_services_policies_and_monitors_find_the_daemon(daemon: DaemonContainer)
         for port in headless["spec"]["ports"]:
             daemon.port(port["targetPort"])
         env = {e["name"]: e.get("value", "") for e in daemon.container["env"]}
-        assert f".{spec['serviceName']}.$(POD_NAMESPACE).svc:{daemon.port('grpc')}" in env["EPOCHSTATE_ADVERTISE"]
+        assert (
+            f".{spec['serviceName']}.$(POD_NAMESPACE).svc:{daemon.port('grpc')}"
+            in env["EPOCHSTATE_ADVERTISE"]
+        )
         budgets = [r for r in resources if r["kind"] == "PodDisruptionBudget"]
         assert len(budgets) == 1 and _matches(budgets[0]["spec"]["selector"]["matchLabels"], labels)
