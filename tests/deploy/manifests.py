@@ -91,7 +91,7 @@ class DaemonContainer:
 
     def volume(self, name: str) -> dict[str, Any]:
         """The pod's volume ``name``, or a StatefulSet's claim template of that name."""
-        found = [v for v in self.pod_spec.get("volumes", []) if v["name"] == name]
+        found: list[dict[str, Any]] = [v for v in self.pod_spec.get("volumes", []) if v["name"] == name]
         claims = (
             self.workload["spec"].get("volumeClaimTemplates", []) if self.workload["kind"] != "Pod" else []
         )

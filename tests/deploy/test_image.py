@@ -112,7 +112,8 @@ def test_the_pins_are_closed_under_their_own_requirements() -> None:
     """Each pinned distribution installed here at its pinned version: what it requires (on the
     image's platform) is pinned too, at a version it allows (make constraints writes both)."""
     pinned = pins()
-    environment = {**default_environment(), "python_version": "3.11", "sys_platform": "linux"}
+    environment: dict[str, str] = {str(k): str(v) for k, v in default_environment().items()}
+    environment.update(python_version="3.11", sys_platform="linux", extra="")
     checked = 0
     for name, version in pinned.items():
         try:
