@@ -187,6 +187,7 @@ def test_services_policies_and_monitors_find_the_daemon(daemon: DaemonContainer)
             e["scheme"] == "https" and e["tlsConfig"]["ca"]["secret"]["name"] == "epochstate-tls"
             for e in endpoints
         )
+        assert all(e["honorLabels"] is True for e in endpoints)  # the Spark job's label "job" stays
         monitored = True
     assert monitored
 
