@@ -62,6 +62,7 @@ class LocalPod:
     image: Image
     secrets: Mapping[str, Mapping[str, bytes]]  # Secret name -> key -> content
     config_edit: Callable[[str, str], str] = lambda name, text: text  # (ConfigMap key, text) -> text
+    env_edit: Callable[[str, str], str] = lambda name, value: value  # (variable, value) -> value
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="pod-", dir="/tmp")))
     ports: dict[int, int] = field(default_factory=dict)  # containerPort -> local port
     process: subprocess.Popen[bytes] | None = None
@@ -105,7 +106,7 @@ class LocalPod:
             target.mkdir(parents=True, exist_ok=True)
             volume = self.daemon.volume(mount["name"])
             if "configMap" in volume:
-                config = named("ConfigMap", volume["configMap"]["name"])
+                config = named(self.daemon.layout(), "ConfigMap", volume["configMap"]["name"])
                 for key, text in config["data"].items():
                     (target / key).write_text(self.local(self.config_edit(key, text)))
             elif "secret" in volume:
@@ -128,7 +129,7 @@ class LocalPod:
                 value = FIELDS[variable["valueFrom"]["fieldRef"]["fieldPath"]]
             else:
                 value = expand(variable.get("value", ""), env)
-            env[variable["name"]] = self.local(value)
+            env[variable["name"]] = self.env_edit(variable["name"], self.local(value))
         return env
 
     def argv(self) -> list[str]:

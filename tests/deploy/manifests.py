@@ -62,8 +62,9 @@ def everything() -> list[Resource]:
     return list(seen.values())
 
 
-def named(kind: str, name: str) -> Resource:
-    found = [d for d in everything() if d["kind"] == kind and d["metadata"]["name"] == name]
+def named(resources: list[Resource], kind: str, name: str) -> Resource:
+    """The one resource of ``kind`` called ``name`` among ``resources``."""
+    found = [r for r in resources if r["kind"] == kind and r["metadata"]["name"] == name]
     assert len(found) == 1, f"{kind} {name}: {len(found)} rendered"
     return found[0]
 
@@ -81,6 +82,13 @@ class DaemonContainer:
     @property
     def name(self) -> str:
         return f"{self.kustomization}:{self.workload['kind']}/{self.workload['metadata']['name']}"
+
+    def layout(self) -> list[Resource]:
+        """What is applied with the daemon: its kustomization's resources, or for a driver pod
+        template (rendered into a file for Spark), those of the kustomization above it."""
+        if self.workload["kind"] == "Pod":
+            return render(self.kustomization.rsplit("/", 1)[0])
+        return render(self.kustomization)
 
     def port(self, name_or_number: str | int) -> int:
         """A containerPort by name (or a number, checked to be declared)."""

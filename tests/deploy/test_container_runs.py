@@ -25,7 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kazoo.client import KazooClient
 
 from tests.deploy.kubelet import LocalPod, expand
-from tests.deploy.manifests import DaemonContainer, Resource, daemon_containers, image, render
+from tests.deploy.manifests import DaemonContainer, Resource, daemon_containers, image
 from tests.fixtures.certs import Authority, ServerAuth
 
 CONTAINERS = list(daemon_containers())
@@ -97,10 +97,7 @@ def scrape(pod: LocalPod, port: int, endpoint: dict[str, Any], tls_secret: dict[
 
 def monitors_of(daemon: DaemonContainer) -> tuple[list[Resource], list[Resource]]:
     """The monitors of the daemon's layout, and the layout's Services."""
-    kustomization = daemon.kustomization
-    if daemon.workload["kind"] == "Pod":  # the driver pod template: its cluster side is the parent
-        kustomization = kustomization.rsplit("/", 1)[0]
-    resources = render(kustomization)
+    resources = daemon.layout()
     return (
         [r for r in resources if r["apiVersion"] == MONITORING],
         [r for r in resources if r["kind"] == "Service"],
@@ -130,7 +127,11 @@ def test_the_rendered_container_runs_and_answers_what_the_manifests_ask(
         assert key == "daemon.yaml" and "zookeeper" in settings
         return yaml.safe_dump({**settings, "zookeeper": zk_connect})
 
-    pod = LocalPod(daemon, image(), given, this_zookeeper)
+    def this_zookeeper_variable(name: str, value: str) -> str:
+        """... and so does an overlay's EPOCHSTATE_ZOOKEEPER."""
+        return zk_connect if name == "EPOCHSTATE_ZOOKEEPER" else value
+
+    pod = LocalPod(daemon, image(), given, this_zookeeper, this_zookeeper_variable)
     log = tmp_path / "daemon.log"
     container = daemon.container
     try:

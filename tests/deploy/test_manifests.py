@@ -35,8 +35,9 @@ def test_every_layout_is_rendered() -> None:
         "deploy/group",
         "deploy/sidecar",
         "deploy/sidecar/driver-pod-template",
+        "deploy/overlays/example",
     }
-    assert {c.kustomization for c in CONTAINERS} == {"deploy/group", "deploy/sidecar/driver-pod-template"}
+    assert {c.kustomization for c in CONTAINERS} >= {"deploy/group", "deploy/sidecar/driver-pod-template"}
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -139,7 +140,7 @@ def test_the_daemon_container_is_locked_down_and_probed(daemon: DaemonContainer)
     assert volumes["/etc/epochstate/tls"]["secret"]["secretName"] == "epochstate-tls"
     assert volumes["/etc/epochstate/zookeeper"]["secret"]["secretName"] == "epochstate-zookeeper"
     config = volumes["/etc/epochstate/config"]["configMap"]["name"]
-    assert named("ConfigMap", config)["data"]["daemon.yaml"]
+    assert named(daemon.layout(), "ConfigMap", config)["data"]["daemon.yaml"]
     # The advertised address and the node name come from the downward API.
     downward = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in env.values() if "valueFrom" in e}
     assert "metadata.name" in downward.values()
@@ -152,9 +153,7 @@ def test_the_daemon_container_is_locked_down_and_probed(daemon: DaemonContainer)
 @pytest.mark.parametrize("daemon", CONTAINERS, ids=lambda c: c.name)
 def test_services_policies_and_monitors_find_the_daemon(daemon: DaemonContainer) -> None:
     labels = daemon.pod_labels
-    resources = render(daemon.kustomization)
-    if daemon.workload["kind"] == "Pod":  # the cluster side of the sidecar layout
-        resources = render(daemon.kustomization.rsplit("/", 1)[0])
+    resources = daemon.layout()
     policies = [r for r in resources if r["kind"] == "NetworkPolicy"]
     assert policies and all(_matches(p["spec"]["podSelector"]["matchLabels"], labels) for p in policies)
     allowed = {
@@ -194,7 +193,7 @@ def test_services_policies_and_monitors_find_the_daemon(daemon: DaemonContainer)
     if daemon.workload["kind"] == "StatefulSet":
         spec = daemon.workload["spec"]
         assert _matches(spec["selector"]["matchLabels"], labels)
-        headless = named("Service", spec["serviceName"])
+        headless = named(resources, "Service", spec["serviceName"])
         assert headless["spec"]["clusterIP"] == "None" and _matches(headless["spec"]["selector"], labels)
         for port in headless["spec"]["ports"]:
             daemon.port(port["targetPort"])
