@@ -1,10 +1,12 @@
-"""A plaintext listener that serves ``grpc.health.v1`` and nothing else, for probes.
+"""A plaintext listener that serves ``grpc.health.v1`` ``Check`` and nothing else, for probes.
 
 The kubelet's built-in gRPC probe speaks plaintext only, while the daemon's TCP
 listener beyond loopback serves TLS. This second listener answers health
-``Check`` and ``Watch`` from the same servicer the main server uses, so both
-report the same statuses; it serves no state, takes no identity and runs on a
-small pool of its own, so probes never wait behind (or take threads from) calls.
+``Check`` from the same servicer the main server uses, so both report the same
+statuses; it serves no state, takes no identity and runs on a small pool of its
+own, so probes never wait behind (or take threads from) calls. ``Watch`` is not
+served here (UNIMPLEMENTED): a stream holds a thread for as long as it lasts, and
+a few of them would starve the probes.
 
 Besides the statuses of :mod:`epochstate.daemon.server.health`, the service
 :data:`LIVENESS` is SERVING from start-up until shutdown begins, whatever
@@ -17,13 +19,14 @@ from __future__ import annotations
 from concurrent import futures
 
 import grpc
-from grpc_health.v1 import health, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2
 
 # The health service name a liveness probe asks for.
 LIVENESS = "liveness"
 
 _WORKERS = 2
-# Check calls are answered at once; Watch streams beyond this many are refused RESOURCE_EXHAUSTED.
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+# Checks are answered at once; beyond this many at a time they are refused RESOURCE_EXHAUSTED.
 _MAX_CALLS = 8
 
 
@@ -39,7 +42,14 @@ class ProbeListener:
             futures.ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="probes"),
             maximum_concurrent_rpcs=_MAX_CALLS,
         )
-        health_pb2_grpc.add_HealthServicer_to_server(servicer, self._server)
+        check = grpc.unary_unary_rpc_method_handler(
+            servicer.Check,
+            request_deserializer=health_pb2.HealthCheckRequest.FromString,
+            response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
+        )
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(HEALTH_SERVICE, {"Check": check}),)
+        )
         try:
             self.port = self._server.add_insecure_port(address)
         except RuntimeError as error:  # gRPC says only "failed to bind"

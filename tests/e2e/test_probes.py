@@ -12,7 +12,10 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import grpc
+import pytest
 import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fixtures.certs import Certificates, certificates
@@ -96,7 +99,13 @@ def test_health_answers_over_tls_the_unix_socket_and_the_plaintext_probe_port(
         assert done.returncode == 3 and "no health service 'nope'" in done.stderr, done.stderr
         assert done.stderr.count("\n") == 1
 
-        # The probe port serves health only: no state crosses it without TLS.
+        # The probe port serves health Check only: no state crosses it without TLS, and no
+        # stream (a Watch would hold one of its few threads).
+        with grpc.insecure_channel(probe_target) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=5)
+            with pytest.raises(grpc.RpcError) as refused:
+                next(iter(watch))
+            assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
         done = health("jobs", "--target", f"127.0.0.1:{probes}", "--timeout", "2")
         assert done.returncode != 0 and "UNIMPLEMENTED" in done.stderr, done.stderr
 
