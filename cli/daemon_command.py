@@ -36,7 +36,7 @@ def daemon(
     ] = None,
     health_listen: Annotated[
         str | None,
-        typer.Option(help="host:port of a plaintext listener serving only grpc.health.v1 (kubelet probes)"),
+        typer.Option(help="host:port of a plaintext listener for grpc.health.v1 Check only (probes)"),
     ] = None,
     group: Annotated[
         str | None,

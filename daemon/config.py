@@ -79,8 +79,8 @@ class DaemonSettings(BaseSettings):
     )
     health_listen: str | None = Field(
         default=None,
-        description="host:port of a plaintext listener that serves grpc.health.v1 only, for probes that "
-        "cannot speak TLS (the kubelet's gRPC probe); None: none",
+        description="host:port of a plaintext listener that serves grpc.health.v1 Check only, for "
+        "probes that cannot speak TLS (the kubelet's gRPC probe); None: none",
     )
     data_dir: Path = Field(default=Path("var/epochstate"), description="where the RocksDB store lives")
     zookeeper: str | None = Field(default=None, description="ZooKeeper connect string; None: no registry")
