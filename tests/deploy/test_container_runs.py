@@ -15,6 +15,7 @@ import ssl
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,15 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kazoo.client import KazooClient
 
+from epochstate.client import EpochStateClient
+from epochstate.client.tls import TlsOptions
+from epochstate.spark_plugin import attach
 from tests.deploy.kubelet import LocalPod, expand
 from tests.deploy.manifests import DaemonContainer, Resource, daemon_containers, image
-from tests.fixtures.certs import Authority, ServerAuth
+from tests.e2e.test_reads import SCHEMA, counts, orders
+from tests.fixtures.certs import Authority, Issued, ServerAuth
+from tests.fixtures.streams import FileStream
+from tests.fixtures.zookeeper import eventually
 
 CONTAINERS = list(daemon_containers())
 MONITORING = "monitoring.coreos.com/v1"
@@ -104,34 +111,63 @@ def monitors_of(daemon: DaemonContainer) -> tuple[list[Resource], list[Resource]
     )
 
 
+@dataclass
+class Pki:
+    """What the pod's secrets hold, made for a test: a CA, the daemon's certificate (names
+    ``epochstate``, ``localhost``, 127.0.0.1), callers ``ops`` and ``reader``, a ZooKeeper digest."""
+
+    authority: Authority
+    ops: Issued
+    reader: Issued
+    tls_secret: dict[str, bytes]
+    digest: str
+
+    @classmethod
+    def make(cls, directory: Path) -> Pki:
+        authority = Authority.create(directory / "pki", "epochstate-ca")
+        server = authority.issue(
+            "server", "epochstate", dns=("epochstate", "localhost"), ips=("127.0.0.1",), usage=ServerAuth
+        )
+        tls_secret = {
+            "tls.crt": server.cert.read_bytes(),
+            "tls.key": server.key.read_bytes(),
+            "ca.crt": authority.pem_path.read_bytes(),
+        }
+        return cls(
+            authority,
+            authority.issue("ops", "ops"),
+            authority.issue("reader", "reader"),
+            tls_secret,
+            f"epochstate:{secrets.token_hex(16)}",
+        )
+
+    def pod(self, daemon: DaemonContainer, zk_connect: str) -> LocalPod:
+        """``daemon`` laid out with these secrets, its ZooKeeper the test's."""
+
+        def this_zookeeper(key: str, text: str) -> str:
+            """The cluster's ZooKeeper address in the daemon's config becomes the test's."""
+            settings = yaml.safe_load(text)
+            assert key == "daemon.yaml" and "zookeeper" in settings
+            return yaml.safe_dump({**settings, "zookeeper": zk_connect})
+
+        def this_zookeeper_variable(name: str, value: str) -> str:
+            """... and so does an overlay's EPOCHSTATE_ZOOKEEPER."""
+            return zk_connect if name == "EPOCHSTATE_ZOOKEEPER" else value
+
+        given = {"epochstate-tls": self.tls_secret, "epochstate-zookeeper": {"digest": self.digest.encode()}}
+        return LocalPod(daemon, image(), given, this_zookeeper, this_zookeeper_variable)
+
+    def client(self, target: str, who: Issued) -> TlsOptions:
+        return TlsOptions(ca=self.authority.pem_path, cert=who.cert, key=who.key, server_name="epochstate")
+
+
 @pytest.mark.parametrize("daemon", CONTAINERS, ids=lambda c: c.name)
 def test_the_rendered_container_runs_and_answers_what_the_manifests_ask(
     daemon: DaemonContainer, tmp_path: Path, zk_connect: str
 ) -> None:
-    authority = Authority.create(tmp_path / "pki", "epochstate-ca")
-    server = authority.issue(
-        "server", "epochstate", dns=("epochstate", "localhost"), ips=("127.0.0.1",), usage=ServerAuth
-    )
-    ops = authority.issue("ops", "ops")
-    digest = f"epochstate:{secrets.token_hex(16)}"
-    tls_secret = {
-        "tls.crt": server.cert.read_bytes(),
-        "tls.key": server.key.read_bytes(),
-        "ca.crt": authority.pem_path.read_bytes(),
-    }
-    given = {"epochstate-tls": tls_secret, "epochstate-zookeeper": {"digest": digest.encode()}}
-
-    def this_zookeeper(key: str, text: str) -> str:
-        """The cluster's ZooKeeper address in the daemon's config becomes the test's."""
-        settings = yaml.safe_load(text)
-        assert key == "daemon.yaml" and "zookeeper" in settings
-        return yaml.safe_dump({**settings, "zookeeper": zk_connect})
-
-    def this_zookeeper_variable(name: str, value: str) -> str:
-        """... and so does an overlay's EPOCHSTATE_ZOOKEEPER."""
-        return zk_connect if name == "EPOCHSTATE_ZOOKEEPER" else value
-
-    pod = LocalPod(daemon, image(), given, this_zookeeper, this_zookeeper_variable)
+    pki = Pki.make(tmp_path)
+    authority, ops, tls_secret, digest = pki.authority, pki.ops, pki.tls_secret, pki.digest
+    pod = pki.pod(daemon, zk_connect)
     log = tmp_path / "daemon.log"
     container = daemon.container
     try:
@@ -225,3 +261,45 @@ def test_the_rendered_container_runs_and_answers_what_the_manifests_ask(
         pod.close()
     lines = [line for line in log.read_text().splitlines() if line.startswith("{")]
     assert lines and all(json.loads(line)["level"] for line in lines)  # --log-format json
+
+
+def test_the_sidecar_serves_a_pinned_lookup_of_the_job_its_driver_reports(
+    spark: Any, tmp_path: Path, zk_connect: str
+) -> None:
+    """The sidecar layout end to end: the driver's listener reports through the socket the pod
+    template shares (role report), the daemon follows the checkpoint under /checkpoints (its
+    root), and a reader with a certificate gets a pinned answer over TLS, twice the same."""
+    (daemon,) = [c for c in CONTAINERS if c.workload["kind"] == "Pod"]
+    (driver,) = daemon.pod_spec["containers"]
+    pki = Pki.make(tmp_path)
+    pod = pki.pod(daemon, zk_connect)
+    log = tmp_path / "daemon.log"
+    try:
+        pod.start(log)
+        wait_for_startup(pod, daemon.container["startupProbe"], log)
+        driver_env = {e["name"]: e["value"] for e in driver["env"]}
+        mounts = {m["name"]: m["mountPath"] for m in driver["volumeMounts"]}
+        checkpoint = pod.path(mounts["checkpoints"]) / "orders"  # the driver's /checkpoints/orders
+        reporter = attach(
+            spark, pod.local(driver_env["EPOCHSTATE_TARGET"]), checkpoints={"orders": str(checkpoint)}
+        )
+        stream = FileStream(spark, tmp_path / "in", checkpoint, counts, SCHEMA, name="orders").start()
+        target = f"127.0.0.1:{pod.probe_port('grpc')}"
+        try:
+            stream.feed(orders(0))
+            stream.feed(orders(1))
+            with EpochStateClient(target, tls=pki.client(target, pki.reader), timeout=30) as client:
+                newest = client.wait_for("orders", 1, timeout=60)
+                latest = client.get("orders", ["u1"])
+                assert latest.found and latest.epoch == newest
+                assert client.get("orders", ["u1"], epoch=latest.epoch) == latest
+            # The driver's listener reported both epochs through the socket (progress events
+            # reach the listener asynchronously).
+            assert eventually(lambda: reporter.sent >= 2, 30), (reporter.sent, reporter.dropped)
+            assert reporter.dropped == 0
+        finally:
+            stream.stop()
+            spark.streams.removeListener(reporter)
+            reporter.close()
+    finally:
+        pod.close()
