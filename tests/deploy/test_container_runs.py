@@ -157,7 +157,8 @@ class Pki:
         given = {"epochstate-tls": self.tls_secret, "epochstate-zookeeper": {"digest": self.digest.encode()}}
         return LocalPod(daemon, image(), given, this_zookeeper, this_zookeeper_variable)
 
-    def client(self, target: str, who: Issued) -> TlsOptions:
+    def client(self, who: Issued) -> TlsOptions:
+        """A caller's TLS options: ``who``'s certificate, the daemon checked for "epochstate"."""
         return TlsOptions(ca=self.authority.pem_path, cert=who.cert, key=who.key, server_name="epochstate")
 
 
@@ -288,7 +289,7 @@ def test_the_sidecar_serves_a_pinned_lookup_of_the_job_its_driver_reports(
         try:
             stream.feed(orders(0))
             stream.feed(orders(1))
-            with EpochStateClient(target, tls=pki.client(target, pki.reader), timeout=30) as client:
+            with EpochStateClient(target, tls=pki.client(pki.reader), timeout=30) as client:
                 newest = client.wait_for("orders", 1, timeout=60)
                 latest = client.get("orders", ["u1"])
                 assert latest.found and latest.epoch == newest
