@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test compat compat-venvs zookeeper-auth lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-ingest bench-object-store bench-s3-clients bench-alignment clean soak
+.PHONY: demo demo-chain test constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-ingest bench-object-store bench-s3-clients bench-alignment clean soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,16 @@ docs: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The image's pinned dependencies (deploy/constraints.txt): what pip resolves for the
+# Dockerfile's extras, with Python 3.11 (the image's). Commit the file it writes.
+constraints: $(STAMP)
+	$(BIN)/python .ci/constraints.py > deploy/constraints.txt.tmp && mv deploy/constraints.txt.tmp deploy/constraints.txt
+
+# deploy/ and the Dockerfile offline (make pytest runs these too): kustomize renders, strict
+# API and CRD schemas, hadolint, the rendered daemon containers run as local processes.
+deploy-check: $(STAMP)
+	$(BIN)/python -m pytest tests/deploy $(PYTEST_ARGS)
 
 # The ZooKeeper-facing tests again, every component and test client authenticated
 # (docs/zookeeper.md): tests/e2e/test_zookeeper_acl.py covers auth in `make pytest`.

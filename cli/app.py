@@ -33,6 +33,7 @@ from epochstate.cli.console import fail
 from epochstate.cli.daemon_command import daemon
 from epochstate.cli.dev_commands import demo, demo_chain, zookeeper
 from epochstate.cli.group_jobs import jobs_app
+from epochstate.cli.health import health
 from epochstate.cli.jobs import describe, epochs
 from epochstate.cli.reads import get, scan
 from epochstate.cli.secure_zookeeper import secure_zookeeper
@@ -52,6 +53,7 @@ app.add_typer(jobs_app, name="jobs")
 app.command()(describe)
 app.command()(epochs)
 app.command()(watch)
+app.command()(health)
 app.add_typer(align_app, name="align")
 app.command()(daemon)
 app.command()(zookeeper)

@@ -52,6 +52,11 @@ def tls_options(
     )
 
 
+def given_tls() -> TlsOptions:
+    """The TLS options the command line was given."""
+    return _given
+
+
 def connect(target: str, timeout: float = 10.0) -> EpochStateClient:
     """A client of the daemon at ``target`` with the command line's TLS options."""
     return EpochStateClient(target, timeout=timeout, tls=_given)

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from epochstate.cli.console import fail
+from epochstate.cli.json_logs import JsonLines
 
 
 def daemon(
@@ -29,6 +30,14 @@ def daemon(
         ),
     ] = None,
     node: Annotated[str | None, typer.Option(help="node name in ZooKeeper")] = None,
+    advertise: Annotated[
+        str | None,
+        typer.Option(help="host:port registered in ZooKeeper for others to reach (default: --listen)"),
+    ] = None,
+    health_listen: Annotated[
+        str | None,
+        typer.Option(help="host:port of a plaintext listener for grpc.health.v1 Check only (probes)"),
+    ] = None,
     group: Annotated[
         str | None,
         typer.Option(
@@ -42,6 +51,10 @@ def daemon(
     poll_interval: Annotated[float | None, typer.Option(help="seconds between checkpoint looks")] = None,
     retention_epochs: Annotated[int | None, typer.Option(help="how many epochs to keep")] = None,
     log_level: Annotated[str, typer.Option(envvar="EPOCHSTATE_LOG_LEVEL")] = "INFO",
+    log_format: Annotated[
+        str,
+        typer.Option(envvar="EPOCHSTATE_LOG_FORMAT", help="text, or json: one JSON object a line"),
+    ] = "text",
     insecure: Annotated[
         bool,
         typer.Option(
@@ -57,7 +70,7 @@ def daemon(
     except ImportError as error:
         raise fail(f"the daemon needs its extra: pip install 'epochstate[daemon]' ({error})", 1) from None
 
-    _configure_logging(log_level)
+    _configure_logging(log_level, log_format)
     jobs_given = None
     if job:
         jobs_given = []
@@ -75,6 +88,8 @@ def daemon(
             zookeeper=zookeeper,
             zookeeper_auth_file=zookeeper_auth_file,
             node=node,
+            advertise=advertise,
+            health_listen=health_listen,
             group=group,
             jobs=jobs_given,
             poll_interval=poll_interval,
@@ -96,8 +111,12 @@ def daemon(
         raise fail(str(error), 1) from None
 
 
-def _configure_logging(level_name: str) -> None:
-    """``level_name`` for epochstate's own loggers; INFO at most for every library's.
+LOG_FORMATS = ("text", "json")
+
+
+def _configure_logging(level_name: str, log_format: str = "text") -> None:
+    """``level_name`` for epochstate's own loggers; INFO at most for every library's; lines as
+    ``log_format`` says (``text``, or ``json``: :class:`~epochstate.cli.json_logs.JsonLines`).
 
     Storage clients log whole requests at DEBUG, credential headers included
     (botocore's canonical request carries an AWS session token), so their DEBUG
@@ -106,7 +125,12 @@ def _configure_logging(level_name: str) -> None:
     level = logging.getLevelName(level_name.upper())
     if not isinstance(level, int):
         raise fail(f"--log-level: unknown level {level_name!r}", 2)
-    logging.basicConfig(
-        level=max(level, logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    if log_format.lower() not in LOG_FORMATS:
+        raise fail(f"--log-format: {log_format!r} is not one of {', '.join(LOG_FORMATS)}", 2)
+    handler = logging.StreamHandler()
+    if log_format.lower() == "json":
+        handler.setFormatter(JsonLines())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=max(level, logging.INFO), handlers=[handler])
     logging.getLogger("epochstate").setLevel(level)

@@ -72,7 +72,16 @@ class DaemonSettings(BaseSettings):
         default="epochstate.sock",
         description="gRPC Unix socket for clients on this node; relative to data_dir; '': none",
     )
-    advertise: str | None = Field(default=None, description="address others use; default: listen")
+    advertise: str | None = Field(
+        default=None,
+        description="host:port others reach this daemon at, registered in ZooKeeper (in Kubernetes the "
+        "pod's IP or stable name from the downward API); default: the bound listen address",
+    )
+    health_listen: str | None = Field(
+        default=None,
+        description="host:port of a plaintext listener that serves grpc.health.v1 Check only, for "
+        "probes that cannot speak TLS (the kubelet's gRPC probe); None: none",
+    )
     data_dir: Path = Field(default=Path("var/epochstate"), description="where the RocksDB store lives")
     zookeeper: str | None = Field(default=None, description="ZooKeeper connect string; None: no registry")
     zookeeper_root: str = "/epochstate"

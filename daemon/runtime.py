@@ -11,6 +11,7 @@ import logging
 import shutil
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 
@@ -28,6 +29,7 @@ from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.config import DaemonSettings
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
 from epochstate.daemon.ingest.group_replicas import GroupReplicas
+from epochstate.daemon.ingest.group_status import seconds_behind
 from epochstate.daemon.ingest.loop import IngestLoop
 from epochstate.daemon.ingest.registry_publisher import RegistryPublisher
 from epochstate.daemon.registry.subject_view import SubjectView
@@ -44,7 +46,8 @@ from epochstate.daemon.server.health import (
 )
 from epochstate.daemon.server.jobs_admin import JobsAdminService, add_jobs_admin
 from epochstate.daemon.server.limits import CallLimits, limited_server
-from epochstate.daemon.server.metrics import DaemonMetrics
+from epochstate.daemon.server.metrics import DaemonMetrics, JobLag
+from epochstate.daemon.server.probes import LIVENESS, ProbeListener
 from epochstate.daemon.server.security import ServerSecurity
 from epochstate.daemon.server.service import EpochStateService, IngestControl
 from epochstate.daemon.store.catalog import Catalog, JobEntry
@@ -121,6 +124,11 @@ class Daemon:
             scratch_dir=scratch,
         )
         self.group: GroupReplicas | None = None  # set in start() with settings.group
+        self.metrics.watch_jobs(self._lags)
+        self.metrics.watch_disk(settings.data_dir / "store", settings.data_dir / "cache")
+        if self.subjects is not None:
+            zookeeper = self.subjects.client
+            self.metrics.watch_zookeeper(lambda: str(zookeeper.state))
         self.health = health.HealthServicer()
         self.health_monitor = self._health_monitor()
         self.limits = CallLimits(
@@ -133,6 +141,7 @@ class Daemon:
         self.address = ""
         self.unix_target = ""  # "unix:///path" while the Unix socket listener serves
         self.service: EpochStateService | None = None
+        self.probes: ProbeListener | None = None  # set in start() with settings.health_listen
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
 
@@ -158,6 +167,7 @@ class Daemon:
             SERVICE_NAME: both,
             ADMIN_SERVICE_NAME: zookeeper_only,
             JOBS_SERVICE_NAME: zookeeper_only,
+            LIVENESS: frozenset(),  # SERVING until shutdown (see daemon/server/probes.py)
         }
         # The loop may rightly sleep up to poll_max_interval between passes.
         ingest = IngestWatch(self.catalog, self.ingest, s.ingest_stuck_after, s.poll_max_interval)
@@ -179,6 +189,19 @@ class Daemon:
         if record is not None:
             m.freshness.labels(job).observe(max(0.0, (record.ingested_at_ms - record.committed_at_ms) / 1000))
         m.epoch_problems.labels(job).set(len(entry.problems))
+
+    def _lags(self) -> list[JobLag]:
+        """Each followed job's lag behind its checkpoint's newest commit (at scrape time)."""
+        now_ms = int(time.time() * 1000)
+        lags = []
+        for entry in self.catalog.jobs():
+            name, newest, committed = entry.descriptor.name, entry.progress.newest, entry.committed
+            seconds = 0.0
+            follower = self.ingest.followed(name)
+            if committed > newest and follower is not None:
+                seconds = seconds_behind(follower.checkpoint, newest, committed, now_ms)
+            lags.append(JobLag(name, max(0, committed - newest), seconds))
+        return lags
 
     def _caught_up(self, job: str) -> None:
         if self.group is not None:
@@ -220,8 +243,12 @@ class Daemon:
         for job in self.settings.jobs:
             log.debug("following job %s at %s", job.name, redact(job.checkpoint))
             self.ingest.follow(job.name, job.checkpoint)
+        if self.settings.health_listen:
+            self.probes = ProbeListener(self.health, self.settings.health_listen)
         self.ingest.start()
         self.server.start()
+        if self.probes is not None:
+            self.probes.start()
         if self.settings.metrics_port is not None:
             certfile, keyfile = self.security.metrics_tls()
             start_http_server(
@@ -240,6 +267,8 @@ class Daemon:
             self.group.start(advertised, self.settings.zookeeper_session_timeout)
         targets = " and ".join(self.targets)
         log.info("epochstate %s serving on %s (node %s)", __version__, targets, self.settings.node)
+        if self.probes is not None:
+            log.info("health probes (plaintext, grpc.health.v1 only) on %s", self.probes.address)
 
     def _group(self, ingest: IngestControl) -> GroupReplicas | None:
         """This daemon's part in ``settings.group`` (None: no group)."""
@@ -292,6 +321,8 @@ class Daemon:
             if self.subjects is not None:
                 self.subjects.close()  # so do reads waiting for an aligned epoch
             self.server.stop(self.settings.shutdown_grace).wait()
+            if self.probes is not None:  # answered NOT_SERVING while the calls drained
+                self.probes.stop()
             self.security.close()
             if self.unix_target and self.settings.unix_socket is not None:
                 unix_socket.remove(self.settings.unix_socket)

@@ -51,7 +51,7 @@ def member_status(replicas: Replicas, now_ms: int) -> MemberStatus:
             newest = follower.entry.progress.newest
             committed = -1 if follower.entry.committed is None else follower.entry.committed
             if committed > newest:
-                lag_seconds = _waited(follower.checkpoint, newest, committed, now_ms)
+                lag_seconds = seconds_behind(follower.checkpoint, newest, committed, now_ms)
         if reason:
             state = "failed"
         elif want.state == "paused":
@@ -72,9 +72,10 @@ def member_status(replicas: Replicas, now_ms: int) -> MemberStatus:
     return MemberStatus(now_ms, found)
 
 
-def _waited(checkpoint: Checkpoint, newest: int, committed: int, now_ms: int) -> float:
-    """Seconds since the oldest committed epoch not served yet was committed (the newest
-    committed one when retention took that commit file, or on any failure to read it)."""
+def seconds_behind(checkpoint: Checkpoint, newest: int, committed: int, now_ms: int) -> float:
+    """A job's lag in seconds, ``newest`` served and ``committed`` seen: seconds since the oldest
+    committed epoch not served yet was committed (the newest committed one when retention took
+    that commit file, or on any failure to read it)."""
     for epoch in (newest + 1, committed):
         try:
             return max(0.0, (now_ms - checkpoint.commit_time_ms(epoch)) / 1000)

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from epochstate.core.storage.stats import StorageStats
@@ -16,9 +27,24 @@ from epochstate.core.storage.stats import StorageStats
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5, 10.0)
 
 
+@dataclass(frozen=True)
+class JobLag:
+    """How far a job's newest queryable epoch is behind Spark's newest commit."""
+
+    job: str
+    epochs: int  # newest committed less newest queryable (0: caught up)
+    seconds: float  # since the oldest committed epoch not queryable yet was committed (0: caught up)
+
+
+ZOOKEEPER_STATES = ("CONNECTED", "SUSPENDED", "LOST")
+
+
 class DaemonMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        # The standard collectors (process_*, python_info, python_gc_*) on this daemon's registry.
+        for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            self.registry.register(standard)
         self.requests = Counter(
             "epochstate_requests", "gRPC calls handled", ["method", "code"], registry=self.registry
         )
@@ -75,6 +101,21 @@ class DaemonMetrics:
         local reads are not counted)."""
         self.registry.register(_StorageCollector(stats))
 
+    def watch_jobs(self, lags: Callable[[], Iterable[JobLag]]) -> None:
+        """Export each job's lag (``epochstate_lag_epochs``, ``epochstate_lag_seconds``), as
+        ``lags`` tells it at scrape time."""
+        self.registry.register(_LagCollector(lags))
+
+    def watch_zookeeper(self, state: Callable[[], str]) -> None:
+        """Export ``epochstate_zookeeper_state{state}``: 1 for the connection's state now (kazoo's
+        ``CONNECTED``, ``SUSPENDED`` or ``LOST``, lower-cased), 0 for the others."""
+        self.registry.register(_ZooKeeperCollector(state))
+
+    def watch_disk(self, store: Path, cache: Path) -> None:
+        """Export the bytes on disk of the store (``epochstate_store_bytes``) and of the checkpoint
+        cache (``epochstate_cache_bytes``), summed at scrape time."""
+        self.registry.register(_DiskCollector(store, cache))
+
     def observed(
         self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Any]
     ) -> Callable[[Any, grpc.ServicerContext], Any]:
@@ -126,3 +167,68 @@ class _StorageCollector(Collector):
         read = CounterMetricFamily("epochstate_storage_read_bytes", "bytes read from remote storage")
         read.add_metric([], counts.get("bytes", 0))
         return [requests, outcomes, read]
+
+
+class _LagCollector(Collector):
+    def __init__(self, lags: Callable[[], Iterable[JobLag]]) -> None:
+        self._lags = lags
+
+    def collect(self) -> list[Metric]:
+        epochs = GaugeMetricFamily(
+            "epochstate_lag_epochs",
+            "newest epoch Spark committed less the newest queryable epoch",
+            labels=["job"],
+        )
+        seconds = GaugeMetricFamily(
+            "epochstate_lag_seconds",
+            "seconds since the oldest committed epoch that is not queryable yet was committed",
+            labels=["job"],
+        )
+        for lag in self._lags():
+            epochs.add_metric([lag.job], lag.epochs)
+            seconds.add_metric([lag.job], lag.seconds)
+        return [epochs, seconds]
+
+
+class _ZooKeeperCollector(Collector):
+    def __init__(self, state: Callable[[], str]) -> None:
+        self._state = state
+
+    def collect(self) -> list[Metric]:
+        now = str(self._state()).upper()
+        family = GaugeMetricFamily(
+            "epochstate_zookeeper_state",
+            "1 for the ZooKeeper connection's state now (connected, suspended, lost), 0 for the others",
+            labels=["state"],
+        )
+        for state in ZOOKEEPER_STATES:
+            family.add_metric([state.lower()], 1 if state == now else 0)
+        return [family]
+
+
+def _bytes_under(directory: Path) -> int:
+    """Bytes of the regular files under ``directory`` (0 when it is missing); files that go
+    while it is walked (RocksDB compactions) are skipped."""
+    total = 0
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+class _DiskCollector(Collector):
+    def __init__(self, store: Path, cache: Path) -> None:
+        self._store = store
+        self._cache = cache
+
+    def collect(self) -> list[Metric]:
+        store = GaugeMetricFamily("epochstate_store_bytes", "bytes on disk of the multi-version store")
+        store.add_metric([], _bytes_under(self._store))
+        cache = GaugeMetricFamily(
+            "epochstate_cache_bytes", "bytes on disk of cached remote checkpoint files"
+        )
+        cache.add_metric([], _bytes_under(self._cache))
+        return [store, cache]

@@ -19,8 +19,10 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
+from tests.e2e.test_probes import health
 from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.metrics import free_port, sample_values
 from tests.fixtures.streams import FileStream
 from tests.fixtures.zookeeper import eventually
 
@@ -42,17 +44,37 @@ def test_not_serving_while_zookeeper_is_lost_beyond_the_session_timeout(
     private_zookeeper_server: EmbeddedZooKeeper, daemon_factory: Callable[..., DaemonProcess]
 ) -> None:
     zookeeper = private_zookeeper_server
+    metrics, probes = free_port(), free_port()
     daemon = daemon_factory(
-        {}, zookeeper=f"{zookeeper.connect_string}/health", env={"EPOCHSTATE_ZOOKEEPER_SESSION_TIMEOUT": "4"}
+        {},
+        zookeeper=f"{zookeeper.connect_string}/health",
+        env={"EPOCHSTATE_ZOOKEEPER_SESSION_TIMEOUT": "4", "EPOCHSTATE_METRICS_PORT": str(metrics)},
+        extra_args=["--health-listen", f"127.0.0.1:{probes}"],
     )
     everything = dict.fromkeys((OVERALL, READS, ADMIN), SERVING)
-    with grpc.insecure_channel(daemon.target) as channel:
+
+    def zookeeper_state() -> str:
+        states = sample_values(metrics, "epochstate_zookeeper_state", "state")
+        return next(state for state, on in states.items() if on)
+
+    # The probe port (plaintext, health only) tells what the daemon's own port tells.
+    probe_target = f"127.0.0.1:{probes}"
+    with grpc.insecure_channel(daemon.target) as channel, grpc.insecure_channel(probe_target) as probe:
         assert eventually(lambda: statuses(channel) == everything, 60, 0.2), statuses(channel)
+        assert statuses(probe) == everything
+        assert zookeeper_state() == "connected"
         zookeeper.stop()
         lost = dict.fromkeys((OVERALL, READS, ADMIN), NOT_SERVING)
         assert eventually(lambda: statuses(channel) == lost, 120, 0.2), statuses(channel)
+        assert eventually(lambda: statuses(probe) == lost, 5, 0.2), statuses(probe)
+        assert zookeeper_state() in ("suspended", "lost")
+        done = health("health", "--target", probe_target)
+        assert (done.returncode, done.stderr) == (1, f"error: {probe_target}: the daemon is NOT_SERVING\n")
+        # Liveness stays SERVING: a restart would not bring ZooKeeper back.
+        assert health("health", "--target", probe_target, "--service", "liveness").returncode == 0
         zookeeper.start()
         assert eventually(lambda: statuses(channel) == everything, 120, 0.2), statuses(channel)
+        assert eventually(lambda: zookeeper_state() == "connected", 30, 0.2)
     assert "health: NOT_SERVING: ZooKeeper unreachable" in daemon.log_tail(200)
 
 
@@ -75,10 +97,19 @@ def test_not_serving_while_ingest_is_stuck_then_serving_again(
     shutil.copytree(source, checkpoint)
     (checkpoint / "commits" / "2").unlink()  # epoch 2 (store version 3) commits later
 
-    daemon = daemon_factory({"stuck": str(checkpoint)}, env={"EPOCHSTATE_INGEST_STUCK_AFTER": "2"})
+    metrics = free_port()
+    daemon = daemon_factory(
+        {"stuck": str(checkpoint)},
+        env={"EPOCHSTATE_INGEST_STUCK_AFTER": "2", "EPOCHSTATE_METRICS_PORT": str(metrics)},
+    )
     daemon.wait_for_epoch("stuck", 1)
+
+    def lag(name: str) -> float:
+        return sample_values(metrics, f"epochstate_lag_{name}", "job")["stuck"]
+
     with grpc.insecure_channel(daemon.target) as channel:
         assert eventually(lambda: statuses(channel)[OVERALL] == SERVING, 60, 0.2)
+        assert (lag("epochs"), lag("seconds")) == (0, 0)
         deltas = sorted(checkpoint.glob("state/0/*/3.delta"))
         assert deltas
         held = {delta: delta.read_bytes() for delta in deltas}
@@ -93,6 +124,9 @@ def test_not_serving_while_ingest_is_stuck_then_serving_again(
         assert eventually(lambda: statuses(channel) == stuck, 120, 0.2), statuses(channel)
         with daemon.client() as client:
             assert client.get("stuck", ["u1"], epoch=1).epoch == 1  # what is ingested serves on
+        # Spark's newest commit is one epoch ahead of the newest queryable one, and for longer
+        # than health waited to call it stuck.
+        assert lag("epochs") == 1 and lag("seconds") >= 2
 
         feeders = [threading.Thread(target=_feed, args=item, daemon=True) for item in held.items()]
         for feeder in feeders:
@@ -105,4 +139,5 @@ def test_not_serving_while_ingest_is_stuck_then_serving_again(
             delta.write_bytes(data)
         recovered = dict.fromkeys((OVERALL, READS, ADMIN), SERVING)
         assert eventually(lambda: statuses(channel) == recovered, 60, 0.2), statuses(channel)
+        assert (lag("epochs"), lag("seconds")) == (0, 0)
     assert "no epoch after 1 was ingested" in daemon.log_tail(200)

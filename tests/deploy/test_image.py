@@ -1,0 +1,135 @@
+"""The Dockerfile offline: hadolint passes with no rule ignored; the user is numeric and owns the
+data directory; only the daemon's extras are installed, every dependency pinned by
+deploy/constraints.txt, and the pins agree with what pyproject.toml asks for."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import subprocess
+import sys
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from tests.deploy.manifests import DOCKERFILE, ROOT, image, tool
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the dev extra installs tomli there
+    import tomli as tomllib
+
+CONSTRAINTS = ROOT / "deploy" / "constraints.txt"
+
+
+def test_hadolint_passes_with_no_rule_ignored() -> None:
+    done = subprocess.run(
+        [tool("hadolint"), "--no-color", "--failure-threshold", "info", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert "hadolint ignore" not in DOCKERFILE.read_text()
+
+
+def test_a_numeric_user_owns_the_data_directory_before_it_is_a_volume() -> None:
+    built = image()
+    user, _, group = built.user.partition(":")
+    assert user.isdigit() and int(user) > 0 and group.isdigit()
+    text = DOCKERFILE.read_text()
+    final = text[text.rindex("\nFROM ") :]
+    data_dir = built.env["EPOCHSTATE_DATA_DIR"]
+    volume = final.index(f"VOLUME {data_dir}")
+    assert final.index(f"mkdir -p {data_dir}") < volume
+    assert final.index(f'chown "${{UID}}:${{UID}}" {data_dir}') < volume
+    assert re.search(rf"ARG UID={user}\n", final)
+    assert final.index("USER ") < final.index("ENTRYPOINT")
+    assert built.entrypoint == ["epochstate", "daemon"]
+    # docker and compose health checks ask the daemon through its socket in the data directory.
+    assert built.healthcheck == ["epochstate", "health", "--target", f"unix://{data_dir}/epochstate.sock"]
+    assert "STOPSIGNAL SIGTERM" in final
+
+
+def _extras_script() -> str:
+    found = re.search(r'^EXTRAS = "([a-z0-9,]+)"$', (ROOT / ".ci" / "constraints.py").read_text(), re.M)
+    assert found
+    return found.group(1)
+
+
+def pins() -> dict[str, Version]:
+    found: dict[str, Version] = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            found[canonicalize_name(name)] = Version(version)
+    return found
+
+
+def test_only_the_daemon_and_filesystem_extras_are_installed_with_the_constraints() -> None:
+    extras = _extras_script()
+    assert extras == "daemon,s3,gcs,azure,hdfs"
+    text = DOCKERFILE.read_text()
+    assert text.count(f"'.[{extras}]'") == 1 and text.count(f"'epochstate[{extras}]'") == 1
+    assert text.count("--constraint") == 2
+    assert "[spark" not in text and "[dev" not in text
+
+
+def _wanted(project: dict[str, object], extras: list[str]) -> list[Requirement]:
+    """The project's own requirements with ``extras``, self-references followed."""
+    optional = project["optional-dependencies"]
+    assert isinstance(optional, dict)
+    found = [Requirement(r) for r in project["dependencies"]]  # type: ignore[attr-defined]
+    todo, done = list(extras), set()
+    while todo:
+        extra = todo.pop()
+        if extra in done:
+            continue
+        done.add(extra)
+        for text in optional[extra]:
+            requirement = Requirement(text)
+            if canonicalize_name(requirement.name) == "epochstate":
+                todo += sorted(requirement.extras)
+            else:
+                found.append(requirement)
+    return found
+
+
+def test_every_requirement_is_pinned_to_a_version_it_allows() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pinned = pins()
+    wanted = _wanted(project, _extras_script().split(","))
+    assert wanted
+    for requirement in wanted:
+        name = canonicalize_name(requirement.name)
+        assert name in pinned, f"{requirement} is not pinned in deploy/constraints.txt"
+        assert requirement.specifier.contains(pinned[name], prereleases=True), (requirement, pinned[name])
+
+
+def test_the_pins_are_closed_under_their_own_requirements() -> None:
+    """Each pinned distribution installed here at its pinned version: what it requires (on the
+    image's platform) is pinned too, at a version it allows (make constraints writes both)."""
+    pinned = pins()
+    environment: dict[str, str] = {str(k): str(v) for k, v in default_environment().items()}
+    environment.update(python_version="3.11", sys_platform="linux", extra="")
+    checked = 0
+    for name, version in pinned.items():
+        try:
+            distribution = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if Version(distribution.version) != version:
+            continue
+        checked += 1
+        for text in distribution.requires or []:
+            requirement = Requirement(text)
+            if requirement.marker is not None and not requirement.marker.evaluate(
+                {**environment, "extra": ""}
+            ):
+                continue
+            dependency = canonicalize_name(requirement.name)
+            assert dependency in pinned, f"{name} needs {requirement}, which is not pinned"
+            assert requirement.specifier.contains(pinned[dependency], prereleases=True), (name, requirement)
+    assert checked >= len(pinned) // 2  # most pins are what the dev environment runs
