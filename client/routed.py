@@ -1,0 +1,503 @@
+"""The routed client: reads sent to the replicas that serve each key, with failover.
+
+:class:`RoutedClient` asks any daemon it knows where a job is served (``Locate``),
+computes each key's Spark partition as Spark does
+(:mod:`epochstate.core.partitioner`) and sends the read to a serving replica of
+that partition's shard. Guarantees (docs/read-contract.md#routed-reads):
+
+- one read is answered at one epoch of one query: the first answer pins the
+  epoch (and query) and every other replica the read needs is asked for exactly
+  that epoch;
+- ``latest`` never goes backwards within one client: the newest epoch answered
+  for a job is remembered, and a later ``latest`` read asks for ``at_least`` it;
+- a replica that is unreachable (UNAVAILABLE, or silent until its share of the
+  deadline), or that no longer follows the job, is left for another replica,
+  and the location is asked again, until the call's deadline.
+
+Because every replica's answer for (job, store, key, epoch) is the same bytes,
+failing over never changes an answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from epochstate.client.client import (
+    _FIRST_BACKOFF,
+    _MAX_BACKOFF,
+    CHANNEL_OPTIONS,
+    Aligned,
+    EpochArg,
+    EpochStateClient,
+    Lookup,
+    StoreSchema,
+    _exact,
+    _lookup,
+    selector,
+)
+from epochstate.client.errors import InvalidArgument, Unavailable, error_info, from_rpc_error
+from epochstate.client.partitions import key_partition
+from epochstate.client.routing import Location, Replica, Replicas, Shard
+from epochstate.client.tls import TlsOptions
+from epochstate.client.values import to_row
+from epochstate.core import reasons
+from epochstate.v1 import epochstate_pb2 as pb
+from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+# A location older than this is asked again at the next read.
+LOCATE_EVERY = 30.0
+# An attempt on one replica gets this share of the time left (at least MIN_ATTEMPT
+# seconds) when another could answer: a silent replica must leave time for the others.
+ATTEMPT_SHARE = 1 / 3
+MIN_ATTEMPT = 0.5
+# Answers that another replica may not give: it may still follow the job, hold the epoch.
+_ELSEWHERE = frozenset({reasons.JOB_NOT_FOUND, reasons.EPOCH_NOT_READY, reasons.EPOCH_RETIRED})
+_BASE_METHODS = ("ListJobs", "DescribeJob", "ListEpochs", "FollowJob", "ReportEpoch")
+
+
+@dataclass(frozen=True)
+class _Pin:
+    """What one routed read is pinned to once its first answer came: epoch and query."""
+
+    epoch: int
+    query_id: str
+
+
+class RoutedClient(EpochStateClient):
+    """Reads routed over the daemons that serve each job. Thread-safe; close it (or use ``with``).
+
+    ``targets`` are daemons to ask where jobs are served (any member of a group,
+    or several standalone daemons); reads go to the replicas ``Locate`` names,
+    over connections with the same ``tls`` options. Calls other than the reads
+    (``jobs``, ``describe``, ``epochs``, ``watch``, ``alignment``, ...) go to the
+    targets, the next one when a target is unreachable.
+    """
+
+    def __init__(
+        self,
+        targets: Sequence[str],
+        *,
+        timeout: float = 10.0,
+        tls: TlsOptions | None = None,
+        locate_every: float = LOCATE_EVERY,
+    ) -> None:
+        targets = [t.strip() for t in targets if t.strip()]
+        if not targets:
+            raise InvalidArgument("a routed client needs at least one target")
+        super().__init__(targets[0], timeout=timeout, tls=tls)
+        self.targets = tuple(targets)
+        self._replicas = Replicas(tls, CHANNEL_OPTIONS)
+        self._locate_every = locate_every
+        self._lock = threading.Lock()
+        self._locations: dict[str, Location] = {}
+        self._newest: dict[str, tuple[str, int]] = {}  # job -> (query, newest epoch answered)
+        self._base_methods = {id(getattr(self._stub, name)): name for name in _BASE_METHODS}
+
+    def close(self) -> None:
+        self._replicas.close()
+        super().close()
+
+    # -- where ------------------------------------------------------------------
+
+    def locate(self, job: str, *, refresh: bool = False, timeout: float | None = None) -> Location:
+        """Where ``job`` is served (cached for ``locate_every`` seconds unless ``refresh``)."""
+        with self._lock:
+            known = self._locations.get(job)
+        if not refresh and known is not None and time.monotonic() - known.fetched_at < self._locate_every:
+            return known
+
+        def ask(address: str, seconds: float) -> Location:
+            response = self._replicas.routing(address).Locate(pb.LocateRequest(job=job), timeout=seconds)
+            return Location.of(response, address)
+
+        location = self._failover(lambda _: self._contacts(job), ask, timeout, waits=False)
+        with self._lock:
+            self._locations[job] = location
+        return location
+
+    def _contacts(self, job: str | None = None) -> list[str]:
+        """Daemons to ask about anything: the targets, then the known replicas of ``job``;
+        those that failed lately last."""
+        addresses = list(self.targets)
+        with self._lock:
+            location = None if job is None else self._locations.get(job)
+        if location is not None:
+            addresses += [r.address for s in location.shards for r in s.replicas if r.address]
+        unique = list(dict.fromkeys(addresses))
+        return sorted(unique, key=self._replicas.suspect)
+
+    # -- the failover loop --------------------------------------------------------
+
+    def _failover(
+        self,
+        candidates: Callable[[int], list[str]],
+        attempt: Callable[[str, float], T],
+        timeout: float | None,
+        *,
+        waits: bool,
+    ) -> T:
+        """``attempt(address, seconds)`` on each of ``candidates(round)`` until one answers.
+
+        An unreachable address (UNAVAILABLE, or no answer within its share of the
+        time) is marked and the next one tried; so is one that answers a reason
+        another replica may not (JOB_NOT_FOUND, EPOCH_NOT_READY, EPOCH_RETIRED),
+        whose error is raised when no other answers. After each round the next
+        asks ``candidates`` again (``round`` > 0: locate afresh), with back-off,
+        until the deadline. ``waits``: the read may wait at the daemon, so each
+        attempt gets all the time left.
+        """
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        backoff = _FIRST_BACKOFF
+        last: grpc.RpcError | None = None
+        answered_elsewhere: grpc.RpcError | None = None
+        round_ = 0
+        while True:
+            addresses = candidates(round_)
+            for index, address in enumerate(addresses):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                seconds = remaining
+                if not waits and index < len(addresses) - 1:
+                    seconds = min(remaining, max(MIN_ATTEMPT, remaining * ATTEMPT_SHARE))
+                try:
+                    result = attempt(address, seconds)
+                except grpc.RpcError as error:
+                    code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
+                    info = error_info(error)
+                    reason = "" if info is None else info.reason
+                    if reason in _ELSEWHERE:
+                        answered_elsewhere = error
+                        continue
+                    unreachable = (
+                        code == grpc.StatusCode.UNAVAILABLE and reason != reasons.REGISTRY_UNAVAILABLE
+                    )
+                    silent = code == grpc.StatusCode.DEADLINE_EXCEEDED and not reason and seconds < remaining
+                    if not (unreachable or silent or code == grpc.StatusCode.UNAVAILABLE):
+                        raise from_rpc_error(error) from None
+                    if unreachable or silent:
+                        self._replicas.failed(address)
+                    last = error
+                    continue
+                self._replicas.answered(address)
+                return result
+            if answered_elsewhere is not None and last is None:
+                raise from_rpc_error(answered_elsewhere) from None
+            remaining = deadline - time.monotonic()
+            if remaining <= backoff:
+                if last is not None:
+                    raise from_rpc_error(last) from None
+                if answered_elsewhere is not None:
+                    raise from_rpc_error(answered_elsewhere) from None
+                raise Unavailable("no daemon serving the read answered before the deadline")
+            time.sleep(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF)
+            round_ += 1
+            last = answered_elsewhere = None
+
+    def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
+        """The calls that are not routed (ListJobs, DescribeJob, ...): any target answers."""
+        name = self._base_methods.get(id(method))
+        if name is None:  # AlignmentAdmin, JobsAdmin: on the first target's channel
+            return super()._call(method, request, timeout)
+
+        def ask(address: str, seconds: float) -> Any:
+            return getattr(self._replicas.stub(address), name)(request, timeout=seconds)
+
+        return self._failover(lambda _: self._contacts(), ask, timeout, waits=False)
+
+    # -- routing one request -----------------------------------------------------------
+
+    def _route(
+        self,
+        job: str,
+        shard: int,
+        wanted: Callable[[Replica], bool],
+        send: Callable[[pb_grpc.EpochStateStub, float], T],
+        timeout: float | None,
+        *,
+        waits: bool,
+    ) -> T:
+        """``send`` to a serving replica of shard ``shard`` of ``job`` (``wanted`` ones first)."""
+
+        def candidates(round_: int) -> list[str]:
+            location = self.locate(job, refresh=round_ > 0)
+            shards = location.shards
+            replicas = shards[shard].replicas if shard < len(shards) else ()
+            return [r.address for r in self._replicas.order(replicas, wanted)]
+
+        return self._failover(candidates, lambda a, s: send(self._replicas.stub(a), s), timeout, waits=waits)
+
+    def _shard_index(
+        self, location: Location, operator_id: int, store: str, key: pb.Row, schema: StoreSchema
+    ) -> int:
+        if location.single:
+            return 0
+        partitions = location.partitions.get((operator_id, store or "default"), schema.num_partitions)
+        try:
+            partition = key_partition(key, schema.key, partitions)
+        except ValueError as error:
+            raise InvalidArgument(f"key does not match the key schema: {error}") from None
+        for index, shard in enumerate(location.shards):
+            if shard.covers(partition):
+                return index
+        raise Unavailable(f"no shard of job {location.job!r} holds partition {partition}")
+
+    # -- monotonic reads ----------------------------------------------------------------
+
+    def _monotonic(self, job: str, request: pb.EpochSelector) -> pb.EpochSelector:
+        """``latest`` as ``at_least`` the newest epoch this client was answered for ``job``."""
+        if request.WhichOneof("kind") != "latest":
+            return request
+        with self._lock:
+            seen = self._newest.get(job)
+            location = self._locations.get(job)
+        if seen is None or (location is not None and location.query_id and location.query_id != seen[0]):
+            return request
+        return pb.EpochSelector(at_least=seen[1])
+
+    def _saw(self, job: str, query_id: str, epoch: int) -> None:
+        with self._lock:
+            seen = self._newest.get(job)
+            if seen is None or seen[0] != query_id or epoch > seen[1]:  # another query: its own epochs
+                self._newest[job] = (query_id, epoch)
+
+    def newest_seen(self, job: str) -> int | None:
+        """The newest epoch of ``job`` this client was answered with (None: none yet)."""
+        with self._lock:
+            seen = self._newest.get(job)
+        return None if seen is None else seen[1]
+
+    @staticmethod
+    def _wanted(request: pb.EpochSelector) -> Callable[[Replica], bool]:
+        kind = request.WhichOneof("kind")
+        if kind == "exact":
+            return lambda r: r.holds(request.exact)
+        if kind == "at_least":
+            return lambda r: r.newest_epoch >= request.at_least
+        return lambda r: True
+
+    @staticmethod
+    def _waits(request: pb.EpochSelector) -> bool:
+        return request.wait or request.WhichOneof("kind") in ("at_least", "covers", "aligned_with")
+
+    # -- reads -------------------------------------------------------------------------
+
+    def get(
+        self,
+        job: str,
+        key: Any,
+        *,
+        epoch: EpochArg = "latest",
+        at_least: int | None = None,
+        wait: bool = False,
+        covers: Mapping[tuple[str, int], int] | None = None,
+        aligned_with: Aligned | None = None,
+        operator_id: int = 0,
+        store: str = "default",
+        query_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Lookup:
+        """:meth:`EpochStateClient.get`, sent to a replica of the key's partition."""
+        return self.multi_get(
+            job,
+            [key],
+            epoch=epoch,
+            at_least=at_least,
+            wait=wait,
+            covers=covers,
+            aligned_with=aligned_with,
+            operator_id=operator_id,
+            store=store,
+            query_id=query_id,
+            timeout=timeout,
+        )[0]
+
+    def multi_get(
+        self,
+        job: str,
+        keys: Sequence[Any],
+        *,
+        epoch: EpochArg = "latest",
+        at_least: int | None = None,
+        wait: bool = False,
+        covers: Mapping[tuple[str, int], int] | None = None,
+        aligned_with: Aligned | None = None,
+        operator_id: int = 0,
+        store: str = "default",
+        query_id: str | None = None,
+        timeout: float | None = None,
+    ) -> list[Lookup]:
+        """:meth:`EpochStateClient.multi_get`, split by the replicas of the keys' partitions;
+        results in request order, all of one epoch (the first answer's)."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        schema = self._store(job, operator_id, store, query_id)
+        key_schema = schema.at(_exact(epoch))
+        rows = [to_row(k, key_schema.key) for k in keys]
+        location = self.locate(job)
+        groups: dict[int, list[int]] = {}
+        for index, row in enumerate(rows):
+            groups.setdefault(self._shard_index(location, operator_id, store, row, key_schema), []).append(
+                index
+            )
+        if not groups:
+            groups[0] = []
+        requested = self._monotonic(
+            job, selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with)
+        )
+        pin: _Pin | None = None
+        records: list[pb.Record | None] = [None] * len(rows)
+        for shard, indexes in sorted(groups.items()):
+            ref = pb.StoreRef(
+                job=job,
+                operator_id=operator_id,
+                store=store,
+                query_id=query_id or (pin.query_id if pin else ""),
+            )
+            chosen = requested if pin is None else pb.EpochSelector(exact=pin.epoch, wait=True)
+            request = pb.MultiGetRequest(store=ref, keys=[rows[i] for i in indexes], epoch=chosen)
+            left = max(0.001, deadline - time.monotonic())
+            response = self._route(
+                job,
+                shard,
+                self._wanted(chosen),
+                functools.partial(_multi_get, request),
+                left,
+                waits=self._waits(chosen),
+            )
+            if pin is None:
+                pin = _Pin(response.epoch, response.query_id)
+            elif (response.epoch, response.query_id) != (pin.epoch, pin.query_id):
+                raise Unavailable(f"replicas answered epoch {response.epoch}, not the pinned {pin.epoch}")
+            for index, record in zip(indexes, response.records, strict=True):
+                records[index] = record
+        assert pin is not None
+        self._saw(job, pin.query_id, pin.epoch)
+        at = self._answered(job, operator_id, store, schema, pin.query_id).at(pin.epoch)
+        return [_lookup(pin.epoch, r, at, pin.query_id) for r in records if r is not None]
+
+    def pinned_epoch(
+        self,
+        job: str,
+        *,
+        aligned_with: Aligned | None = None,
+        covers: Mapping[tuple[str, int], int] | None = None,
+        at_least: int | None = None,
+        operator_id: int = 0,
+        store: str = "default",
+        timeout: float | None = None,
+    ) -> int:
+        """:meth:`EpochStateClient.pinned_epoch`, answered by any serving replica (never older
+        than an epoch this client was answered with, for ``latest``)."""
+        requested = self._monotonic(
+            job, selector(at_least=at_least, covers=covers, aligned_with=aligned_with)
+        )
+        request = pb.MultiGetRequest(
+            store=pb.StoreRef(job=job, operator_id=operator_id, store=store), epoch=requested
+        )
+        response = self._route(
+            job,
+            0,
+            self._wanted(requested),
+            lambda stub, seconds: stub.MultiGet(request, timeout=seconds),
+            timeout,
+            waits=self._waits(requested),
+        )
+        self._saw(job, response.query_id, response.epoch)
+        return int(response.epoch)
+
+    def scan(
+        self,
+        job: str,
+        *,
+        prefix: Any = (),
+        epoch: EpochArg = "latest",
+        operator_id: int = 0,
+        store: str = "default",
+        page_size: int = 1000,
+        limit: int | None = None,
+        timeout: float | None = None,
+        covers: Mapping[tuple[str, int], int] | None = None,
+        aligned_with: Aligned | None = None,
+        query_id: str | None = None,
+    ) -> Iterator[Lookup]:
+        """:meth:`EpochStateClient.scan` over every shard, each page from any of its replicas.
+
+        The first page pins the epoch and query; every later page (its token carries
+        both) and every other shard reads exactly them. Keys come in key order
+        within a shard, shard by shard; a shard's records outside its partitions
+        (a replica that holds more than its shard) are left out.
+        """
+        schema = self._store(job, operator_id, store, query_id)
+        location = self.locate(job)
+        requested = self._monotonic(job, selector(epoch, covers=covers, aligned_with=aligned_with))
+        pin: _Pin | None = None
+        returned = 0
+        for index, shard in enumerate(location.shards):
+            chosen = requested if pin is None else pb.EpochSelector(exact=pin.epoch, wait=True)
+            ref = pb.StoreRef(
+                job=job,
+                operator_id=operator_id,
+                store=store,
+                query_id=query_id or (pin.query_id if pin else ""),
+            )
+            request = pb.ScanRequest(
+                store=ref,
+                epoch=chosen,
+                prefix=to_row(prefix, schema.at(_exact(epoch)).key, partial=True),
+                limit=page_size,
+            )
+            for record, answered in self._scan_shard(job, index, shard, location.single, request, timeout):
+                if pin is None:
+                    pin = answered
+                    self._saw(job, pin.query_id, pin.epoch)
+                at = self._answered(job, operator_id, store, schema, pin.query_id).at(pin.epoch)
+                yield _lookup(pin.epoch, record, at, pin.query_id)
+                returned += 1
+                if limit is not None and returned >= limit:
+                    return
+
+    def _scan_shard(
+        self, job: str, index: int, shard: Shard, whole: bool, request: pb.ScanRequest, timeout: float | None
+    ) -> Iterator[tuple[pb.Record, _Pin]]:
+        chosen = request.epoch
+        while True:
+            response = self._route(
+                job,
+                index,
+                self._wanted(chosen),
+                lambda stub, seconds: stub.Scan(request, timeout=seconds),
+                timeout,
+                waits=self._waits(chosen),
+            )
+            answered = _Pin(response.epoch, response.query_id)
+            for record in response.records:
+                if whole or not record.found or shard.covers(record.partition):
+                    yield record, answered
+            if not response.next_page_token:
+                return
+            request.page_token = response.next_page_token
+            chosen = pb.EpochSelector(exact=response.epoch)
+
+
+def _multi_get(
+    request: pb.MultiGetRequest, stub: pb_grpc.EpochStateStub, seconds: float
+) -> pb.MultiGetResponse:
+    return stub.MultiGet(request, timeout=seconds)
+
+
+def routed(
+    targets: str | Sequence[str], *, timeout: float = 10.0, tls: TlsOptions | None = None
+) -> RoutedClient:
+    """A :class:`RoutedClient` of ``targets`` (a sequence, or a comma-separated string)."""
+    if isinstance(targets, str):
+        targets = targets.split(",")
+    return RoutedClient(targets, timeout=timeout, tls=tls)
