@@ -236,6 +236,13 @@ class RoutedClient(EpochStateClient):
 
         return self._failover(candidates, lambda a, s: send(self._replicas.stub(a), s), timeout, waits=waits)
 
+    def route(self, job: str, key: Any, *, operator_id: int = 0, store: str = "default") -> Shard:
+        """The shard (its partitions and replicas) that reads of ``key`` are sent to."""
+        schema = self._store(job, operator_id, store)
+        location = self.locate(job)
+        index = self._shard_index(location, operator_id, store, to_row(key, schema.key), schema)
+        return location.shards[index]
+
     def _shard_index(
         self, location: Location, operator_id: int, store: str, key: pb.Row, schema: StoreSchema
     ) -> int:
