@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -52,6 +52,14 @@ from epochstate.v1 import epochstate_pb2 as pb
 from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
+
+
+class _Answer(Protocol):
+    @property
+    def epoch(self) -> int: ...
+
+
+A = TypeVar("A", bound=_Answer)
 # A location older than this is asked again at the next read.
 LOCATE_EVERY = 30.0
 # An attempt on one replica gets this share of the time left (at least MIN_ATTEMPT
@@ -59,7 +67,9 @@ LOCATE_EVERY = 30.0
 ATTEMPT_SHARE = 1 / 3
 MIN_ATTEMPT = 0.5
 # Answers that another replica may not give: it may still follow the job, hold the epoch.
-_ELSEWHERE = frozenset({reasons.JOB_NOT_FOUND, reasons.EPOCH_NOT_READY, reasons.EPOCH_RETIRED})
+_ELSEWHERE = frozenset(
+    {reasons.JOB_NOT_FOUND, reasons.EPOCH_NOT_READY, reasons.EPOCH_RETIRED, reasons.EPOCH_WAIT_TIMED_OUT}
+)
 _BASE_METHODS = ("ListJobs", "DescribeJob", "ListEpochs", "FollowJob", "ReportEpoch")
 
 
@@ -99,7 +109,11 @@ class RoutedClient(EpochStateClient):
         self._lock = threading.Lock()
         self._locations: dict[str, Location] = {}
         self._newest: dict[str, tuple[str, int]] = {}  # job -> (query, newest epoch answered)
+        self._held: dict[tuple[str, str], int] = {}  # (job, address) -> newest epoch it answered
         self._base_methods = {id(getattr(self._stub, name)): name for name in _BASE_METHODS}
+
+    def __enter__(self) -> RoutedClient:
+        return self
 
     def close(self) -> None:
         self._replicas.close()
@@ -220,13 +234,15 @@ class RoutedClient(EpochStateClient):
         self,
         job: str,
         shard: int,
-        wanted: Callable[[Replica], bool],
-        send: Callable[[pb_grpc.EpochStateStub, float], T],
+        chosen: pb.EpochSelector,
+        send: Callable[[pb_grpc.EpochStateStub, float], A],
         timeout: float | None,
         *,
         waits: bool,
-    ) -> T:
-        """``send`` to a serving replica of shard ``shard`` of ``job`` (``wanted`` ones first)."""
+    ) -> A:
+        """``send`` to a serving replica of shard ``shard`` of ``job``: first those known to
+        hold the epoch ``chosen`` asks for (by their replica znodes or their own answers)."""
+        wanted = self._wanted(job, chosen)
 
         def candidates(round_: int) -> list[str]:
             location = self.locate(job, refresh=round_ > 0)
@@ -234,7 +250,14 @@ class RoutedClient(EpochStateClient):
             replicas = shards[shard].replicas if shard < len(shards) else ()
             return [r.address for r in self._replicas.order(replicas, wanted)]
 
-        return self._failover(candidates, lambda a, s: send(self._replicas.stub(a), s), timeout, waits=waits)
+        def attempt(address: str, seconds: float) -> A:
+            answer = send(self._replicas.stub(address), seconds)
+            with self._lock:
+                known = self._held.get((job, address), -1)
+                self._held[(job, address)] = max(known, answer.epoch)
+            return answer
+
+        return self._failover(candidates, attempt, timeout, waits=waits)
 
     def route(self, job: str, key: Any, *, operator_id: int = 0, store: str = "default") -> Shard:
         """The shard (its partitions and replicas) that reads of ``key`` are sent to."""
@@ -260,16 +283,18 @@ class RoutedClient(EpochStateClient):
 
     # -- monotonic reads ----------------------------------------------------------------
 
-    def _monotonic(self, job: str, request: pb.EpochSelector) -> pb.EpochSelector:
-        """``latest`` as ``at_least`` the newest epoch this client was answered for ``job``."""
+    def _monotonic(self, job: str, request: pb.EpochSelector) -> tuple[pb.EpochSelector, bool]:
+        """``latest`` as ``at_least`` the newest epoch this client was answered for ``job``;
+        True when it was so rewritten (the read then does not wait on a replica behind it,
+        it moves on to another)."""
         if request.WhichOneof("kind") != "latest":
-            return request
+            return request, False
         with self._lock:
             seen = self._newest.get(job)
             location = self._locations.get(job)
         if seen is None or (location is not None and location.query_id and location.query_id != seen[0]):
-            return request
-        return pb.EpochSelector(at_least=seen[1])
+            return request, False
+        return pb.EpochSelector(at_least=seen[1]), True
 
     def _saw(self, job: str, query_id: str, epoch: int) -> None:
         with self._lock:
@@ -283,13 +308,17 @@ class RoutedClient(EpochStateClient):
             seen = self._newest.get(job)
         return None if seen is None else seen[1]
 
-    @staticmethod
-    def _wanted(request: pb.EpochSelector) -> Callable[[Replica], bool]:
+    def _wanted(self, job: str, request: pb.EpochSelector) -> Callable[[Replica], bool]:
         kind = request.WhichOneof("kind")
+
+        def newest(replica: Replica) -> int:
+            with self._lock:
+                return max(replica.newest_epoch, self._held.get((job, replica.address), -1))
+
         if kind == "exact":
-            return lambda r: r.holds(request.exact)
+            return lambda r: r.oldest_epoch <= request.exact <= newest(r)
         if kind == "at_least":
-            return lambda r: r.newest_epoch >= request.at_least
+            return lambda r: newest(r) >= request.at_least
         return lambda r: True
 
     @staticmethod
@@ -357,7 +386,7 @@ class RoutedClient(EpochStateClient):
             )
         if not groups:
             groups[0] = []
-        requested = self._monotonic(
+        requested, derived = self._monotonic(
             job, selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with)
         )
         pin: _Pin | None = None
@@ -375,10 +404,10 @@ class RoutedClient(EpochStateClient):
             response = self._route(
                 job,
                 shard,
-                self._wanted(chosen),
+                chosen,
                 functools.partial(_multi_get, request),
                 left,
-                waits=self._waits(chosen),
+                waits=self._waits(chosen) and not (derived and pin is None),
             )
             if pin is None:
                 pin = _Pin(response.epoch, response.query_id)
@@ -404,7 +433,7 @@ class RoutedClient(EpochStateClient):
     ) -> int:
         """:meth:`EpochStateClient.pinned_epoch`, answered by any serving replica (never older
         than an epoch this client was answered with, for ``latest``)."""
-        requested = self._monotonic(
+        requested, derived = self._monotonic(
             job, selector(at_least=at_least, covers=covers, aligned_with=aligned_with)
         )
         request = pb.MultiGetRequest(
@@ -413,10 +442,10 @@ class RoutedClient(EpochStateClient):
         response = self._route(
             job,
             0,
-            self._wanted(requested),
-            lambda stub, seconds: stub.MultiGet(request, timeout=seconds),
+            requested,
+            functools.partial(_multi_get, request),
             timeout,
-            waits=self._waits(requested),
+            waits=self._waits(requested) and not derived,
         )
         self._saw(job, response.query_id, response.epoch)
         return int(response.epoch)
@@ -445,7 +474,8 @@ class RoutedClient(EpochStateClient):
         """
         schema = self._store(job, operator_id, store, query_id)
         location = self.locate(job)
-        requested = self._monotonic(job, selector(epoch, covers=covers, aligned_with=aligned_with))
+        requested, derived = self._monotonic(job, selector(epoch, covers=covers, aligned_with=aligned_with))
+        prefix_row = to_row(prefix, schema.at(_exact(epoch)).key, partial=True)
         pin: _Pin | None = None
         returned = 0
         for index, shard in enumerate(location.shards):
@@ -456,43 +486,33 @@ class RoutedClient(EpochStateClient):
                 store=store,
                 query_id=query_id or (pin.query_id if pin else ""),
             )
-            request = pb.ScanRequest(
-                store=ref,
-                epoch=chosen,
-                prefix=to_row(prefix, schema.at(_exact(epoch)).key, partial=True),
-                limit=page_size,
-            )
-            for record, answered in self._scan_shard(job, index, shard, location.single, request, timeout):
+            request = pb.ScanRequest(store=ref, epoch=chosen, prefix=prefix_row, limit=page_size)
+            waits = self._waits(chosen) and not (derived and pin is None)
+            while True:
+                response = self._route(
+                    job, index, chosen, functools.partial(_scan, request), timeout, waits=waits
+                )
                 if pin is None:
-                    pin = answered
+                    pin = _Pin(response.epoch, response.query_id)
                     self._saw(job, pin.query_id, pin.epoch)
+                elif (response.epoch, response.query_id) != (pin.epoch, pin.query_id):
+                    raise Unavailable(f"replicas answered epoch {response.epoch}, not the pinned {pin.epoch}")
                 at = self._answered(job, operator_id, store, schema, pin.query_id).at(pin.epoch)
-                yield _lookup(pin.epoch, record, at, pin.query_id)
-                returned += 1
-                if limit is not None and returned >= limit:
-                    return
+                for record in response.records:
+                    if location.single or shard.covers(record.partition):
+                        yield _lookup(pin.epoch, record, at, pin.query_id)
+                        returned += 1
+                        if limit is not None and returned >= limit:
+                            return
+                if not response.next_page_token:
+                    break
+                # The token carries the epoch and query: any replica of the shard reads the next page.
+                request.page_token = response.next_page_token
+                chosen = pb.EpochSelector(exact=pin.epoch)
 
-    def _scan_shard(
-        self, job: str, index: int, shard: Shard, whole: bool, request: pb.ScanRequest, timeout: float | None
-    ) -> Iterator[tuple[pb.Record, _Pin]]:
-        chosen = request.epoch
-        while True:
-            response = self._route(
-                job,
-                index,
-                self._wanted(chosen),
-                lambda stub, seconds: stub.Scan(request, timeout=seconds),
-                timeout,
-                waits=self._waits(chosen),
-            )
-            answered = _Pin(response.epoch, response.query_id)
-            for record in response.records:
-                if whole or not record.found or shard.covers(record.partition):
-                    yield record, answered
-            if not response.next_page_token:
-                return
-            request.page_token = response.next_page_token
-            chosen = pb.EpochSelector(exact=response.epoch)
+
+def _scan(request: pb.ScanRequest, stub: pb_grpc.EpochStateStub, seconds: float) -> pb.ScanResponse:
+    return stub.Scan(request, timeout=seconds)
 
 
 def _multi_get(

@@ -186,7 +186,9 @@ def test_routed_reads_equal_spark_and_every_replica_of_a_shard(routed_group: Rou
     for epoch in EPOCHS:
         for key in keys:
             answers = {}
-            for replica in location.shard_of(partition_of([key["user"]], schema, 2)).replicas:
+            holding = location.shard_of(partition_of([key["user"]], schema, 2))
+            assert holding is not None
+            for replica in holding.replicas:
                 with group.daemons[replica.node].client() as direct:
                     request = pb.GetRequest(
                         store=pb.StoreRef(job=JOB),
