@@ -207,10 +207,10 @@ class RoutedClient(EpochStateClient):
                 raise from_rpc_error(answered_elsewhere) from None
             remaining = deadline - time.monotonic()
             if remaining <= backoff:
-                if last is not None:
-                    raise from_rpc_error(last) from None
-                if answered_elsewhere is not None:
-                    raise from_rpc_error(answered_elsewhere) from None
+                # A replica's own answer says more than another's silence.
+                final = answered_elsewhere if answered_elsewhere is not None else last
+                if final is not None:
+                    raise from_rpc_error(final) from None
                 raise Unavailable("no daemon serving the read answered before the deadline")
             time.sleep(backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF)
