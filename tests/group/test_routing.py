@@ -37,10 +37,11 @@ from epochstate.daemon.group.definitions import JobDefinitions
 from epochstate.devtools.stores.base import free_port
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from epochstate.v1 import epochstate_pb2 as pb
+from tests.e2e.test_oracle import QUERIES
 from tests.e2e.test_reads import SCHEMA, counts
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.metrics import sample_values
-from tests.fixtures.oracle import StoreOracle, canon, plain, spark_store
+from tests.fixtures.oracle import StoreOracle, canon, plain, spark_state, spark_store
 from tests.fixtures.streams import FileStream
 from tests.fixtures.zookeeper import eventually
 from tests.group.cut_proxy import CutProxy
@@ -349,3 +350,62 @@ def test_a_daemon_cut_off_from_zookeeper_is_no_longer_routed_to(
         # n3 still answers when asked directly: only routing left it.
         with group.daemons["n3"].client() as direct:
             assert plain(direct.get(JOB, keys[0], epoch=1).value) == expected[canon(keys[0])][1]
+
+
+@pytest.mark.parametrize("name", ["typed", "windowed"])
+def test_oracle_through_the_routed_client(
+    spark: Any,
+    tmp_path: Path,
+    zk_connect: str,
+    make_zk_client: Callable[..., KazooClient],
+    daemon_factory: Callable[..., DaemonProcess],
+    name: str,
+) -> None:
+    """Every epoch and every key equals Spark's reader through the routed client, for keys of
+    every type the oracle queries use (decimal, date, boolean, nullable timestamp; a window
+    struct, long and unicode string), each routed to the shard of the partition it falls in."""
+    schema_ddl, build, rows, mode = QUERIES[name]
+    stream = FileStream(spark, tmp_path / "in", tmp_path / "cp", build, schema_ddl, mode, name=name).start()
+    try:
+        for batch in range(5):
+            stream.feed(rows(batch))
+    finally:
+        stream.stop()
+    committed = stream.committed()
+    nodes = ("n1", "n2")
+    daemons = {
+        node: daemon_factory(
+            {},
+            name=node,
+            zookeeper=zk_connect,
+            extra_args=["--group", GROUP, "--node", node, "--poll-interval", "0.1"],
+        )
+        for node in nodes
+    }
+    zk = make_zk_client()
+    members = LAYOUT.group_members(GROUP)
+    assert eventually(lambda: zk.exists(members) is not None and len(zk.get_children(members)) == 2, WAIT)
+    # One replica per shard: each daemon is the only one routed to for its partition.
+    JobDefinitions(zk, LAYOUT, GROUP).add(name, str(stream.checkpoint), shards=2, partitions=2)
+    replicas = LAYOUT.replicas(name)
+    assert eventually(lambda: zk.exists(replicas) is not None and len(zk.get_children(replicas)) == 2, WAIT)
+    for daemon in daemons.values():
+        daemon.wait_for_epoch(name, committed[-1], WAIT)
+
+    expected = {e: spark_state(spark, stream.checkpoint, e) for e in committed}
+    all_keys = {k: key for state in expected.values() for k, (key, _, _) in state.items()}
+    with RoutedClient([daemons["n1"].target], timeout=30) as client:
+        location = client.locate(name)
+        assert [(s.first, s.last, len(s.replicas)) for s in location.shards] == [(0, 0, 1), (1, 1, 1)]
+        routed_to = {canon(key): client.route(name, key) for key in all_keys.values()}
+        for epoch in committed:
+            for k, (_, _, partition) in expected[epoch].items():
+                assert routed_to[k].covers(partition), (k, partition)
+            lookups = client.multi_get(name, list(all_keys.values()), epoch=epoch)
+            assert all(lk.epoch == epoch for lk in lookups)
+            got = {
+                canon(lk.key): (plain(lk.key), plain(lk.value), lk.partition) for lk in lookups if lk.found
+            }
+            assert got == expected[epoch], f"epoch {epoch}"
+            scanned = {canon(lk.key) for lk in client.scan(name, epoch=epoch, page_size=3)}
+            assert scanned == set(expected[epoch]), f"scan at epoch {epoch}"
