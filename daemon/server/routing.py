@@ -100,11 +100,15 @@ class RoutingService:
 
     def _registered(self, view: RegistryView, job: str) -> pb.LocateResponse:
         record = view.get_job(job)
-        if record is None:
+        assignment = self._assignment(view.client)
+        assigned = None if assignment is None else assignment.jobs.get(job)
+        if record is None and assigned is None:
             entry = self._followed(job)
             if entry is None:
                 raise JobNotFound(f"no daemon registered job {job!r}", metadata={"job": job})
             return self._itself(entry)
+        # A group job none of whose replicas registered it yet: its shards, nobody serving.
+        record = record or {}
         response = pb.LocateResponse(
             job=job,
             query_id=str(record.get("query_id", "")),
@@ -114,8 +118,6 @@ class RoutingService:
         )
         replicas = view.replicas(job)
         nodes = view.nodes()
-        assignment = self._assignment(view.client)
-        assigned = None if assignment is None else assignment.jobs.get(job)
         if assigned is None:  # followed outside a group: each replica holds every partition
             shards: Iterable[tuple[int, int, Iterable[str]]] = [(0, LAST_PARTITION, sorted(replicas))]
         else:
