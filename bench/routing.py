@@ -200,6 +200,7 @@ def main() -> None:
                     time.sleep(0.5)
         echo_process, echo_targets = echo_server(workdir / "echo.sock")
         everyone = [d.target for d in daemons]
+        load_before = os.getloadavg()[0]
         rows = []
         for count in callers:
             rows.append(
@@ -209,7 +210,10 @@ def main() -> None:
             for replicas in (1, 2, 3):
                 figures = measure("routed", everyone, f"r{replicas}", args.keys, count, args.seconds)
                 rows.append([f"routed {replicas}", count, *figures])
-        print(f"\nGet of one of {args.keys} keys pinned to epoch 1; {os.cpu_count()} cores")
+        print(
+            f"\nGet of one of {args.keys} keys pinned to epoch 1; {os.cpu_count()} cores; "
+            f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
+        )
         print_table(["reads", "callers", "calls/s", "p50 ms", "p99 ms"], rows)
     finally:
         if echo_process is not None and echo_process.stdin is not None:
