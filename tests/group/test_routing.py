@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from epochstate.client.routed import RoutedClient
 from epochstate.client.values import to_row
@@ -40,11 +42,11 @@ from epochstate.v1 import epochstate_pb2 as pb
 from tests.e2e.test_oracle import QUERIES
 from tests.e2e.test_reads import SCHEMA, counts
 from tests.fixtures.daemon import DaemonProcess
-from tests.fixtures.metrics import sample_values
 from tests.fixtures.oracle import StoreOracle, canon, plain, spark_state, spark_store
 from tests.fixtures.streams import FileStream
-from tests.fixtures.zookeeper import eventually
+from tests.fixtures.zookeeper import eventually, new_test_client
 from tests.group.cut_proxy import CutProxy
+from tests.group.netns import Netns
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -68,7 +70,7 @@ class RoutedGroup:
     zk: KazooClient
     checkpoint: Path
     oracle: StoreOracle
-    metrics: dict[str, int] = field(default_factory=dict)
+    metrics: dict[str, tuple[str, int]] = field(default_factory=dict)  # node -> metrics host, port
 
     def announced(self) -> set[str]:
         path = LAYOUT.replicas(JOB)
@@ -78,13 +80,23 @@ class RoutedGroup:
         return RoutedClient([self.daemons[n].target for n in nodes], timeout=timeout)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a daemon of the group runs: its ZooKeeper connect string, its listen address,
+    the command it runs under (a network namespace), where it serves metrics."""
+
+    zookeeper: str
+    listen: str = "127.0.0.1:0"
+    prefix: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+
+
 def _start_group(
     spark: Any,
     tmp_path: Path,
-    zk_connect: str,
-    make_zk_client: Callable[..., KazooClient],
+    zk: KazooClient,
     daemon_factory: Callable[..., DaemonProcess],
-    connect_of: Callable[[str], str] | None = None,
+    placement: Callable[[str], Placement],
 ) -> RoutedGroup:
     stream = FileStream(spark, tmp_path / "in", tmp_path / "cp" / JOB, counts, SCHEMA, name=JOB)
     stream.start()
@@ -95,21 +107,25 @@ def _start_group(
         stream.stop()
     oracle = spark_store(spark, stream.checkpoint, EPOCHS)
     assert oracle.partitions() == {0, 1}
-    metrics = {node: free_port() for node in NODES}
-    daemons = {
-        node: daemon_factory(
+    metrics = {node: (placement(node).host, free_port()) for node in NODES}
+    daemons = {}
+    for node in NODES:
+        where = placement(node)
+        daemons[node] = daemon_factory(
             {},
             name=node,
-            zookeeper=connect_of(node) if connect_of else zk_connect,
+            zookeeper=where.zookeeper,
+            listen=where.listen,
+            prefix=list(where.prefix),
             extra_args=["--group", GROUP, "--node", node, "--poll-interval", "0.1"],
             env={
                 "EPOCHSTATE_ZOOKEEPER_SESSION_TIMEOUT": SESSION_TIMEOUT,
-                "EPOCHSTATE_METRICS_PORT": str(metrics[node]),
+                "EPOCHSTATE_METRICS_PORT": str(metrics[node][1]),
+                "EPOCHSTATE_METRICS_ADDRESS": where.host,
+                # Beyond loopback (a network namespace of the test's own), plaintext on purpose.
+                "EPOCHSTATE_INSECURE": "true" if where.prefix else "false",
             },
         )
-        for node in NODES
-    }
-    zk = make_zk_client()
     members = LAYOUT.group_members(GROUP)
     assert eventually(lambda: zk.exists(members) is not None and len(zk.get_children(members)) == 3, WAIT)
     group = RoutedGroup(daemons, zk, stream.checkpoint, oracle, metrics)
@@ -129,7 +145,7 @@ def routed_group(
     make_zk_client: Callable[..., KazooClient],
     daemon_factory: Callable[..., DaemonProcess],
 ) -> RoutedGroup:
-    return _start_group(spark, tmp_path, zk_connect, make_zk_client, daemon_factory)
+    return _start_group(spark, tmp_path, make_zk_client(), daemon_factory, lambda _: Placement(zk_connect))
 
 
 def _expected(oracle: StoreOracle, epoch: int) -> dict[str, tuple[bool, Any]]:
@@ -298,38 +314,71 @@ def cut_group(
     zk_connect: str,
     make_zk_client: Callable[..., KazooClient],
     daemon_factory: Callable[..., DaemonProcess],
-) -> Iterator[tuple[RoutedGroup, CutProxy]]:
+) -> Iterator[tuple[RoutedGroup, Callable[[], None]]]:
     proxy = CutProxy("127.0.0.1", zookeeper_server.port)
+    proxied = Placement(f"127.0.0.1:{proxy.port}{zk_chroot}")
     try:
-        yield (
-            _start_group(
-                spark,
-                tmp_path,
-                zk_connect,
-                make_zk_client,
-                daemon_factory,
-                connect_of=lambda node: f"127.0.0.1:{proxy.port}{zk_chroot}" if node == "n3" else zk_connect,
-            ),
-            proxy,
-        )
+        placement = lambda node: proxied if node == "n3" else Placement(zk_connect)  # noqa: E731
+        yield _start_group(spark, tmp_path, make_zk_client(), daemon_factory, placement), proxy.cut
     finally:
         proxy.close()
 
 
+@pytest.fixture
+def partitioned_group(
+    spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
+) -> Iterator[tuple[RoutedGroup, Callable[[], None]]]:
+    """n3 runs in a network namespace of its own and reaches ZooKeeper over a veth pair
+    that the test takes down: a real network partition, not a closed connection."""
+    space = Netns.create()
+    zookeeper = EmbeddedZooKeeper(tmp_path / "zookeeper", host=space.zookeeper_host)
+    zk: KazooClient | None = None
+    group: RoutedGroup | None = None
+    try:
+        zookeeper.start()
+        zk = new_test_client(zookeeper.connect_string)
+        zk.start(timeout=15)
+        inside = Placement(
+            zookeeper.connect_string, f"{space.grpc_inside}:0", tuple(space.prefix), space.grpc_inside
+        )
+        placement = lambda node: inside if node == "n3" else Placement(zookeeper.connect_string)  # noqa: E731
+        group = _start_group(spark, tmp_path, zk, daemon_factory, placement)
+        yield group, space.cut_zookeeper
+    finally:
+        for daemon in group.daemons.values() if group is not None else ():
+            daemon.stop()  # before their ZooKeeper and their network go
+        if zk is not None:
+            zk.stop()
+            zk.close()
+        zookeeper.stop()
+        space.delete()
+
+
 def _reads_served(group: RoutedGroup, node: str) -> float:
-    return sample_values(group.metrics[node], "epochstate_requests_total", "method").get("MultiGet", 0.0)
+    host, port = group.metrics[node]
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "epochstate_requests_total" and sample.labels.get("method") == "MultiGet"
+    )
 
 
+@pytest.mark.parametrize("cut", ["proxy", "netns"])
 def test_a_daemon_cut_off_from_zookeeper_is_no_longer_routed_to(
-    cut_group: tuple[RoutedGroup, CutProxy],
+    cut: str, request: pytest.FixtureRequest
 ) -> None:
-    group, proxy = cut_group
+    """``proxy``: a TCP proxy between n3 and ZooKeeper closes its connections and refuses new
+    ones; ``netns``: n3's network namespace loses its link to ZooKeeper (packets dropped)."""
+    group, cut_off = request.getfixturevalue("cut_group" if cut == "proxy" else "partitioned_group")
     keys = group.oracle.keys()
     expected = _expected(group.oracle, 1)
     with group.client("n1") as client:
         assert "n3" in {r.node for s in client.locate(JOB).shards for r in s.replicas if r.serving}
 
-        proxy.cut()  # n3 keeps serving gRPC, but its session expires and its znodes go
+        cut_off()  # n3 keeps serving gRPC, but its session expires and its znodes go
         cut_at = time.monotonic()
         assert eventually(
             lambda: (
@@ -340,7 +389,7 @@ def test_a_daemon_cut_off_from_zookeeper_is_no_longer_routed_to(
             ),
             WAIT,
         )
-        print(f"\nZooKeeper cut: n3 no longer routed to after {time.monotonic() - cut_at:.1f} s")
+        print(f"\nZooKeeper cut ({cut}): n3 no longer routed to after {time.monotonic() - cut_at:.1f} s")
         assert eventually(lambda: "n3" not in group.announced(), WAIT)
         before = _reads_served(group, "n3")
         for _ in range(40):
