@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-ingest bench-object-store bench-s3-clients bench-alignment clean soak
+.PHONY: demo demo-chain test constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-object-store bench-s3-clients bench-alignment clean soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -92,6 +92,10 @@ proto: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/lookup.py $(BENCH_ARGS)
+
+# Routed reads over a group of 1, 2, 3 daemons, 1..64 callers, against the echo floor (a few minutes).
+bench-routing: $(STAMP)
+	$(BIN)/python bench/routing.py $(BENCH_ARGS)
 
 bench-ingest: $(STAMP)
 	$(BIN)/python bench/ingest.py $(BENCH_ARGS)

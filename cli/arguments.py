@@ -20,7 +20,8 @@ TargetOpt = Annotated[
         "--target",
         "-t",
         envvar="EPOCHSTATE_TARGET",
-        help="daemon address: host:port or unix:///path/to/socket",
+        help="daemon address: host:port or unix:///path/to/socket; several, comma-separated: "
+        "reads are routed to the replicas that serve them",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document instead of a table")]

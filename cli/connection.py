@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from epochstate.client.client import EpochStateClient
+from epochstate.client.routed import RoutedClient
 from epochstate.client.tls import TlsOptions
 
 _given = TlsOptions()
@@ -58,5 +59,8 @@ def given_tls() -> TlsOptions:
 
 
 def connect(target: str, timeout: float = 10.0) -> EpochStateClient:
-    """A client of the daemon at ``target`` with the command line's TLS options."""
+    """A client of the daemon at ``target`` with the command line's TLS options; of several
+    daemons (``a:7070,b:7070``), a routed client: reads go to the replicas that serve them."""
+    if "," in target:
+        return RoutedClient(target.split(","), timeout=timeout, tls=_given)
     return EpochStateClient(target, timeout=timeout, tls=_given)

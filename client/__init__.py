@@ -33,6 +33,7 @@ from epochstate.client.errors import (
     Unauthenticated,
     Unavailable,
 )
+from epochstate.client.routed import RoutedClient, routed
 from epochstate.client.structs import AmbiguousField, Struct
 from epochstate.client.tls import TlsOptions
 
@@ -61,6 +62,7 @@ __all__ = [
     "ResourceExhausted",
     "ResponseTooLarge",
     "RoleMissing",
+    "RoutedClient",
     "StoreNotFound",
     "StoreSchema",
     "Struct",
@@ -68,5 +70,6 @@ __all__ = [
     "TooManyCalls",
     "Unauthenticated",
     "Unavailable",
+    "routed",
     "selector",
 ]

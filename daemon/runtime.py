@@ -48,6 +48,7 @@ from epochstate.daemon.server.jobs_admin import JobsAdminService, add_jobs_admin
 from epochstate.daemon.server.limits import CallLimits, limited_server
 from epochstate.daemon.server.metrics import DaemonMetrics, JobLag
 from epochstate.daemon.server.probes import LIVENESS, ProbeListener
+from epochstate.daemon.server.routing import RoutingService, add_routing
 from epochstate.daemon.server.security import ServerSecurity
 from epochstate.daemon.server.service import EpochStateService, IngestControl
 from epochstate.daemon.store.catalog import Catalog, JobEntry
@@ -61,6 +62,7 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EpochState"].full_name
 ADMIN_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AlignmentAdmin"].full_name
 JOBS_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["JobsAdmin"].full_name
+ROUTING_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Routing"].full_name
 
 
 class NoRegistry:
@@ -167,6 +169,7 @@ class Daemon:
             SERVICE_NAME: both,
             ADMIN_SERVICE_NAME: zookeeper_only,
             JOBS_SERVICE_NAME: zookeeper_only,
+            ROUTING_SERVICE_NAME: zookeeper_only,
             LIVENESS: frozenset(),  # SERVING until shutdown (see daemon/server/probes.py)
         }
         # The loop may rightly sleep up to poll_max_interval between passes.
@@ -225,11 +228,21 @@ class Daemon:
         )
         jobs = JobsAdminService(zk, self.settings.zookeeper_root, self.settings.group, self.security.roots)
         jobs_admin = add_jobs_admin(self.server, jobs, self.metrics, self.security.guard)
+        routing = RoutingService(
+            zk,
+            self.settings.zookeeper_root,
+            self.catalog,
+            node=self.settings.node,
+            group=self.settings.group,
+            address=lambda: self.settings.advertise or self.address,
+        )
+        located = add_routing(self.server, routing, self.metrics, self.security.guard)
         reflection.enable_server_reflection(
             (
                 SERVICE_NAME,
                 admin,
                 jobs_admin,
+                located,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                 reflection.SERVICE_NAME,
             ),

@@ -31,8 +31,11 @@ class LocalDaemon:
         listen: str = "127.0.0.1:0",
         log_path: Path | None = None,
         tls: TlsOptions | None = None,
+        prefix: list[str] | None = None,
     ) -> None:
         self.listen = listen
+        # A command the daemon runs under (``ip netns exec NS``: in a test's network namespace).
+        self.prefix = prefix or []
         self.data_dir = data_dir
         self.jobs = jobs
         self.zookeeper = zookeeper
@@ -50,6 +53,7 @@ class LocalDaemon:
         address_file = self.data_dir / "address"
         address_file.unlink(missing_ok=True)
         args = [
+            *self.prefix,
             sys.executable,
             "-m",
             "epochstate.cli.app",

@@ -82,8 +82,11 @@ class EmbeddedZooKeeper:
         start_timeout: float = 60.0,
         stop_grace: float = 10.0,
         log_path: str | Path | None = None,
+        host: str = HOST,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
+        # The address it listens on: loopback unless a test gives one of its own network namespace's.
+        self.host = host
         self._log_path = Path(log_path).resolve() if log_path else self.data_dir / "zookeeper.log"
         self._port = port
         # A given port, or one the server has served on, is kept: clients know it.
@@ -107,13 +110,13 @@ class EmbeddedZooKeeper:
     def port(self) -> int:
         """The client port; chosen on first use when none was given."""
         if self._port is None:
-            self._port = _free_port()
+            self._port = _free_port(self.host)
         return self._port
 
     @property
     def connect_string(self) -> str:
         """``host:port`` for a ZooKeeper client (append a chroot path if needed)."""
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def log_path(self) -> Path:
@@ -251,7 +254,7 @@ class EmbeddedZooKeeper:
             "tickTime": self.tick_time_ms,
             "dataDir": self.data_dir,
             "clientPort": self.port,
-            "clientPortAddress": HOST,
+            "clientPortAddress": self.host,
             "maxClientCnxns": 0,
             "maxSessionTimeout": self.max_session_timeout_ms,
             "admin.enableServer": "false",
@@ -275,7 +278,7 @@ class EmbeddedZooKeeper:
                     f"ZooKeeper exited with code {process.returncode} while starting "
                     f"on {self.connect_string}; log {self.log_path}:\n{self.log_tail()}"
                 )
-            if _is_serving(self.port):
+            if _is_serving(self.port, self.host):
                 return
             if time.monotonic() > deadline:
                 self.kill()
@@ -293,9 +296,9 @@ class EmbeddedZooKeeper:
             self._log = None
 
 
-def four_letter_word(port: int, word: str, timeout: float = 1.0) -> str:
+def four_letter_word(port: int, word: str, timeout: float = 1.0, host: str = HOST) -> str:
     """Send a whitelisted four-letter command (``ruok``, ``srvr``, ``mntr``, ``wchs``)."""
-    with socket.create_connection((HOST, port), timeout=timeout) as sock:
+    with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(word.encode("ascii"))
         chunks = []
         while chunk := sock.recv(4096):
@@ -303,17 +306,17 @@ def four_letter_word(port: int, word: str, timeout: float = 1.0) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
-def _is_serving(port: int) -> bool:
+def _is_serving(port: int, host: str = HOST) -> bool:
     # 'srvr' answers "Mode: standalone" only once the server accepts sessions.
     try:
-        return "Mode:" in four_letter_word(port, "srvr")
+        return "Mode:" in four_letter_word(port, "srvr", host=host)
     except OSError:
         return False
 
 
-def _free_port() -> int:
+def _free_port(host: str = HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
+        sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
 

@@ -13,7 +13,7 @@ reflection and refusals always find a thread.
 Kinds (see :func:`kind_of`):
 
 * unary reads: Get, MultiGet and Scan whose selector never waits (an exact epoch
-  without ``wait``, the latest), ListJobs, DescribeJob, ListEpochs;
+  without ``wait``, the latest), ListJobs, DescribeJob, ListEpochs, Routing's Locate;
 * waiting reads: Get, MultiGet and Scan whose selector may wait (``at_least``,
   ``exact`` with ``wait``, ``covers``, ``aligned_with``), classified by the request
   so the limit holds before any wait begins;
@@ -41,7 +41,9 @@ from epochstate.daemon.server.status import ResponseTooLarge, TooManyCalls, abor
 OURS = "/epochstate.v1.EpochState/"
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 _SELECTED_READS = frozenset(f"{OURS}{name}" for name in ("Get", "MultiGet", "Scan"))
-_UNARY_READS = frozenset(f"{OURS}{name}" for name in ("ListJobs", "DescribeJob", "ListEpochs"))
+_UNARY_READS = frozenset(f"{OURS}{name}" for name in ("ListJobs", "DescribeJob", "ListEpochs")) | {
+    "/epochstate.v1.Routing/Locate"
+}
 _WAITING_SELECTORS = frozenset({"at_least", "covers", "aligned_with"})
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 

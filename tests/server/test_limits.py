@@ -153,5 +153,6 @@ def test_reads_are_waiting_reads_when_their_selector_may_wait() -> None:
     assert kind_of("/grpc.health.v1.Health/Check", False) is None
     assert kind_of("/grpc.health.v1.Health/Watch", True) == CallKind.STREAM
     assert kind_of(f"/{OURS}/ListEpochs", False) == CallKind.UNARY_READ
+    assert kind_of("/epochstate.v1.Routing/Locate", False, pb.LocateRequest(job="a")) == CallKind.UNARY_READ
     assert kind_of("/epochstate.v1.AlignmentAdmin/Align", False) == CallKind.ADMIN
     assert LIMITS.threads == 2 + 1 + 1 + 1 + 1 + 2

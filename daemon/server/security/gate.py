@@ -38,6 +38,7 @@ ROLE_OF: dict[str, Role] = {
     **{f"epochstate.v1.EpochState.{name}": Role.READ for name in _READ},
     "epochstate.v1.EpochState.ReportEpoch": Role.REPORT,
     "epochstate.v1.EpochState.FollowJob": Role.ADMIN,
+    "epochstate.v1.Routing.Locate": Role.READ,
     **{
         f"epochstate.v1.AlignmentAdmin.{name}": Role.ADMIN
         for name in ("Status", "CatchUp", "Align", "Abort", "Prune")

@@ -1820,3 +1820,164 @@ class JobsStatusResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobsStatusResponse: _TypeAlias = JobsStatusResponse  # noqa: Y015
+
+@_typing.final
+class LocateRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    job: _builtins.str
+    def __init__(
+        self,
+        *,
+        job: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocateRequest: _TypeAlias = LocateRequest  # noqa: Y015
+
+@_typing.final
+class LocatedStore(_message.Message):
+    """A store of the job and its number of Spark partitions: a key of it falls in
+    partition pmod(Murmur3Hash(key fields, seed 42), num_partitions).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATOR_ID_FIELD_NUMBER: _builtins.int
+    STORE_FIELD_NUMBER: _builtins.int
+    NUM_PARTITIONS_FIELD_NUMBER: _builtins.int
+    operator_id: _builtins.int
+    store: _builtins.str
+    num_partitions: _builtins.int
+    def __init__(
+        self,
+        *,
+        operator_id: _builtins.int = ...,
+        store: _builtins.str = ...,
+        num_partitions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["num_partitions", b"num_partitions", "operator_id", b"operator_id", "store", b"store"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocatedStore: _TypeAlias = LocatedStore  # noqa: Y015
+
+@_typing.final
+class LocatedReplica(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    ANNOUNCED_FIELD_NUMBER: _builtins.int
+    SERVING_FIELD_NUMBER: _builtins.int
+    NEWEST_EPOCH_FIELD_NUMBER: _builtins.int
+    OLDEST_EPOCH_FIELD_NUMBER: _builtins.int
+    QUERY_ID_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    address: _builtins.str
+    """The node's gRPC address as it registered it; empty when the node is not
+    live (or, without ZooKeeper, for the daemon that answered: call it again).
+    """
+    announced: _builtins.bool
+    """Its replica znode exists: it caught up once and serves what it holds."""
+    serving: _builtins.bool
+    """Announced and live: reads may be routed to it."""
+    newest_epoch: _builtins.int
+    """The newest and oldest epoch it holds, from its replica znode (-1: unknown)."""
+    oldest_epoch: _builtins.int
+    query_id: _builtins.str
+    """The query (job incarnation) it holds."""
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        address: _builtins.str = ...,
+        announced: _builtins.bool = ...,
+        serving: _builtins.bool = ...,
+        newest_epoch: _builtins.int = ...,
+        oldest_epoch: _builtins.int = ...,
+        query_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "announced", b"announced", "newest_epoch", b"newest_epoch", "node", b"node", "oldest_epoch", b"oldest_epoch", "query_id", b"query_id", "serving", b"serving"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocatedReplica: _TypeAlias = LocatedReplica  # noqa: Y015
+
+@_typing.final
+class LocatedShard(_message.Message):
+    """The Spark partitions [first_partition, last_partition] of a job and the
+    replicas that follow them. A job not split into shards has one shard
+    [0, 2147483646]: every partition.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_PARTITION_FIELD_NUMBER: _builtins.int
+    LAST_PARTITION_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    first_partition: _builtins.int
+    last_partition: _builtins.int
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedCompositeFieldContainer[Global___LocatedReplica]: ...
+    def __init__(
+        self,
+        *,
+        first_partition: _builtins.int = ...,
+        last_partition: _builtins.int = ...,
+        replicas: _abc.Iterable[Global___LocatedReplica] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_partition", b"first_partition", "last_partition", b"last_partition", "replicas", b"replicas"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocatedShard: _TypeAlias = LocatedShard  # noqa: Y015
+
+@_typing.final
+class LocateResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    QUERY_ID_FIELD_NUMBER: _builtins.int
+    STORES_FIELD_NUMBER: _builtins.int
+    SHARDS_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    job: _builtins.str
+    query_id: _builtins.str
+    """The query the job znode names (the current incarnation)."""
+    node: _builtins.str
+    """The node that answered, and its group (empty: none)."""
+    group: _builtins.str
+    @_builtins.property
+    def stores(self) -> _containers.RepeatedCompositeFieldContainer[Global___LocatedStore]: ...
+    @_builtins.property
+    def shards(self) -> _containers.RepeatedCompositeFieldContainer[Global___LocatedShard]: ...
+    def __init__(
+        self,
+        *,
+        job: _builtins.str = ...,
+        query_id: _builtins.str = ...,
+        stores: _abc.Iterable[Global___LocatedStore] | None = ...,
+        shards: _abc.Iterable[Global___LocatedShard] | None = ...,
+        node: _builtins.str = ...,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "job", b"job", "node", b"node", "query_id", b"query_id", "shards", b"shards", "stores", b"stores"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocateResponse: _TypeAlias = LocateResponse  # noqa: Y015

@@ -1017,3 +1017,108 @@ class JobsAdmin:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class RoutingStub:
+    """---------------------------------------------------------------------------
+    Routing: which daemons serve a job, so that a client can send each key to a
+    replica of the Spark partition it falls in (docs/groups.md#routing).
+    ---------------------------------------------------------------------------
+
+    Any daemon answers, from what ZooKeeper holds: the job znode (its stores and
+    their partitions), the replica znodes (`jobs/<job>/replicas/<node>`), the live
+    nodes' addresses and, in a group, the assignment (each shard's partitions and
+    replicas). A daemon without ZooKeeper answers about itself. NOT_FOUND
+    (JOB_NOT_FOUND) when no daemon registered the job; UNAVAILABLE
+    (REGISTRY_UNAVAILABLE) when ZooKeeper does not answer in time. Role: read.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Locate = channel.unary_unary(
+                '/epochstate.v1.Routing/Locate',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.LocateRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.LocateResponse.FromString,
+                _registered_method=True)
+
+
+class RoutingServicer:
+    """---------------------------------------------------------------------------
+    Routing: which daemons serve a job, so that a client can send each key to a
+    replica of the Spark partition it falls in (docs/groups.md#routing).
+    ---------------------------------------------------------------------------
+
+    Any daemon answers, from what ZooKeeper holds: the job znode (its stores and
+    their partitions), the replica znodes (`jobs/<job>/replicas/<node>`), the live
+    nodes' addresses and, in a group, the assignment (each shard's partitions and
+    replicas). A daemon without ZooKeeper answers about itself. NOT_FOUND
+    (JOB_NOT_FOUND) when no daemon registered the job; UNAVAILABLE
+    (REGISTRY_UNAVAILABLE) when ZooKeeper does not answer in time. Role: read.
+    """
+
+    def Locate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_RoutingServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Locate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Locate,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.LocateRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.LocateResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'epochstate.v1.Routing', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('epochstate.v1.Routing', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Routing:
+    """---------------------------------------------------------------------------
+    Routing: which daemons serve a job, so that a client can send each key to a
+    replica of the Spark partition it falls in (docs/groups.md#routing).
+    ---------------------------------------------------------------------------
+
+    Any daemon answers, from what ZooKeeper holds: the job znode (its stores and
+    their partitions), the replica znodes (`jobs/<job>/replicas/<node>`), the live
+    nodes' addresses and, in a group, the assignment (each shard's partitions and
+    replicas). A daemon without ZooKeeper answers about itself. NOT_FOUND
+    (JOB_NOT_FOUND) when no daemon registered the job; UNAVAILABLE
+    (REGISTRY_UNAVAILABLE) when ZooKeeper does not answer in time. Role: read.
+    """
+
+    @staticmethod
+    def Locate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.Routing/Locate',
+            epochstate_dot_v1_dot_epochstate__pb2.LocateRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.LocateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -360,3 +360,64 @@ class JobsAdminServicer(metaclass=_abc_1.ABCMeta):
         """Every job of the group (or one): its definition and the state of each replica."""
 
 def add_JobsAdminServicer_to_server(servicer: JobsAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class RoutingStub:
+    """---------------------------------------------------------------------------
+    Routing: which daemons serve a job, so that a client can send each key to a
+    replica of the Spark partition it falls in (docs/groups.md#routing).
+    ---------------------------------------------------------------------------
+
+    Any daemon answers, from what ZooKeeper holds: the job znode (its stores and
+    their partitions), the replica znodes (`jobs/<job>/replicas/<node>`), the live
+    nodes' addresses and, in a group, the assignment (each shard's partitions and
+    replicas). A daemon without ZooKeeper answers about itself. NOT_FOUND
+    (JOB_NOT_FOUND) when no daemon registered the job; UNAVAILABLE
+    (REGISTRY_UNAVAILABLE) when ZooKeeper does not answer in time. Role: read.
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> RoutingAsyncStub: ...
+    Locate: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.LocateRequest, _epochstate_pb2.LocateResponse]
+
+@_typing.type_check_only
+class RoutingAsyncStub(RoutingStub):
+    """---------------------------------------------------------------------------
+    Routing: which daemons serve a job, so that a client can send each key to a
+    replica of the Spark partition it falls in (docs/groups.md#routing).
+    ---------------------------------------------------------------------------
+
+    Any daemon answers, from what ZooKeeper holds: the job znode (its stores and
+    their partitions), the replica znodes (`jobs/<job>/replicas/<node>`), the live
+    nodes' addresses and, in a group, the assignment (each shard's partitions and
+    replicas). A daemon without ZooKeeper answers about itself. NOT_FOUND
+    (JOB_NOT_FOUND) when no daemon registered the job; UNAVAILABLE
+    (REGISTRY_UNAVAILABLE) when ZooKeeper does not answer in time. Role: read.
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    Locate: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.LocateRequest, _epochstate_pb2.LocateResponse]  # type: ignore[assignment]
+
+class RoutingServicer(metaclass=_abc_1.ABCMeta):
+    """---------------------------------------------------------------------------
+    Routing: which daemons serve a job, so that a client can send each key to a
+    replica of the Spark partition it falls in (docs/groups.md#routing).
+    ---------------------------------------------------------------------------
+
+    Any daemon answers, from what ZooKeeper holds: the job znode (its stores and
+    their partitions), the replica znodes (`jobs/<job>/replicas/<node>`), the live
+    nodes' addresses and, in a group, the assignment (each shard's partitions and
+    replicas). A daemon without ZooKeeper answers about itself. NOT_FOUND
+    (JOB_NOT_FOUND) when no daemon registered the job; UNAVAILABLE
+    (REGISTRY_UNAVAILABLE) when ZooKeeper does not answer in time. Role: read.
+    """
+
+    @_abc_1.abstractmethod
+    def Locate(
+        self,
+        request: _epochstate_pb2.LocateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.LocateResponse, _abc.Awaitable[_epochstate_pb2.LocateResponse]]: ...
+
+def add_RoutingServicer_to_server(servicer: RoutingServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

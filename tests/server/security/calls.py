@@ -52,6 +52,7 @@ def every_rpc(followable: str) -> list[Rpc]:
         Rpc(jobs + "ResumeJob", "admin", pb.JobChangeRequest(name="orders")),
         Rpc(jobs + "RestartJob", "admin", pb.JobChangeRequest(name="orders")),
         Rpc(jobs + "JobsStatus", "admin", pb.JobsStatusRequest()),
+        Rpc("/epochstate.v1.Routing/Locate", "read", pb.LocateRequest(job="orders")),
     ]
 
 

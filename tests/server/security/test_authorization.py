@@ -1,4 +1,4 @@
-"""Every rpc of both services, tried with every kind of wrong credentials against real
+"""Every rpc of every service, tried with every kind of wrong credentials against real
 daemons with TLS: none gets through. The right identity gets through on each."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from epochstate.client.routed import RoutedClient
 from epochstate.client.tls import TlsOptions, open_channel
 from epochstate.v1 import epochstate_pb2 as pb
 from tests.fixtures.certs import Certificates, Issued
@@ -147,6 +148,11 @@ def test_no_call_gets_through_with_wrong_credentials_over_mtls(
         answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
     assert answer.status == health_pb2.HealthCheckResponse.SERVING
 
+    # A routed client presents the same TLS options on the connection of every replica it locates.
+    with RoutedClient([daemon.target], tls=reader) as routed:
+        assert routed.locate("orders").shards[0].replicas[0].address == daemon.target
+        assert routed.get("orders", ["u1"], epoch=1).epoch == 1
+
 
 def test_no_call_gets_through_without_the_right_token(
     certificates: Certificates,
@@ -190,7 +196,7 @@ def test_no_call_gets_through_without_the_right_token(
     passed: list[tuple[str, str, Outcome]] = []
     _run(daemon.target, allowed, rpcs, passed)
     _report("TLS daemon with tokens, the right token", passed)
-    assert [o.code for _, _, o in passed] == [grpc.StatusCode.OK] * len(passed) and len(passed) == 9
+    assert [o.code for _, _, o in passed] == [grpc.StatusCode.OK] * len(passed) and len(passed) == 10
 
     # FollowJob, or a report of a job not followed yet, outside the checkpoint roots (also by
     # way of ".."): refused, whoever asks.

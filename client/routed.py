@@ -1,0 +1,462 @@
+"""The routed client: reads sent to the replicas that serve each key, with failover.
+
+:class:`RoutedClient` asks any daemon it knows where a job is served (``Locate``),
+computes each key's Spark partition as Spark does
+(:mod:`epochstate.core.partitioner`) and sends the read to a serving replica of
+that partition's shard. Guarantees (docs/read-contract.md#routed-reads):
+
+- one read is answered at one epoch of one query: the first answer pins the
+  epoch (and query) and every other replica the read needs is asked for exactly
+  that epoch;
+- ``latest`` never goes backwards within one client: the newest epoch answered
+  for a job is remembered, and a later ``latest`` read asks for ``at_least`` it;
+- a replica that is unreachable (UNAVAILABLE, or silent until its share of the
+  deadline), or that no longer follows the job, is left for another replica,
+  and the location is asked again, until the call's deadline.
+
+Because every replica's answer for (job, store, key, epoch) is the same bytes,
+failing over never changes an answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from epochstate.client.client import (
+    CHANNEL_OPTIONS,
+    Aligned,
+    EpochArg,
+    EpochStateClient,
+    Lookup,
+    StoreSchema,
+    _exact,
+    _lookup,
+    selector,
+)
+from epochstate.client.errors import InvalidArgument, Unavailable
+from epochstate.client.failover import first_answer
+from epochstate.client.partitions import key_partition
+from epochstate.client.routing import Location, Replica, Replicas, Shard
+from epochstate.client.tls import TlsOptions
+from epochstate.client.values import to_row
+from epochstate.v1 import epochstate_pb2 as pb
+from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+
+
+class _Answer(Protocol):
+    @property
+    def epoch(self) -> int: ...
+
+
+A = TypeVar("A", bound=_Answer)
+# A location older than this is asked again at the next read.
+LOCATE_EVERY = 30.0
+_BASE_METHODS = ("ListJobs", "DescribeJob", "ListEpochs", "FollowJob", "ReportEpoch")
+
+
+@dataclass(frozen=True)
+class _Pin:
+    """What one routed read is pinned to once its first answer came: epoch and query."""
+
+    epoch: int
+    query_id: str
+
+
+class RoutedClient(EpochStateClient):
+    """Reads routed over the daemons that serve each job. Thread-safe; close it (or use ``with``).
+
+    ``targets`` are daemons to ask where jobs are served (any member of a group,
+    or several standalone daemons); reads go to the replicas ``Locate`` names,
+    over connections with the same ``tls`` options. Calls other than the reads
+    (``jobs``, ``describe``, ``epochs``, ``watch``, ``alignment``, ...) go to the
+    targets, the next one when a target is unreachable.
+    """
+
+    def __init__(
+        self,
+        targets: Sequence[str],
+        *,
+        timeout: float = 10.0,
+        tls: TlsOptions | None = None,
+        locate_every: float = LOCATE_EVERY,
+    ) -> None:
+        targets = [t.strip() for t in targets if t.strip()]
+        if not targets:
+            raise InvalidArgument("a routed client needs at least one target")
+        super().__init__(targets[0], timeout=timeout, tls=tls)
+        self.targets = tuple(targets)
+        self._replicas = Replicas(tls, CHANNEL_OPTIONS)
+        self._locate_every = locate_every
+        self._lock = threading.Lock()
+        self._locations: dict[str, Location] = {}
+        self._newest: dict[str, tuple[str, int]] = {}  # job -> (query, newest epoch answered)
+        self._held: dict[tuple[str, str], int] = {}  # (job, address) -> newest epoch it answered
+        self._base_methods = {id(getattr(self._stub, name)): name for name in _BASE_METHODS}
+
+    def __enter__(self) -> RoutedClient:
+        return self
+
+    def close(self) -> None:
+        self._replicas.close()
+        super().close()
+
+    # -- where ------------------------------------------------------------------
+
+    def locate(self, job: str, *, refresh: bool = False, timeout: float | None = None) -> Location:
+        """Where ``job`` is served (cached for ``locate_every`` seconds unless ``refresh``)."""
+        with self._lock:
+            known = self._locations.get(job)
+        if not refresh and known is not None and time.monotonic() - known.fetched_at < self._locate_every:
+            return known
+
+        def ask(address: str, seconds: float) -> Location:
+            response = self._replicas.routing(address).Locate(pb.LocateRequest(job=job), timeout=seconds)
+            return Location.of(response, address)
+
+        location = self._failover(lambda _: self._contacts(job), ask, timeout, waits=False)
+        with self._lock:
+            self._locations[job] = location
+        return location
+
+    def _contacts(self, job: str | None = None) -> list[str]:
+        """Daemons to ask about anything: the targets, then the known replicas of ``job``;
+        those that failed lately last."""
+        addresses = list(self.targets)
+        with self._lock:
+            location = None if job is None else self._locations.get(job)
+        if location is not None:
+            addresses += [r.address for s in location.shards for r in s.replicas if r.address]
+        unique = list(dict.fromkeys(addresses))
+        return sorted(unique, key=self._replicas.suspect)
+
+    # -- the failover loop --------------------------------------------------------
+
+    def _failover(
+        self,
+        candidates: Callable[[int], list[str]],
+        attempt: Callable[[str, float], T],
+        timeout: float | None,
+        *,
+        waits: bool,
+    ) -> T:
+        seconds = self.timeout if timeout is None else timeout
+        return first_answer(candidates, attempt, seconds, self._replicas, waits=waits)
+
+    def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
+        """The calls that are not routed (ListJobs, DescribeJob, ...): any target answers."""
+        name = self._base_methods.get(id(method))
+        if name is None:  # AlignmentAdmin, JobsAdmin: on the first target's channel
+            return super()._call(method, request, timeout)
+
+        def ask(address: str, seconds: float) -> Any:
+            return getattr(self._replicas.stub(address), name)(request, timeout=seconds)
+
+        return self._failover(lambda _: self._contacts(), ask, timeout, waits=False)
+
+    # -- routing one request -----------------------------------------------------------
+
+    def _route(
+        self,
+        job: str,
+        shard: int,
+        chosen: pb.EpochSelector,
+        send: Callable[[pb_grpc.EpochStateStub, float], A],
+        timeout: float | None,
+        *,
+        waits: bool,
+    ) -> A:
+        """``send`` to a serving replica of shard ``shard`` of ``job``: first those known to
+        hold the epoch ``chosen`` asks for (by their replica znodes or their own answers)."""
+        wanted = self._wanted(job, chosen)
+
+        def candidates(round_: int) -> list[str]:
+            location = self.locate(job, refresh=round_ > 0)
+            shards = location.shards
+            replicas = shards[shard].replicas if shard < len(shards) else ()
+            return [r.address for r in self._replicas.order(replicas, wanted)]
+
+        def attempt(address: str, seconds: float) -> A:
+            answer = send(self._replicas.stub(address), seconds)
+            with self._lock:
+                known = self._held.get((job, address), -1)
+                self._held[(job, address)] = max(known, answer.epoch)
+            return answer
+
+        return self._failover(candidates, attempt, timeout, waits=waits)
+
+    def route(self, job: str, key: Any, *, operator_id: int = 0, store: str = "default") -> Shard:
+        """The shard (its partitions and replicas) that reads of ``key`` are sent to."""
+        schema = self._store(job, operator_id, store)
+        location = self.locate(job)
+        index = self._shard_index(location, operator_id, store, to_row(key, schema.key), schema)
+        return location.shards[index]
+
+    def _shard_index(
+        self, location: Location, operator_id: int, store: str, key: pb.Row, schema: StoreSchema
+    ) -> int:
+        if location.single:
+            return 0
+        partitions = location.partitions.get((operator_id, store or "default"), schema.num_partitions)
+        try:
+            partition = key_partition(key, schema.key, partitions)
+        except ValueError as error:
+            raise InvalidArgument(f"key does not match the key schema: {error}") from None
+        for index, shard in enumerate(location.shards):
+            if shard.covers(partition):
+                return index
+        raise Unavailable(f"no shard of job {location.job!r} holds partition {partition}")
+
+    # -- monotonic reads ----------------------------------------------------------------
+
+    def _monotonic(self, job: str, request: pb.EpochSelector) -> tuple[pb.EpochSelector, bool]:
+        """``latest`` as ``at_least`` the newest epoch this client was answered for ``job``;
+        True when it was so rewritten (the read then does not wait on a replica behind it,
+        it moves on to another)."""
+        if request.WhichOneof("kind") != "latest":
+            return request, False
+        with self._lock:
+            seen = self._newest.get(job)
+            location = self._locations.get(job)
+        if seen is None or (location is not None and location.query_id and location.query_id != seen[0]):
+            return request, False
+        return pb.EpochSelector(at_least=seen[1]), True
+
+    def _saw(self, job: str, query_id: str, epoch: int) -> None:
+        with self._lock:
+            seen = self._newest.get(job)
+            if seen is None or seen[0] != query_id or epoch > seen[1]:  # another query: its own epochs
+                self._newest[job] = (query_id, epoch)
+
+    def newest_seen(self, job: str) -> int | None:
+        """The newest epoch of ``job`` this client was answered with (None: none yet)."""
+        with self._lock:
+            seen = self._newest.get(job)
+        return None if seen is None else seen[1]
+
+    def _wanted(self, job: str, request: pb.EpochSelector) -> Callable[[Replica], bool]:
+        kind = request.WhichOneof("kind")
+
+        def newest(replica: Replica) -> int:
+            with self._lock:
+                return max(replica.newest_epoch, self._held.get((job, replica.address), -1))
+
+        if kind == "exact":
+            return lambda r: r.oldest_epoch <= request.exact <= newest(r)
+        if kind == "at_least":
+            return lambda r: newest(r) >= request.at_least
+        return lambda r: True
+
+    @staticmethod
+    def _waits(request: pb.EpochSelector) -> bool:
+        return request.wait or request.WhichOneof("kind") in ("at_least", "covers", "aligned_with")
+
+    # -- reads -------------------------------------------------------------------------
+
+    def get(
+        self,
+        job: str,
+        key: Any,
+        *,
+        epoch: EpochArg = "latest",
+        at_least: int | None = None,
+        wait: bool = False,
+        covers: Mapping[tuple[str, int], int] | None = None,
+        aligned_with: Aligned | None = None,
+        operator_id: int = 0,
+        store: str = "default",
+        query_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Lookup:
+        """:meth:`EpochStateClient.get`, sent to a replica of the key's partition."""
+        return self.multi_get(
+            job,
+            [key],
+            epoch=epoch,
+            at_least=at_least,
+            wait=wait,
+            covers=covers,
+            aligned_with=aligned_with,
+            operator_id=operator_id,
+            store=store,
+            query_id=query_id,
+            timeout=timeout,
+        )[0]
+
+    def multi_get(
+        self,
+        job: str,
+        keys: Sequence[Any],
+        *,
+        epoch: EpochArg = "latest",
+        at_least: int | None = None,
+        wait: bool = False,
+        covers: Mapping[tuple[str, int], int] | None = None,
+        aligned_with: Aligned | None = None,
+        operator_id: int = 0,
+        store: str = "default",
+        query_id: str | None = None,
+        timeout: float | None = None,
+    ) -> list[Lookup]:
+        """:meth:`EpochStateClient.multi_get`, split by the replicas of the keys' partitions;
+        results in request order, all of one epoch (the first answer's)."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        schema = self._store(job, operator_id, store, query_id)
+        key_schema = schema.at(_exact(epoch))
+        rows = [to_row(k, key_schema.key) for k in keys]
+        location = self.locate(job)
+        groups: dict[int, list[int]] = {}
+        for index, row in enumerate(rows):
+            groups.setdefault(self._shard_index(location, operator_id, store, row, key_schema), []).append(
+                index
+            )
+        if not groups:
+            groups[0] = []
+        requested, derived = self._monotonic(
+            job, selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with)
+        )
+        pin: _Pin | None = None
+        records: list[pb.Record | None] = [None] * len(rows)
+        for shard, indexes in sorted(groups.items()):
+            ref = pb.StoreRef(
+                job=job,
+                operator_id=operator_id,
+                store=store,
+                query_id=query_id or (pin.query_id if pin else ""),
+            )
+            chosen = requested if pin is None else pb.EpochSelector(exact=pin.epoch, wait=True)
+            request = pb.MultiGetRequest(store=ref, keys=[rows[i] for i in indexes], epoch=chosen)
+            left = max(0.001, deadline - time.monotonic())
+            response = self._route(
+                job,
+                shard,
+                chosen,
+                functools.partial(_multi_get, request),
+                left,
+                waits=self._waits(chosen) and not (derived and pin is None),
+            )
+            if pin is None:
+                pin = _Pin(response.epoch, response.query_id)
+            elif (response.epoch, response.query_id) != (pin.epoch, pin.query_id):
+                raise Unavailable(f"replicas answered epoch {response.epoch}, not the pinned {pin.epoch}")
+            for index, record in zip(indexes, response.records, strict=True):
+                records[index] = record
+        assert pin is not None
+        self._saw(job, pin.query_id, pin.epoch)
+        at = self._answered(job, operator_id, store, schema, pin.query_id).at(pin.epoch)
+        return [_lookup(pin.epoch, r, at, pin.query_id) for r in records if r is not None]
+
+    def pinned_epoch(
+        self,
+        job: str,
+        *,
+        aligned_with: Aligned | None = None,
+        covers: Mapping[tuple[str, int], int] | None = None,
+        at_least: int | None = None,
+        operator_id: int = 0,
+        store: str = "default",
+        timeout: float | None = None,
+    ) -> int:
+        """:meth:`EpochStateClient.pinned_epoch`, answered by any serving replica (never older
+        than an epoch this client was answered with, for ``latest``)."""
+        requested, derived = self._monotonic(
+            job, selector(at_least=at_least, covers=covers, aligned_with=aligned_with)
+        )
+        request = pb.MultiGetRequest(
+            store=pb.StoreRef(job=job, operator_id=operator_id, store=store), epoch=requested
+        )
+        response = self._route(
+            job,
+            0,
+            requested,
+            functools.partial(_multi_get, request),
+            timeout,
+            waits=self._waits(requested) and not derived,
+        )
+        self._saw(job, response.query_id, response.epoch)
+        return int(response.epoch)
+
+    def scan(
+        self,
+        job: str,
+        *,
+        prefix: Any = (),
+        epoch: EpochArg = "latest",
+        operator_id: int = 0,
+        store: str = "default",
+        page_size: int = 1000,
+        limit: int | None = None,
+        timeout: float | None = None,
+        covers: Mapping[tuple[str, int], int] | None = None,
+        aligned_with: Aligned | None = None,
+        query_id: str | None = None,
+    ) -> Iterator[Lookup]:
+        """:meth:`EpochStateClient.scan` over every shard, each page from any of its replicas.
+
+        The first page pins the epoch and query; every later page (its token carries
+        both) and every other shard reads exactly them. Keys come in key order
+        within a shard, shard by shard; a shard's records outside its partitions
+        (a replica that holds more than its shard) are left out.
+        """
+        schema = self._store(job, operator_id, store, query_id)
+        location = self.locate(job)
+        requested, derived = self._monotonic(job, selector(epoch, covers=covers, aligned_with=aligned_with))
+        prefix_row = to_row(prefix, schema.at(_exact(epoch)).key, partial=True)
+        pin: _Pin | None = None
+        returned = 0
+        for index, shard in enumerate(location.shards):
+            chosen = requested if pin is None else pb.EpochSelector(exact=pin.epoch, wait=True)
+            ref = pb.StoreRef(
+                job=job,
+                operator_id=operator_id,
+                store=store,
+                query_id=query_id or (pin.query_id if pin else ""),
+            )
+            request = pb.ScanRequest(store=ref, epoch=chosen, prefix=prefix_row, limit=page_size)
+            waits = self._waits(chosen) and not (derived and pin is None)
+            while True:
+                response = self._route(
+                    job, index, chosen, functools.partial(_scan, request), timeout, waits=waits
+                )
+                if pin is None:
+                    pin = _Pin(response.epoch, response.query_id)
+                    self._saw(job, pin.query_id, pin.epoch)
+                elif (response.epoch, response.query_id) != (pin.epoch, pin.query_id):
+                    raise Unavailable(f"replicas answered epoch {response.epoch}, not the pinned {pin.epoch}")
+                at = self._answered(job, operator_id, store, schema, pin.query_id).at(pin.epoch)
+                for record in response.records:
+                    if location.single or shard.covers(record.partition):
+                        yield _lookup(pin.epoch, record, at, pin.query_id)
+                        returned += 1
+                        if limit is not None and returned >= limit:
+                            return
+                if not response.next_page_token:
+                    break
+                # The token carries the epoch and query: any replica of the shard reads the next page.
+                request.page_token = response.next_page_token
+                chosen = pb.EpochSelector(exact=pin.epoch)
+
+
+def _scan(request: pb.ScanRequest, stub: pb_grpc.EpochStateStub, seconds: float) -> pb.ScanResponse:
+    return stub.Scan(request, timeout=seconds)
+
+
+def _multi_get(
+    request: pb.MultiGetRequest, stub: pb_grpc.EpochStateStub, seconds: float
+) -> pb.MultiGetResponse:
+    return stub.MultiGet(request, timeout=seconds)
+
+
+def routed(
+    targets: str | Sequence[str], *, timeout: float = 10.0, tls: TlsOptions | None = None
+) -> RoutedClient:
+    """A :class:`RoutedClient` of ``targets`` (a sequence, or a comma-separated string)."""
+    if isinstance(targets, str):
+        targets = targets.split(",")
+    return RoutedClient(targets, timeout=timeout, tls=tls)

@@ -1,0 +1,157 @@
+"""Where a routed client sends a read: the located replicas of a job, and one channel per daemon.
+
+A :class:`Location` is a ``Locate`` answer: each shard's Spark partitions and its
+replicas. :class:`Replicas` keeps one channel per daemon address (with the
+client's TLS options) and remembers which addresses failed lately, so that a
+dead daemon still listed in ZooKeeper (until its session expires) is tried last.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from epochstate.client.tls import TlsOptions, open_channel
+from epochstate.v1 import epochstate_pb2 as pb
+from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
+
+# How long an address that failed a call is tried only after every other one.
+SUSPECT_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Replica:
+    node: str
+    address: str
+    serving: bool
+    newest_epoch: int
+    oldest_epoch: int
+    query_id: str
+
+    def holds(self, epoch: int) -> bool:
+        """Its replica znode says it holds ``epoch`` (as of the location's time)."""
+        return self.oldest_epoch <= epoch <= self.newest_epoch
+
+
+@dataclass(frozen=True)
+class Shard:
+    first: int
+    last: int
+    replicas: tuple[Replica, ...]
+
+    def covers(self, partition: int) -> bool:
+        return self.first <= partition <= self.last
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where ``job`` is served, as ``Locate`` answered at ``fetched_at`` (monotonic seconds)."""
+
+    job: str
+    query_id: str
+    partitions: dict[tuple[int, str], int]
+    shards: tuple[Shard, ...]
+    fetched_at: float
+
+    @classmethod
+    def of(cls, response: pb.LocateResponse, answered_by: str) -> Location:
+        """``response`` as a location; a replica without an address is the daemon ``answered_by``."""
+        shards = tuple(
+            Shard(
+                s.first_partition,
+                s.last_partition,
+                tuple(
+                    Replica(
+                        r.node,
+                        r.address or answered_by,
+                        r.serving,
+                        r.newest_epoch,
+                        r.oldest_epoch,
+                        r.query_id,
+                    )
+                    for r in s.replicas
+                ),
+            )
+            for s in response.shards
+        )
+        partitions = {(s.operator_id, s.store or "default"): s.num_partitions for s in response.stores}
+        return cls(response.job, response.query_id, partitions, shards, time.monotonic())
+
+    def shard_of(self, partition: int) -> Shard | None:
+        return next((s for s in self.shards if s.covers(partition)), None)
+
+    @property
+    def single(self) -> bool:
+        """One shard holds every partition: no key needs its partition computed."""
+        return len(self.shards) == 1
+
+
+class Replicas:
+    """One channel (and stubs) per daemon address; which addresses failed lately. Thread-safe."""
+
+    def __init__(self, tls: TlsOptions | None, options: tuple[tuple[str, int], ...]) -> None:
+        self._tls = tls
+        self._options = options
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, pb_grpc.EpochStateStub] = {}
+        self._routing: dict[str, pb_grpc.RoutingStub] = {}
+        self._failed: dict[str, float] = {}
+        self._random = random.Random()
+
+    def stub(self, address: str) -> pb_grpc.EpochStateStub:
+        with self._lock:
+            stub = self._stubs.get(address)
+            if stub is None:
+                channel = self._channel(address)
+                stub = self._stubs[address] = pb_grpc.EpochStateStub(channel)
+            return stub
+
+    def routing(self, address: str) -> pb_grpc.RoutingStub:
+        with self._lock:
+            stub = self._routing.get(address)
+            if stub is None:
+                stub = self._routing[address] = pb_grpc.RoutingStub(self._channel(address))
+            return stub
+
+    def _channel(self, address: str) -> grpc.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = open_channel(address, self._tls, self._options)
+        return channel
+
+    def failed(self, address: str) -> None:
+        """``address`` failed a call (unreachable): try it after the others for a while."""
+        with self._lock:
+            self._failed[address] = time.monotonic()
+
+    def answered(self, address: str) -> None:
+        with self._lock:
+            self._failed.pop(address, None)
+
+    def suspect(self, address: str) -> bool:
+        with self._lock:
+            since = self._failed.get(address)
+        return since is not None and time.monotonic() - since < SUSPECT_SECONDS
+
+    def order(self, replicas: tuple[Replica, ...], wanted: Callable[[Replica], bool]) -> list[Replica]:
+        """``replicas`` to try in turn: serving, not suspect and ``wanted`` first (in random
+        order, which spreads the load), then the serving ones, then suspects; never a
+        replica that is not serving."""
+        serving = [r for r in replicas if r.serving and r.address]
+        self._random.shuffle(serving)
+        return sorted(serving, key=lambda r: (self.suspect(r.address), not wanted(r)))
+
+    def close(self) -> None:
+        with self._lock:
+            channels = list(self._channels.values())
+            self._channels.clear()
+            self._stubs.clear()
+            self._routing.clear()
+        for channel in channels:
+            channel.close()
