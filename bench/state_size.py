@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
         "--newest-keys",
         type=int,
         default=StoreOptions().newest_keys_per_store,
-        help="keys per store whose newest version the ingest remembers (StoreOptions)",
+        help="keys per store whose newest version ingest remembers (the daemon's ingest_known_keys)",
     )
     parser.add_argument("--calls", type=int, default=4000, help="timed Gets per size")
     args = parser.parse_args(argv)
