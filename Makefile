@@ -96,7 +96,7 @@ bench: $(STAMP)
 bench-ingest: $(STAMP)
 	$(BIN)/python bench/ingest.py $(BENCH_ARGS)
 
-# 10M keys against 100k: ingest per epoch, Get, disk (about 30 min; BENCH_ARGS="--keys-large 1000000")
+# 10M keys against 100k: ingest per epoch, Get, disk (10-16 min on 2 cores; BENCH_ARGS="--keys-large 1000000")
 bench-state-size: $(STAMP)
 	$(BIN)/python bench/state_size.py $(BENCH_ARGS)
 
