@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-object-store bench-s3-clients bench-alignment clean soak
+.PHONY: demo demo-chain test constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-state-size bench-object-store bench-s3-clients bench-alignment clean soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -99,6 +99,10 @@ bench-routing: $(STAMP)
 
 bench-ingest: $(STAMP)
 	$(BIN)/python bench/ingest.py $(BENCH_ARGS)
+
+# 10M keys against 100k: ingest per epoch, Get, disk (10-16 min on 2 cores; BENCH_ARGS="--keys-large 1000000")
+bench-state-size: $(STAMP)
+	$(BIN)/python bench/state_size.py $(BENCH_ARGS)
 
 bench-object-store: $(STAMP)
 	$(BIN)/python bench/object_store.py $(BENCH_ARGS)

@@ -73,9 +73,17 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 
 
 class Query:
-    """An aggregation (orders and total per user) fed one JSON file per batch."""
+    """An aggregation (orders and total per user) fed one JSON file per batch (or, with
+    another ``source_format``, whatever files the caller puts in :attr:`source`)."""
 
-    def __init__(self, spark: Any, workdir: Path, conf: dict[str, str], name: str = "bench") -> None:
+    def __init__(
+        self,
+        spark: Any,
+        workdir: Path,
+        conf: dict[str, str],
+        name: str = "bench",
+        source_format: str = "json",
+    ) -> None:
         from pyspark.sql import functions as F
 
         for key, value in conf.items():
@@ -83,7 +91,9 @@ class Query:
         self.source = workdir / "in"
         self.source.mkdir(parents=True)
         self.checkpoint = workdir / "cp"
-        frame = spark.readStream.format("json").schema("user string, amount long").load(str(self.source))
+        frame = (
+            spark.readStream.format(source_format).schema("user string, amount long").load(str(self.source))
+        )
         self.query = (
             frame.groupBy("user")
             .agg(F.count("*").alias("orders"), F.sum("amount").alias("total"))
