@@ -1085,6 +1085,7 @@ class ReportEpochRequest(_message.Message):
     SOURCES_FIELD_NUMBER: _builtins.int
     STATE_OPERATORS_FIELD_NUMBER: _builtins.int
     CHECKPOINT_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     query_id: _builtins.str
     run_id: _builtins.str
@@ -1095,6 +1096,13 @@ class ReportEpochRequest(_message.Message):
     def sources(self) -> _containers.RepeatedCompositeFieldContainer[Global___SourcePosition]: ...
     @_builtins.property
     def state_operators(self) -> _containers.RepeatedCompositeFieldContainer[Global___StateOperatorProgress]: ...
+    @_builtins.property
+    def placement(self) -> Global___JobPlacement:
+        """Optional, with checkpoint, to a daemon of a group: define the job in the group
+        (placed as given) when no job of this name is defined there. A report never
+        changes a defined job.
+        """
+
     def __init__(
         self,
         *,
@@ -1105,14 +1113,47 @@ class ReportEpochRequest(_message.Message):
         sources: _abc.Iterable[Global___SourcePosition] | None = ...,
         state_operators: _abc.Iterable[Global___StateOperatorProgress] | None = ...,
         checkpoint: _builtins.str = ...,
+        placement: Global___JobPlacement | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["placement", b"placement"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "epoch", b"epoch", "job", b"job", "query_id", b"query_id", "run_id", b"run_id", "sources", b"sources", "state_operators", b"state_operators"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "epoch", b"epoch", "job", b"job", "placement", b"placement", "query_id", b"query_id", "run_id", b"run_id", "sources", b"sources", "state_operators", b"state_operators"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReportEpochRequest: _TypeAlias = ReportEpochRequest  # noqa: Y015
+
+@_typing.final
+class JobPlacement(_message.Message):
+    """How a group job is spread: replicas of each shard, and its Spark partitions
+    split into shards.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    SHARDS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    replicas: _builtins.int
+    """0: 1"""
+    shards: _builtins.int
+    """0: 1"""
+    partitions: _builtins.int
+    """the job's Spark partitions; 0: learned from the checkpoint"""
+    def __init__(
+        self,
+        *,
+        replicas: _builtins.int = ...,
+        shards: _builtins.int = ...,
+        partitions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "replicas", b"replicas", "shards", b"shards"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobPlacement: _TypeAlias = JobPlacement  # noqa: Y015
 
 @_typing.final
 class ReportEpochResponse(_message.Message):
@@ -1576,21 +1617,29 @@ class AddJobRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     CHECKPOINT_FIELD_NUMBER: _builtins.int
     REPLICAS_FIELD_NUMBER: _builtins.int
+    SHARDS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     checkpoint: _builtins.str
     """a checkpoint URI (file://, s3a://, ...) or an absolute path"""
     replicas: _builtins.int
     """0: 1"""
+    shards: _builtins.int
+    """0: 1 (the whole job on each replica)"""
+    partitions: _builtins.int
+    """the job's Spark partitions (needed for shards > 1); 0: learned from the checkpoint"""
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         checkpoint: _builtins.str = ...,
         replicas: _builtins.int = ...,
+        shards: _builtins.int = ...,
+        partitions: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "name", b"name", "replicas", b"replicas"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "name", b"name", "partitions", b"partitions", "replicas", b"replicas", "shards", b"shards"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1635,6 +1684,8 @@ class JobDefinition(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     CREATED_AT_MS_FIELD_NUMBER: _builtins.int
     UPDATED_AT_MS_FIELD_NUMBER: _builtins.int
+    SHARDS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     checkpoint: _builtins.str
     replicas: _builtins.int
@@ -1645,6 +1696,9 @@ class JobDefinition(_message.Message):
     """the definition znode's version, for expected_version"""
     created_at_ms: _builtins.int
     updated_at_ms: _builtins.int
+    shards: _builtins.int
+    partitions: _builtins.int
+    """0: not stated (one shard)"""
     def __init__(
         self,
         *,
@@ -1656,10 +1710,12 @@ class JobDefinition(_message.Message):
         version: _builtins.int = ...,
         created_at_ms: _builtins.int = ...,
         updated_at_ms: _builtins.int = ...,
+        shards: _builtins.int = ...,
+        partitions: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "created_at_ms", b"created_at_ms", "name", b"name", "replicas", b"replicas", "restart_generation", b"restart_generation", "state", b"state", "updated_at_ms", b"updated_at_ms", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "created_at_ms", b"created_at_ms", "name", b"name", "partitions", b"partitions", "replicas", b"replicas", "restart_generation", b"restart_generation", "shards", b"shards", "state", b"state", "updated_at_ms", b"updated_at_ms", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
