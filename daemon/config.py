@@ -102,10 +102,10 @@ class DaemonSettings(BaseSettings):
     )
     retention_epochs: int = Field(default=100, ge=1)
     ingest_known_keys: int = Field(
-        default=1_000_000,
+        default=16_000_000,
         ge=1,
-        description="keys per store whose newest version ingest remembers (~100 bytes each); "
-        "changes to other keys cost a RocksDB seek each",
+        description="keys per store whose newest version ingest remembers (~16 bytes each, only as many "
+        "as the store has); a store with more forgets them and each changed key costs a RocksDB seek",
     )
     sync_writes: bool = Field(
         default=True,

@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+import numpy.typing as npt
+
 DATA = b"d"
 GARBAGE = b"g"
 EPOCH = b"e"
@@ -68,6 +71,11 @@ def data_key(store_id: int, encoded_key: bytes, epoch: int) -> bytes:
 
 def epoch_suffix(epoch: int) -> bytes:
     return _EPOCH.pack(_MAX - epoch)
+
+
+def epochs_of_suffixes(suffixes: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
+    """The epochs of many :func:`epoch_suffix` values (read as big-endian integers)."""
+    return (np.uint64(_MAX) - suffixes).astype(np.int64)
 
 
 def split_data_key(raw: bytes) -> tuple[bytes, int]:

@@ -10,14 +10,16 @@ twice as fast as random order.
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
 from rocksdict import Rdict, WriteBatch
 
 from epochstate.daemon.store import damage, layout
-from epochstate.daemon.store.newest import NewestVersions
+from epochstate.daemon.store.newest import Digest, KeyDigest, NewestVersions, key_digest
 
 StoreChanges = dict[bytes, bytes | None]
 """One store's changes in an epoch: each changed key (its :mod:`keycodec` encoding)
@@ -31,24 +33,31 @@ class Placed(NamedTuple):
     newest: NewestVersions
     live: list[bytes]
     removed: list[bytes]
+    digests: dict[bytes, Digest] | None = None  # the keys' digests, when computed already
 
     def settle(self, epoch: int) -> None:
         """The batch is written: remember where these keys' newest versions are."""
-        self.newest.written(self.live, self.removed, layout.epoch_suffix(epoch))
+        of = self.newest.digest if self.digests is None else self.digests.__getitem__
+        self.newest.written(map(of, self.live), map(of, self.removed), epoch)
 
 
 class VersionPlacer:
     """Places the versions of the stores of one RocksDB (``db`` gives it, raising
-    once the store is closed); ``capacity``: keys remembered per store."""
+    once the store is closed); ``capacity``: keys remembered per store; ``key_hash``:
+    how they are remembered (:func:`newest.key_digest`)."""
 
-    def __init__(self, db: Callable[[], Rdict], capacity: int) -> None:
+    def __init__(self, db: Callable[[], Rdict], capacity: int, key_hash: KeyDigest = key_digest) -> None:
         self._db = db
         self._capacity = capacity
+        self._key_hash = key_hash
         self._newest: dict[int, NewestVersions] = {}
+
+    def _empty(self, complete: bool) -> NewestVersions:
+        return NewestVersions(self._capacity, complete, self._key_hash)
 
     def new_store(self, store_id: int) -> None:
         """A store id without versions (a dropped job's are deleted with it)."""
-        self._newest[store_id] = NewestVersions(self._capacity, True)
+        self._newest[store_id] = self._empty(True)
 
     def forget_store(self, store_id: int) -> None:
         self._newest.pop(store_id, None)
@@ -59,7 +68,7 @@ class VersionPlacer:
         live = sorted(k for k, p in changes.items() if p is not None)
         values = [live_marker + p for p in map(changes.__getitem__, live) if p is not None]
         deque(map(batch.put, [prefix + k + suffix for k in live], values), 0)
-        newest = self._newest[store_id] = NewestVersions(self._capacity, True)
+        newest = self._newest[store_id] = self._empty(True)
         return Placed(newest, live, [])
 
     def place(
@@ -77,13 +86,19 @@ class VersionPlacer:
         prefix, suffix = layout.data_prefix(store_id), layout.epoch_suffix(epoch)
         # In key order: RocksDB inserts a sorted batch about twice as fast.
         ordered = sorted(changes)
-        previous = list(map(newest.get, ordered))
+        digests = list(map(newest.digest, ordered))
+        digest_of = dict(zip(ordered, digests, strict=True))
+        epochs = newest.lookup(digests)
+        suffixes = {e: layout.epoch_suffix(e) for e in set(epochs) if e is not None}
+        previous = [None if e is None else suffixes[e] for e in epochs]
+        payloads = list(map(changes.__getitem__, ordered))
         unknown: list[bytes] = []
         if not newest.complete and None in previous:
+            kept = [i for i, p in enumerate(previous) if p is not None]
             unknown = [k for k, p in zip(ordered, previous, strict=True) if p is None]
-            pairs = [(k, p) for k, p in zip(ordered, previous, strict=True) if p is not None]
-            ordered, previous = [k for k, _ in pairs], [p for _, p in pairs]
-        payloads = list(map(changes.__getitem__, ordered))
+            ordered = [ordered[i] for i in kept]
+            previous = [previous[i] for i in kept]
+            payloads = [payloads[i] for i in kept]
         live: list[bytes] = []
         removed: list[bytes] = []
         heads = [prefix + k for k in ordered]
@@ -104,7 +119,7 @@ class VersionPlacer:
             self._put_known(batch, suffix, ordered, heads, previous, payloads, garbage, live, removed)
         if unknown:
             self._put_unknown(batch, store_id, prefix, suffix, changes, unknown, garbage, live, removed)
-        return Placed(newest, live, removed)
+        return Placed(newest, live, removed, digest_of)
 
     @staticmethod
     def _put_known(
@@ -189,17 +204,19 @@ class VersionPlacer:
 
         Only a pass that reached the end of the store's versions makes the map
         complete: an iteration RocksDB stopped raises StoreDamaged (a map taken for
-        complete while missing keys would make later removals of them write nothing)."""
-        capacity = self._capacity
-        known = NewestVersions(capacity, False)
+        complete while missing keys would make later changes of them seek nothing)."""
+        capacity, key_hash = self._capacity, self._key_hash
+        known = self._empty(False)
         prefix = layout.data_prefix(store_id)
         width, live_marker, start = layout.EPOCH_WIDTH, layout.LIVE, len(prefix)
-        found: dict[bytes, list[bytes]] = {}
-        count = 0
+        # 24 bytes a key while learning (a list of the digests would take 52).
+        high, low, suffixes = array("Q"), array("Q"), array("Q")
+        low_half = (1 << 64) - 1
         current: bytes | None = None
         it = self._db().iter()
         it.seek(prefix)
         key, value, step, valid = it.key, it.value, it.next, it.valid
+        to_int = int.from_bytes
         while valid():
             raw = key()
             if not raw.startswith(prefix):
@@ -208,14 +225,16 @@ class VersionPlacer:
             if encoded != current:  # the newest version of the next key
                 current = encoded
                 if value()[:1] == live_marker:
-                    found.setdefault(raw[-width:], []).append(encoded)
-                    count += 1
-                    if count >= capacity // 2:
+                    digest = key_hash(encoded)
+                    high.append(digest >> 64)
+                    low.append(digest & low_half)
+                    suffixes.append(to_int(raw[-width:], "big"))
+                    if len(suffixes) > capacity:
                         return known
             step()
         else:
             damage.ended(it, f"the newest versions of store id {store_id}")
-        for suffix, keys in found.items():
-            known.written(keys, (), suffix)
+        epochs = layout.epochs_of_suffixes(np.frombuffer(suffixes, np.uint64))
+        known.load(np.frombuffer(high, np.uint64), np.frombuffer(low, np.uint64), epochs)
         known.complete = True
         return known

@@ -51,6 +51,7 @@ from epochstate.daemon.store.descriptors import (
     StoreDescriptor,
 )
 from epochstate.daemon.store.errors import LayoutMismatch, StoreClosed, StoreDamaged, UnknownJob
+from epochstate.daemon.store.newest import KeyDigest, key_digest
 from epochstate.daemon.store.placement import StoreChanges, VersionPlacer
 from epochstate.daemon.store.view import StoreView
 
@@ -68,9 +69,10 @@ class StoreOptions:
     sync_writes: bool = True
     """Fsync the WAL with each epoch's batch (and a job drop's) before the write
     returns: what the daemon announces as ingested survives a power loss."""
-    newest_keys_per_store: int = 1_000_000
-    """Keys per store whose newest version the writer remembers (~100 bytes each);
-    an epoch's changes to other keys cost a RocksDB seek each."""
+    newest_keys_per_store: int = 16_000_000
+    """Keys per store whose newest version the writer remembers (~16 bytes each, as
+    many as the store has live keys); a store with more forgets them, and then each
+    change an epoch makes costs a RocksDB seek."""
 
     def to_options(self) -> Options:
         opts = Options(raw_mode=True)
@@ -104,7 +106,11 @@ class ApplyResult:
 class VersionedStore:
     """The daemon's RocksDB. One writer (the ingest loop) per job; many readers."""
 
-    def __init__(self, path: Path | str, options: StoreOptions | None = None) -> None:
+    def __init__(
+        self, path: Path | str, options: StoreOptions | None = None, *, key_hash: KeyDigest = key_digest
+    ) -> None:
+        """Open (or create) the store at ``path``. ``key_hash``: how the writer
+        remembers keys (:mod:`newest`; tests pass digests that collide)."""
         self._options = options or StoreOptions()
         Path(path).mkdir(parents=True, exist_ok=True)
         try:
@@ -114,7 +120,7 @@ class VersionedStore:
         self._durable = WriteOptions()
         self._durable.sync = self._options.sync_writes
         self._lock = threading.Lock()  # guards id allocation and descriptor writes
-        self._placer = VersionPlacer(lambda: self.db, self._options.newest_keys_per_store)
+        self._placer = VersionPlacer(lambda: self.db, self._options.newest_keys_per_store, key_hash)
         self._closed = False
         try:
             self._check_layout(Path(path))

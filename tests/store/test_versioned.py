@@ -1,13 +1,14 @@
 """The multi-version store against an in-memory model, on a real RocksDB."""
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from epochstate.daemon.codec import keycodec
-from epochstate.daemon.store import layout
+from epochstate.daemon.store import layout, newest
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.placement import StoreChanges
 from epochstate.daemon.store.versioned import StoreOptions, VersionedStore
@@ -100,20 +101,41 @@ def _versions(store: VersionedStore, sid: int) -> set[tuple[bytes, int]]:
     return out
 
 
+def _colliding(encoded_key: bytes) -> int:
+    """Digests whose high halves take 3 values: most keys share theirs with others."""
+    return ((hash(encoded_key) % 3) << 64) | (hash(encoded_key) & ((1 << 64) - 1))
+
+
 @pytest.mark.parametrize(
-    ("capacity", "reopen_at"),
-    [(1_000_000, ()), (6, ()), (1_000_000, (9, 17)), (6, (9, 17))],
-    ids=["remembered", "evicting", "reopened", "reopened-evicting"],
+    ("capacity", "reopen_at", "key_hash"),
+    [
+        (1_000_000, (), newest.key_digest),
+        (6, (), newest.key_digest),
+        (1_000_000, (9, 17), newest.key_digest),
+        (6, (9, 17), newest.key_digest),
+        (1_000_000, (), _colliding),
+        (1_000_000, (9, 17), _colliding),
+    ],
+    ids=["remembered", "evicting", "reopened", "reopened-evicting", "colliding", "colliding-reopened"],
 )
+@pytest.mark.parametrize("merge_at", [4, 1 << 16], ids=["merged", "recent"])
 def test_superseded_versions_found_with_or_without_the_writers_memory(
-    tmp_path: Path, capacity: int, reopen_at: tuple[int, ...]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capacity: int,
+    reopen_at: tuple[int, ...],
+    key_hash: Callable[[bytes], int],
+    merge_at: int,
 ) -> None:
-    """Whether the writer remembers a key's newest version (newest.py), learns it on
-    reopening, forgets it when its memory is full or seeks it: retention leaves
-    exactly the versions some retained epoch sees, and every read matches the model."""
+    """Whether the writer remembers a key's newest version (newest.py: in its recent
+    changes or merged into its arrays), learns it on reopening, forgets it when its
+    memory is full or seeks it: retention leaves exactly the versions some retained
+    epoch sees, and every read matches the model, also when the digests' high
+    halves (the arrays' sort key) are shared by many keys."""
+    monkeypatch.setattr(newest, "_MERGE_AT", merge_at)
     rng = random.Random(7)
     options = StoreOptions(newest_keys_per_store=capacity)
-    store = VersionedStore(tmp_path / "db", options)
+    store = VersionedStore(tmp_path / "db", options, key_hash=key_hash)
     job = store.add_job("j", "/cp", "q", "hdfs")
     sid = store.add_store("j", 0, "agg", "default", 1, "{}", "{}").store_id
     keys = [keycodec.encode_fields((i,)) for i in range(40)]
@@ -122,7 +144,7 @@ def test_superseded_versions_found_with_or_without_the_writers_memory(
     for epoch in range(26):
         if epoch in reopen_at:
             store.close()
-            store = VersionedStore(tmp_path / "db", options)
+            store = VersionedStore(tmp_path / "db", options, key_hash=key_hash)
         changes: StoreChanges = {}
         for key in rng.sample(keys, 40 if epoch == 0 else 10):
             changes[key] = None if epoch and rng.random() < 0.3 else b"%d" % epoch
