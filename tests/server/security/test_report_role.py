@@ -36,8 +36,8 @@ def test_the_report_role_creates_a_group_job_and_changes_none(
     files = token_files(tmp_path / "tokens")
     settings = _settings(certs, [str(orders_checkpoint.parent)], mutual=False, tokens=files)
     settings["zookeeper"] = zk_connect
-    admin = TlsOptions(ca=certs.ca.pem_path, token_file=files["ops"])
-    daemon = secure_daemon(settings, tls=admin, extra_args=["--group", GROUP, "--node", "s1"])
+    reader = TlsOptions(ca=certs.ca.pem_path, token_file=files["dashboards"])
+    daemon = secure_daemon(settings, tls=reader, extra_args=["--group", GROUP, "--node", "s1"])
     definitions = JobDefinitions(make_zk_client(), Layout(), GROUP)
 
     def as_(identity: str, rpc: Rpc) -> Outcome:
