@@ -234,8 +234,9 @@ CALL_CANCELLED: Final = _reason(
 JOB_DEFINED: Final = _reason(
     "JOB_DEFINED",
     "ALREADY_EXISTS",
-    "The group already has a job of that name (JobsAdmin.AddJob).",
-    "Pick another name, or remove the job first; JobsStatus shows its definition.",
+    "The group already has a job of that name (JobsAdmin.AddJob), or, for a report naming a "
+    "checkpoint (ReportEpoch), has it with another checkpoint: a report never changes a defined job.",
+    "Pick another name, or remove the job first (an admin); JobsStatus shows its definition.",
 )
 JOB_NOT_DEFINED: Final = _reason(
     "JOB_NOT_DEFINED",

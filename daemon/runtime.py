@@ -48,6 +48,7 @@ from epochstate.daemon.server.jobs_admin import JobsAdminService, add_jobs_admin
 from epochstate.daemon.server.limits import CallLimits, limited_server
 from epochstate.daemon.server.metrics import DaemonMetrics, JobLag
 from epochstate.daemon.server.probes import LIVENESS, ProbeListener
+from epochstate.daemon.server.reported_jobs import ReportedJobs
 from epochstate.daemon.server.routing import RoutingService, add_routing
 from epochstate.daemon.server.security import ServerSecurity
 from epochstate.daemon.server.service import EpochStateService, IngestControl
@@ -216,13 +217,18 @@ class Daemon:
     def start(self) -> None:
         alignment = None if self.subjects is None else SubjectAlignment(self.subjects, self.catalog)
         ingest = self.security.ingest(self.ingest)  # follows only checkpoints under the allowed roots
+        zk = None if self.subjects is None else self.subjects.client
+        reported = None
+        if zk is not None and self.settings.group is not None:
+            reported = ReportedJobs(
+                zk, self.settings.zookeeper_root, self.settings.group, self.security.roots
+            )
         self.service = EpochStateService(
-            self.store, self.catalog, ingest, alignment, max_wait=self.settings.max_wait
+            self.store, self.catalog, ingest, alignment, max_wait=self.settings.max_wait, reported=reported
         )
         add_to_server(self.service, self.server, self.metrics, guard=self.security.guard)
         self.group = self._group(ingest)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        zk = None if self.subjects is None else self.subjects.client
         admin = add_alignment_admin(
             self.server, zk, self.settings.zookeeper_root, self.metrics, self.security.guard
         )

@@ -2,6 +2,6 @@
 the aligned Kafka source and sink (``alignment``) and cross-job lookups pinned to
 aligned epochs (``lookup.AlignedLookup``)."""
 
-from epochstate.spark_plugin.listener import EpochReporter, attach
+from epochstate.spark_plugin.listener import EpochReporter, Placement, attach
 
-__all__ = ["EpochReporter", "attach"]
+__all__ = ["EpochReporter", "Placement", "attach"]

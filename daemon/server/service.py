@@ -24,12 +24,14 @@ from epochstate.daemon.codec import keycodec
 from epochstate.daemon.codec.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs
 from epochstate.daemon.server.limits import may_wait
+from epochstate.daemon.server.reported_jobs import ReportedJobs
 from epochstate.daemon.server.status import BadRequest, abort, domain_errors, has_deadline, wait_budget
 from epochstate.daemon.server.values import KeyEncoder, key_from_proto
 from epochstate.daemon.store import layout
 from epochstate.daemon.store.catalog import (
     Catalog,
     JobEntry,
+    JobNotFound,
     StoreHandle,
     StoreNotFound,
     StoreSchema,
@@ -143,8 +145,12 @@ class EpochStateService:
         ingest: IngestControl,
         alignment: epochs.AlignedEpochs | None = None,
         max_wait: float | None = None,
+        reported: ReportedJobs | None = None,
     ) -> None:
-        """``max_wait``: seconds a read without a deadline may wait for its epoch (None: for ever)."""
+        """``max_wait``: seconds a read without a deadline may wait for its epoch (None: for ever).
+        ``reported``: the daemon's group, where a report naming a checkpoint defines its job
+        (None: no group; such a report makes this daemon follow the job itself)."""
+        self._reported = reported
         self._max_wait = max_wait
         self._store = store
         self._views = ReadViews(store)
@@ -401,12 +407,31 @@ class EpochStateService:
     ) -> pb.ReportEpochResponse:
         if not request.job:
             raise BadRequest("job is required")
+        if self._reported is not None and request.checkpoint:
+            return self._report_to_group(request, context)
         try:
             entry = self._catalog.get(request.job)
         except EpochStateError:
             if not request.checkpoint:
                 raise
             entry = self._ingest.follow(request.job, request.checkpoint)
+        self._ingest.poke(request.job, request.epoch, request.run_id, request.query_id)
+        return pb.ReportEpochResponse(ingested_epoch=entry.progress.newest)
+
+    def _report_to_group(
+        self, request: pb.ReportEpochRequest, context: grpc.ServicerContext
+    ) -> pb.ReportEpochResponse:
+        """A report naming a checkpoint, in a group: the group defines the job (the leader
+        assigns its replicas, which follow it); this daemon looks for the epoch only if it
+        follows the job already."""
+        assert self._reported is not None
+        try:
+            entry: JobEntry | None = self._catalog.get(request.job)
+        except JobNotFound:
+            entry = None
+        self._reported.ensure(request, followed=entry is not None, timeout=wait_budget(context))
+        if entry is None:
+            return pb.ReportEpochResponse(ingested_epoch=-1)
         self._ingest.poke(request.job, request.epoch, request.run_id, request.query_id)
         return pb.ReportEpochResponse(ingested_epoch=entry.progress.newest)
 

@@ -73,6 +73,26 @@ def test_listener_push_and_pinned_reads_are_byte_identical(
         reporter.close()
 
 
+def test_listener_reports_to_the_next_target_when_the_first_is_down(
+    spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    daemon = daemon_factory({}, extra_args=["--poll-interval", "60"])
+    checkpoint = str(tmp_path / "cp")
+    # Nothing listens on the discard port: the daemon after it is the home daemon.
+    reporter = attach(spark, f"127.0.0.1:9, {daemon.target}", checkpoints={"relayed": checkpoint})
+    stream = FileStream(spark, tmp_path / "in", tmp_path / "cp", counts, SCHEMA, name="relayed").start()
+    try:
+        for batch in range(3):
+            stream.feed(orders(batch))
+        daemon.wait_for_epoch("relayed", stream.committed()[-1], timeout=30)
+    finally:
+        stream.stop()
+        spark.streams.removeListener(reporter)
+        reporter.close()
+    assert reporter.sent >= 2 and reporter.dropped == 0 and reporter.refused == 0
+    assert reporter.pushed == 0  # a standalone daemon: it is the job's one replica, the home
+
+
 def test_listener_never_blocks_spark_when_daemon_is_down(spark: Any, tmp_path: Path) -> None:
     reporter = attach(spark, "127.0.0.1:9")  # nothing listens on the discard port
     stream = FileStream(spark, tmp_path / "in", tmp_path / "cp", counts, SCHEMA, name="lonely").start()

@@ -34,21 +34,24 @@ from epochstate.daemon.server.status import NotAuthenticated, RoleMissing, abort
 Behavior = Callable[[Any, grpc.ServicerContext], Any]
 
 _READ = ("Get", "MultiGet", "Scan", "ListJobs", "DescribeJob", "ListEpochs", "WatchEpochs")
-ROLE_OF: dict[str, Role] = {
-    **{f"epochstate.v1.EpochState.{name}": Role.READ for name in _READ},
-    "epochstate.v1.EpochState.ReportEpoch": Role.REPORT,
-    "epochstate.v1.EpochState.FollowJob": Role.ADMIN,
-    "epochstate.v1.Routing.Locate": Role.READ,
+ROLES_OF: dict[str, tuple[Role, ...]] = {
+    **{f"epochstate.v1.EpochState.{name}": (Role.READ,) for name in _READ},
+    "epochstate.v1.EpochState.ReportEpoch": (Role.REPORT,),
+    "epochstate.v1.EpochState.FollowJob": (Role.ADMIN,),
+    # The listener locates its job's replicas to report to each (docs/spark.md): where a
+    # job is served is no state, and the report role reads nothing else.
+    "epochstate.v1.Routing.Locate": (Role.READ, Role.REPORT),
     **{
-        f"epochstate.v1.AlignmentAdmin.{name}": Role.ADMIN
+        f"epochstate.v1.AlignmentAdmin.{name}": (Role.ADMIN,)
         for name in ("Status", "CatchUp", "Align", "Abort", "Prune")
     },
     **{
-        f"epochstate.v1.JobsAdmin.{name}": Role.ADMIN
+        f"epochstate.v1.JobsAdmin.{name}": (Role.ADMIN,)
         for name in ("AddJob", "RemoveJob", "PauseJob", "ResumeJob", "RestartJob", "JobsStatus")
     },
 }
-"""The role each method needs, by its full name; a method missing here fails at start-up."""
+"""The roles that may call each method (any one of them), by its full name, the first
+named in a refusal; a method missing here fails at start-up."""
 
 _CERT_NAMES = (
     "x509_common_name",
@@ -75,16 +78,17 @@ class Gate:
 
     def guard(self, method: str, behavior: Behavior) -> Behavior:
         """``behavior`` that first checks its caller has the role of ``method`` (a full name)."""
-        role = ROLE_OF[method]
+        allowed = frozenset(ROLES_OF[method])
+        needed = " or ".join(repr(r.value) for r in ROLES_OF[method])
+        role = ROLES_OF[method][0]
 
         def guarded(request: Any, context: grpc.ServicerContext) -> Any:
             identity, roles = self.caller(context)
-            if role not in roles:
+            if not allowed & roles:
                 abort(
                     context,
                     RoleMissing(
-                        f"{identity!r} may not call {method.rsplit('.', 1)[1]}: it needs the "
-                        f"{role.value!r} role",
+                        f"{identity!r} may not call {method.rsplit('.', 1)[1]}: it needs the {needed} role",
                         metadata={"identity": identity, "role": role.value},
                     ),
                 )

@@ -18,6 +18,10 @@ class Rpc:
     role: str
     request: Any
     streaming: bool = False
+    also: tuple[str, ...] = ()  # other roles that may call it (the gate's ROLES_OF)
+
+    def allows(self, role: str) -> bool:
+        return role == self.role or role in self.also
 
     @property
     def name(self) -> str:
@@ -52,7 +56,7 @@ def every_rpc(followable: str) -> list[Rpc]:
         Rpc(jobs + "ResumeJob", "admin", pb.JobChangeRequest(name="orders")),
         Rpc(jobs + "RestartJob", "admin", pb.JobChangeRequest(name="orders")),
         Rpc(jobs + "JobsStatus", "admin", pb.JobsStatusRequest()),
-        Rpc("/epochstate.v1.Routing/Locate", "read", pb.LocateRequest(job="orders")),
+        Rpc("/epochstate.v1.Routing/Locate", "read", pb.LocateRequest(job="orders"), also=("report",)),
     ]
 
 
