@@ -34,9 +34,13 @@ class Placed(NamedTuple):
     live: list[bytes]
     removed: list[bytes]
     digests: dict[bytes, Digest] | None = None  # the keys' digests, when computed already
+    fresh: bool = False  # the store's first versions: ``live`` is all it holds
 
     def settle(self, epoch: int) -> None:
         """The batch is written: remember where these keys' newest versions are."""
+        if self.fresh:
+            self.newest.load_keys(self.live, epoch)
+            return
         of = self.newest.digest if self.digests is None else self.digests.__getitem__
         self.newest.written(map(of, self.live), map(of, self.removed), epoch)
 
@@ -69,7 +73,7 @@ class VersionPlacer:
         values = [live_marker + p for p in map(changes.__getitem__, live) if p is not None]
         deque(map(batch.put, [prefix + k + suffix for k in live], values), 0)
         newest = self._newest[store_id] = self._empty(True)
-        return Placed(newest, live, [])
+        return Placed(newest, live, [], fresh=True)
 
     def place(
         self, batch: WriteBatch, store_id: int, changes: StoreChanges, epoch: int, garbage: list[bytes]

@@ -63,3 +63,14 @@ def test_a_digest_is_128_bits_of_two_keyed_hashes() -> None:
     assert digest >> 64 == hash(b"user-1") & LOW
     assert digest & LOW == hash(b"\x01user-1") & LOW
     assert len({key_digest(b"k%d" % i) for i in range(100_000)}) == 100_000
+
+
+@pytest.mark.parametrize("digest", [key_digest, _shared_high], ids=["siphash", "shared-high"])
+def test_a_store_s_first_keys_are_loaded_at_once(digest: newest.KeyDigest) -> None:
+    keys = [b"key-%06d" % i for i in range(5000)]
+    memory = NewestVersions(10_000, complete=True, digest=digest)
+    memory.load_keys(keys, 4)
+    assert memory.lookup([digest(k) for k in keys]) == [4] * len(keys)
+    assert memory.lookup([digest(b"other")]) == [None]
+    memory.load_keys(keys * 3, 5)  # more than the capacity
+    assert not memory.complete and memory.lookup([digest(keys[0])]) == [None]
