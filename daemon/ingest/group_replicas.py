@@ -238,7 +238,11 @@ class GroupReplicas:
                 return
         member = self.member
         current = None if member is None or member.assignment is None else member.assignment.jobs.get(job)
-        if current is None or current.restart_generation != have.restart_generation:
+        if (
+            current is None
+            or current.restart_generation != have.restart_generation
+            or self._held(current) != self._held(have)
+        ):
             return  # a change not applied yet
         try:
             member.ready(job)  # type: ignore[union-attr]
