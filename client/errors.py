@@ -80,6 +80,11 @@ class NoSuchEpoch(FailedPrecondition):
     """No epoch of the job can ever satisfy the selector (e.g. the jobs share no subject)."""
 
 
+class PartitionNotHeld(FailedPrecondition):
+    """The daemon asked holds other Spark partitions of the job than the key's (a group
+    replica of other shards): the routed client asks a replica of the key's shard."""
+
+
 class IncarnationChanged(FailedPrecondition):
     """The read is pinned to a query the job's checkpoint no longer holds (it was deleted and
     recreated). ``requested_query_id`` and ``current_query_id`` name both ("" current: the new
@@ -250,6 +255,7 @@ BY_REASON: Mapping[str, type[EpochStateClientError]] = {
     reasons.JOB_NOT_DEFINED: JobNotDefined,
     reasons.DEFINITION_CHANGED: DefinitionChanged,
     reasons.NO_GROUP: NoGroup,
+    reasons.PARTITION_NOT_HELD: PartitionNotHeld,
 }
 """The one table from the daemon's reasons to exception classes; it covers every reason."""
 

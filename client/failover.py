@@ -19,8 +19,9 @@ T = TypeVar("T")
 # seconds) when another could answer: a silent replica must leave time for the others.
 ATTEMPT_SHARE = 1 / 3
 MIN_ATTEMPT = 0.5
-# Answers that another replica may not give: it may still follow the job, hold the epoch,
-# have a free slot, or a store it can read.
+# Answers that another replica may not give: it may still follow the job, hold the epoch
+# or the key's partition (a shard moved: the location is asked again), have a free slot,
+# or a store it can read.
 _ELSEWHERE = frozenset(
     {
         reasons.JOB_NOT_FOUND,
@@ -29,6 +30,7 @@ _ELSEWHERE = frozenset(
         reasons.EPOCH_WAIT_TIMED_OUT,
         reasons.TOO_MANY_CALLS,
         reasons.STORE_DAMAGED,
+        reasons.PARTITION_NOT_HELD,
     }
 )
 
@@ -46,7 +48,8 @@ def first_answer(
     An unreachable address (UNAVAILABLE, or no answer within its share of the
     time) is marked and the next one tried; so is one that answers a reason
     another replica may not (:data:`_ELSEWHERE`: it does not follow the job,
-    hold the epoch, have a free slot or a readable store), whose error is
+    hold the epoch or the key's partition, have a free slot or a readable
+    store), whose error is
     raised when no other answers. After each round the next
     asks ``candidates`` again (``round`` > 0: locate afresh), with back-off,
     until the deadline. ``waits``: the read may wait at the daemon, so each

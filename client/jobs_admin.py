@@ -31,10 +31,22 @@ class JobsAdmin:
         self._call = call
 
     def add(
-        self, name: str, checkpoint: str, *, replicas: int = 1, timeout: float | None = None
+        self,
+        name: str,
+        checkpoint: str,
+        *,
+        replicas: int = 1,
+        shards: int = 1,
+        partitions: int = 0,
+        timeout: float | None = None,
     ) -> pb.JobDefinition:
-        """Define job ``name`` on ``checkpoint``, followed by ``replicas`` members; its definition."""
-        request = pb.AddJobRequest(name=name, checkpoint=checkpoint, replicas=replicas)
+        """Define job ``name`` on ``checkpoint``, its Spark ``partitions`` split into
+        ``shards`` ranges, each followed by ``replicas`` members; its definition.
+        ``partitions`` 0: learned from the checkpoint's state metadata (the daemon
+        refuses INVALID_ARGUMENT when there is none yet and ``shards`` > 1)."""
+        request = pb.AddJobRequest(
+            name=name, checkpoint=checkpoint, replicas=replicas, shards=shards, partitions=partitions
+        )
         response: pb.JobChangeResponse = self._call(self._stub.AddJob, request, timeout)
         return response.job
 

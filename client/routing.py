@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import grpc
 
 from epochstate.client.tls import TlsOptions, open_channel
+from epochstate.core.partition_ranges import LAST_PARTITION
 from epochstate.v1 import epochstate_pb2 as pb
 from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
 
@@ -87,8 +88,10 @@ class Location:
 
     @property
     def single(self) -> bool:
-        """One shard holds every partition: no key needs its partition computed."""
-        return len(self.shards) == 1
+        """One shard holds every partition: no key needs its partition computed. (One shard
+        of some partitions, a daemon holding only those, is not: keys of the others have
+        nowhere to go.)"""
+        return len(self.shards) == 1 and (self.shards[0].first, self.shards[0].last) == (0, LAST_PARTITION)
 
 
 class Replicas:

@@ -257,3 +257,11 @@ NO_GROUP: Final = _reason(
     "The daemon is not a member of a group (started without --group), so it has no group jobs to manage.",
     "Send the call to a daemon started with --group (and --zookeeper).",
 )
+PARTITION_NOT_HELD: Final = _reason(
+    "PARTITION_NOT_HELD",
+    "FAILED_PRECONDITION",
+    "The daemon holds only some Spark partitions of the job (the shards a group assigned it) and "
+    'the key falls in another one, so it can say nothing about it (never "absent"). Metadata: '
+    'job, partition (the key\'s), heldPartitions (e.g. "0-3, 8").',
+    "Read through the routed client, or ask a replica of the key's shard (Routing.Locate).",
+)

@@ -51,7 +51,8 @@ from epochstate.daemon.server.probes import LIVENESS, ProbeListener
 from epochstate.daemon.server.reported_jobs import ReportedJobs
 from epochstate.daemon.server.routing import RoutingService, add_routing
 from epochstate.daemon.server.security import ServerSecurity
-from epochstate.daemon.server.service import EpochStateService, IngestControl
+from epochstate.daemon.server.security.checkpoints import PartitionedIngest
+from epochstate.daemon.server.service import EpochStateService
 from epochstate.daemon.store.catalog import Catalog, JobEntry
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.errors import StoreDamaged
@@ -289,7 +290,7 @@ class Daemon:
         if self.probes is not None:
             log.info("health probes (plaintext, grpc.health.v1 only) on %s", self.probes.address)
 
-    def _group(self, ingest: IngestControl) -> GroupReplicas | None:
+    def _group(self, ingest: PartitionedIngest) -> GroupReplicas | None:
         """This daemon's part in ``settings.group`` (None: no group)."""
         s = self.settings
         if s.group is None or not isinstance(self.publisher, RegistryPublisher):

@@ -23,14 +23,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+from epochstate.core.partition_ranges import LAST_PARTITION as LAST_PARTITION
+from epochstate.core.partition_ranges import PartitionRanges
 from epochstate.core.zookeeper.errors import InvalidDefinition, InvalidName, InvalidRecord
 from epochstate.core.zookeeper.layout import check_name
 from epochstate.core.zookeeper.records import encode
 
 JobState = Literal["running", "paused"]
 JOB_STATES: tuple[JobState, ...] = ("running", "paused")
-# Spark's numPartitions is a Java int: the last partition a key can fall in.
-LAST_PARTITION = 2**31 - 2
 _DEFINITION_FIELDS = (
     "checkpoint",
     "replicas",
@@ -199,6 +199,14 @@ class JobAssignment:
     state: JobState
     restart_generation: int
     shards: tuple[ShardAssignment, ...]
+
+    def held_by(self, node: str) -> PartitionRanges | None:
+        """The Spark partitions that ``node``'s shards of the job cover (None: every one).
+
+        Raises:
+            ValueError: ``node`` follows no shard of the job.
+        """
+        return PartitionRanges.of((s.first, s.last) for s in self.shards if node in s.replicas)
 
     @property
     def shortfall(self) -> int:

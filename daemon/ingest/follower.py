@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from epochstate.core.partition_ranges import PartitionRanges, held_partitions, holds_all, shown
 from epochstate.core.sparktypes import type_to_json
 from epochstate.core.storage.errors import UnreadableFile
 from epochstate.daemon.ingest.changes import ReadMode, StoreCodec, store_changes
@@ -86,7 +87,12 @@ def _normalize(location: str) -> str:
 
 
 class JobFollower:
-    """Ingests one job. Not thread-safe: one ingest thread drives it."""
+    """Ingests one job: of each store, the Spark partitions ``partitions`` covers
+    (None: every one). The files of other partitions are never read. The job's data
+    in the store covers exactly those partitions (the job descriptor says which):
+    data the store holds of the job for other partitions (a restart with another
+    shard) is dropped and the job ingested anew, never served mixed.
+    Not thread-safe: one ingest thread drives it."""
 
     def __init__(
         self,
@@ -97,8 +103,10 @@ class JobFollower:
         retention: int,
         clock: Callable[[], float] = time.time,
         scratch_dir: Path | None = None,
+        partitions: PartitionRanges | None = None,
     ) -> None:
         self.name = name
+        self.partitions = partitions
         self._uri = checkpoint
         self.checkpoint = Checkpoint(checkpoint)
         self._location = _normalize(checkpoint)
@@ -138,10 +146,20 @@ class JobFollower:
             )
             self._store.drop_job(descriptor)
             descriptor = None
+        if descriptor is not None and descriptor.partitions != self.partitions:
+            # Held for other partitions (a shard moved while the daemon was down).
+            log.warning(
+                "job %s: the store holds partitions %s, this daemon now follows %s; ingesting anew",
+                self.name,
+                shown(descriptor.partitions),
+                shown(self.partitions),
+            )
+            self._store.drop_job(descriptor)
+            descriptor = None
         if descriptor is None:
             latest = self.checkpoint.latest_committed()
             provider = self.checkpoint.provider_kind(latest) if latest is not None else "unknown"
-            descriptor = self._store.add_job(self.name, self._location, query_id, provider)
+            descriptor = self._store.add_job(self.name, self._location, query_id, provider, self.partitions)
         entry = JobEntry(descriptor)
         for store_descriptor in self._store.stores(self.name):
             handle = StoreHandle.of(store_descriptor, self._store.schema_versions(store_descriptor))
@@ -197,9 +215,15 @@ class JobFollower:
                 schema.value,
                 epoch,
                 scratch_dir=self._scratch_dir,
+                partitions=None
+                if holds_all(self.partitions, d.num_partitions)
+                else self._held(d.num_partitions),
             )
             self._readers[(d.store_id, schema.first_epoch)] = reader
         return reader
+
+    def _held(self, num_partitions: int) -> tuple[int, ...]:
+        return held_partitions(self.partitions, num_partitions)
 
     def _codec(self, handle: StoreHandle, schema: StoreSchema, reader: StoreReader) -> StoreCodec:
         cache_key = (handle.descriptor.store_id, schema.first_epoch)

@@ -5,11 +5,15 @@ assignment to the ingest thread (:meth:`IngestLoop.call_soon`), where every
 change to what this node follows is made, between two ingest steps:
 
 - assigned: the replica is held back in the registry (no replica znode), the
-  job followed; once ingest finds nothing committed beyond what it holds
+  job followed for the Spark partitions of this node's shards (all of them when a
+  shard covers every partition); once ingest finds nothing committed beyond what it holds
   (``on_caught_up``), the member is told (:meth:`GroupMember.ready`) and the
   replica znode written;
 - unassigned (or re-pointed at another checkpoint): no longer followed, its
   local data dropped, its replica znode deleted;
+- its shards here cover other partitions than before (the leader moved a shard):
+  dropped as above, then followed again as a new replica, held back until caught
+  up; what this node serves of a job is never a mix of two sets of partitions;
 - paused / running: ingest of it stops / goes on; what it holds is still served;
 - restarted (a new restart generation): held back again, its follower made
   anew (which clears a failed state), its store kept.
@@ -24,6 +28,7 @@ from collections.abc import Callable, Mapping
 from kazoo.client import KazooClient
 
 from epochstate.core.errors import EpochStateError
+from epochstate.core.partition_ranges import PartitionRanges, shown
 from epochstate.core.zookeeper.errors import JobNotAssigned
 from epochstate.core.zookeeper.group_records import Assignment, JobAssignment
 from epochstate.core.zookeeper.layout import Layout
@@ -36,7 +41,8 @@ from epochstate.daemon.store.versioned import VersionedStore
 
 log = logging.getLogger(__name__)
 
-Follow = Callable[[str, str], JobEntry]  # (job, checkpoint): the checked follow of the ingest loop
+# (job, checkpoint, partitions): the checked follow of the ingest loop
+Follow = Callable[[str, str, PartitionRanges | None], JobEntry]
 
 
 class GroupReplicas:
@@ -139,6 +145,16 @@ class GroupReplicas:
             if have is not None and have.checkpoint != want.checkpoint:
                 self._drop(job)
                 have = None
+            elif have is not None and self._held(have) != self._held(want):
+                log.info(
+                    "group %r: this node's partitions of job %s are now %s (were %s): ingesting anew",
+                    self.group,
+                    job,
+                    shown(self._held(want)),
+                    shown(self._held(have)),
+                )
+                self._drop(job)
+                have = None
             with self._lock:
                 self._jobs[job] = want
             if have is None:
@@ -160,7 +176,7 @@ class GroupReplicas:
             return
         self._publisher.hold(job)
         try:
-            self._follow_checked(job, want.checkpoint)
+            self._follow_checked(job, want.checkpoint, self._held(want))
         except EpochStateError as error:
             self._fail(job, str(error))
             return
@@ -175,6 +191,13 @@ class GroupReplicas:
         self._ours.add(job)
         self.ingest.pause(job, want.state == "paused")
         log.info("group %r: following job %s", self.group, job)
+
+    def _held(self, assignment: JobAssignment) -> PartitionRanges | None:
+        """The Spark partitions of the job that this node's shards cover (None: all)."""
+        try:
+            return assignment.held_by(self.node)
+        except ValueError:  # no shard here: never applied (jobs without one are not ours)
+            return None
 
     def _fail(self, job: str, reason: str) -> None:
         with self._lock:
@@ -215,7 +238,11 @@ class GroupReplicas:
                 return
         member = self.member
         current = None if member is None or member.assignment is None else member.assignment.jobs.get(job)
-        if current is None or current.restart_generation != have.restart_generation:
+        if (
+            current is None
+            or current.restart_generation != have.restart_generation
+            or self._held(current) != self._held(have)
+        ):
             return  # a change not applied yet
         try:
             member.ready(job)  # type: ignore[union-attr]

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from epochstate.core.errors import BadRequest, EpochStateError
+from epochstate.core.partition_ranges import PartitionRanges
 from epochstate.core.storage.errors import StorageError, StorageUnavailable, UnreadableFile
 from epochstate.core.storage.location import redact
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats, JobFollower
@@ -97,8 +98,10 @@ class IngestLoop:
 
     # -- control (any thread) ---------------------------------------------------------
 
-    def follow(self, job: str, checkpoint: str) -> JobEntry:
-        """Start following ``job`` at ``checkpoint`` (idempotent for the same pair)."""
+    def follow(self, job: str, checkpoint: str, partitions: PartitionRanges | None = None) -> JobEntry:
+        """Start following ``job`` at ``checkpoint``, ingesting the Spark ``partitions``
+        given (None: the whole job); idempotent for the same pair (an existing follower
+        is kept whatever its partitions: :meth:`unfollow` it first to change them)."""
         with self._lock:
             existing = self._followers.get(job)
             if existing is not None:
@@ -111,6 +114,7 @@ class IngestLoop:
                     self._publisher,
                     self._retention,
                     scratch_dir=self._scratch_dir,
+                    partitions=partitions,
                 )
             except (SourceError, StorageError) as error:
                 raise CheckpointNotFound(

@@ -29,6 +29,7 @@ from epochstate.core.zookeeper.session import CONNECTION_ERRORS, wait
 from epochstate.daemon.group.assignments import read_assignment
 from epochstate.daemon.group.definitions import JobDefinitions
 from epochstate.daemon.group.membership import read_members
+from epochstate.daemon.server.checkpoint_partitions import spark_partitions
 from epochstate.daemon.server.handlers import Guard, add_to_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.security.checkpoints import CheckpointRoots
@@ -64,6 +65,8 @@ def definition_message(name: str, definition: JobDefinition, version: int) -> pb
         version=version,
         created_at_ms=definition.created_at_ms,
         updated_at_ms=definition.updated_at_ms,
+        shards=definition.shards,
+        partitions=definition.partitions or 0,
     )
 
 
@@ -114,6 +117,8 @@ class JobsAdminService:
     @domain_errors
     @_zookeeper
     def AddJob(self, request: pb.AddJobRequest, context: grpc.ServicerContext) -> pb.JobChangeResponse:
+        """Define a job; with shards > 1 and no partitions, its partitions are learned from
+        the checkpoint (INVALID_ARGUMENT when it has no state metadata to learn them from)."""
         definitions = self._definitions(context)
         name = self._name(request.name)
         checkpoint = request.checkpoint
@@ -123,7 +128,13 @@ class JobsAdminService:
             raise BadRequest("credentials or a query in the checkpoint URI are not accepted")
         if self._roots is not None:
             self._roots.check(checkpoint)  # the same check as FollowJob's (CHECKPOINT_NOT_ALLOWED)
-        definition, version = definitions.add(name, checkpoint, replicas=request.replicas or 1)
+        shards = request.shards or 1
+        partitions = request.partitions or None
+        if shards > 1 and partitions is None:
+            partitions = spark_partitions(checkpoint)
+        definition, version = definitions.add(
+            name, checkpoint, replicas=request.replicas or 1, shards=shards, partitions=partitions
+        )
         return pb.JobChangeResponse(job=definition_message(name, definition, version))
 
     @domain_errors

@@ -161,7 +161,8 @@ class RoutingService:
             return None
 
     def _itself(self, entry: JobEntry) -> pb.LocateResponse:
-        """The answer of a daemon that knows only itself: it serves every partition."""
+        """The answer of a daemon that knows only itself: it serves the partitions it holds
+        (every one, unless a group gave it only some shards of the job)."""
         d, progress = entry.descriptor, entry.progress
         stores = [
             pb.LocatedStore(operator_id=op, store=name, num_partitions=handle.descriptor.num_partitions)
@@ -177,12 +178,16 @@ class RoutingService:
             oldest_epoch=progress.oldest,
             query_id=d.query_id,
         )
-        shard = pb.LocatedShard(first_partition=0, last_partition=LAST_PARTITION, replicas=[replica])
+        held = ((0, LAST_PARTITION),) if d.partitions is None else d.partitions.ranges
+        shards = [
+            pb.LocatedShard(first_partition=first, last_partition=last, replicas=[replica])
+            for first, last in held
+        ]
         return pb.LocateResponse(
             job=d.name,
             query_id=d.query_id,
             stores=stores,
-            shards=[shard],
+            shards=shards,
             node=self._node,
             group=self._group or "",
         )

@@ -23,6 +23,7 @@ from epochstate.core.sparktypes import StructType, type_to_json
 from epochstate.daemon.codec import keycodec
 from epochstate.daemon.codec.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs
+from epochstate.daemon.server.held_partitions import check_held
 from epochstate.daemon.server.limits import may_wait
 from epochstate.daemon.server.reported_jobs import ReportedJobs
 from epochstate.daemon.server.status import BadRequest, abort, domain_errors, has_deadline, wait_budget
@@ -275,6 +276,7 @@ class EpochStateService:
         pinned, schema, encoded = self._pinned_keys(entry, handle, keys, selector, context)
         found = pinned.view.payloads(handle.descriptor.store_id, encoded, pinned.epoch)
         self._views.done(pinned.view)
+        check_held(entry, handle, schema, encoded, found)  # never "absent" for a key not held here
         records = self._records(handle, schema, keys, found)
         return response_bytes(pinned.epoch, records, query_id=entry.descriptor.query_id)
 

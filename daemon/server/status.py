@@ -37,6 +37,7 @@ from epochstate.daemon.server.epochs import (
     IncarnationChanged,
     NoSuchEpoch,
 )
+from epochstate.daemon.server.held_partitions import PartitionNotHeld
 from epochstate.daemon.server.values import BadKey
 from epochstate.daemon.store.catalog import JobNotFound, ShuttingDown, StoreNotFound, WaitAbandoned
 from epochstate.daemon.store.errors import StoreDamaged
@@ -94,6 +95,8 @@ STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
     (NoSuchEpoch, grpc.StatusCode.FAILED_PRECONDITION),
     # A read pinned to a query the recreated checkpoint no longer holds: never answered by another.
     (IncarnationChanged, grpc.StatusCode.FAILED_PRECONDITION),
+    # A key of a partition a group replica does not hold: never answered "absent".
+    (PartitionNotHeld, grpc.StatusCode.FAILED_PRECONDITION),
     (EpochWaitTimedOut, grpc.StatusCode.DEADLINE_EXCEEDED),
     (EpochRetired, grpc.StatusCode.OUT_OF_RANGE),
     (EpochUnavailable, grpc.StatusCode.DATA_LOSS),

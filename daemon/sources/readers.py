@@ -7,7 +7,7 @@ loop holds a :class:`StoreReader` and need not know which provider wrote the sta
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -32,18 +32,21 @@ class StoreReader(Protocol):
     """
 
     num_partitions: int
+    partitions: tuple[int, ...]
+    """The partitions read, in order (all ``num_partitions`` unless the reader was
+    given fewer): every method below reads, lists and asks about these only."""
 
     def has_delta(self, version: int) -> bool:
-        """Whether :meth:`changes` of ``version`` can be read from every partition's files."""
+        """Whether :meth:`changes` of ``version`` can be read from the partitions' files."""
         ...
 
     def has_full(self, version: int) -> bool:
-        """Whether every partition has a snapshot of ``version`` itself, so
+        """Whether each partition read has a snapshot of ``version`` itself, so
         :meth:`full_state` of it reads no file of an earlier version."""
         ...
 
     def changes(self, version: int) -> Iterator[StateChange]:
-        """The changes ``version`` made: per partition, each changed key once with its
+        """The changes ``version`` made: per partition read, each changed key once with its
         last operation (``value is None``: removed)."""
         ...
 
@@ -52,7 +55,8 @@ class StoreReader(Protocol):
         ...
 
     def full_state(self, version: int) -> Iterator[StateChange]:
-        """Every key present at ``version`` with its value, partition by partition."""
+        """Every key present at ``version`` in the partitions read with its value,
+        partition by partition."""
         ...
 
     def partition_state(self, partition: int, version: int) -> Iterator[StateChange]:
@@ -78,9 +82,11 @@ def open_store_reader(
     epoch: int | None = None,
     *,
     scratch_dir: Path | None = None,
+    partitions: Sequence[int] | None = None,
 ) -> StoreReader:
     """The reader for the provider that wrote the state as of ``epoch`` (``None``: the
-    newest planned epoch). ``scratch_dir`` is where RocksDB snapshots are opened. A
+    newest planned epoch), of the store's ``partitions`` (``None``: all; the files of
+    the others are never read). ``scratch_dir`` is where RocksDB snapshots are opened. A
     transformWithState state variable gets a :class:`StateVariableReader` (the
     schemas given must be the ones :mod:`statevars` serves).
 
@@ -106,10 +112,19 @@ def open_store_reader(
             state_encoding(checkpoint),
             merge_delimiter=merge_delimiter(checkpoint),
             scratch_dir=scratch_dir,
+            partitions=partitions,
         )
     if checkpoint.provider_kind(epoch) == "hdfs":
         checkpoint.ensure_hdfs_backed(epoch)
-        return HdfsStoreReader(checkpoint, operator_id, store_name, num_partitions, key_schema, value_schema)
+        return HdfsStoreReader(
+            checkpoint,
+            operator_id,
+            store_name,
+            num_partitions,
+            key_schema,
+            value_schema,
+            partitions=partitions,
+        )
     return RocksDBStoreReader(
         checkpoint,
         operator_id,
@@ -118,6 +133,7 @@ def open_store_reader(
         key_schema,
         value_schema,
         scratch_dir=scratch_dir,
+        partitions=partitions,
     )
 
 

@@ -6,23 +6,43 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from epochstate.core.partition_ranges import PartitionRanges
+
 
 @dataclass(frozen=True, slots=True)
 class JobDescriptor:
-    """A followed job. ``job_id`` is local to this store and never reused."""
+    """A followed job. ``job_id`` is local to this store and never reused.
+
+    ``partitions``: the Spark partitions the job's data here covers (None: all of
+    them). Data of other partitions is never written under this descriptor, so a
+    read of a key of another partition must be refused, never answered "absent".
+    """
 
     name: str
     job_id: int
     checkpoint: str
     query_id: str
     provider: str = "hdfs"
+    partitions: PartitionRanges | None = None
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
+        fields = {
+            "name": self.name,
+            "job_id": self.job_id,
+            "checkpoint": self.checkpoint,
+            "query_id": self.query_id,
+            "provider": self.provider,
+        }
+        if self.partitions is not None:  # absent: the whole job (as layout 2 wrote every job)
+            fields["partitions"] = self.partitions.to_json()
+        return json.dumps(fields, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> JobDescriptor:
-        return cls(**json.loads(raw))
+        fields = json.loads(raw)
+        ranges = fields.pop("partitions", None)
+        held = None if ranges is None else PartitionRanges.of((first, last) for first, last in ranges)
+        return cls(**fields, partitions=held)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ key                                        value
                                            is >= epoch
 ``e`` job_id epoch                         the epoch's record (JSON)
 ``p`` job_id                               progress: newest, oldest epoch
-``J`` job name                             job descriptor (JSON)
+``J`` job name                             job descriptor (JSON; with the Spark
+                                           partitions its data covers, when not all)
 ``S`` store_id                             store descriptor (JSON)
 ``s`` store_id first_epoch                 a later schema version of the store (JSON)
 ``u`` job_id epoch                         an epoch that will never be served: why
@@ -45,10 +46,18 @@ LAYOUT = b"V"
 DROPPED = b"x"
 IDS = b"I"
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 """Bumped whenever a key or value above changes meaning. 1: one garbage entry per
 superseded data key (no ``V`` key); 2: garbage keys packed into chunks. The ``x``
-and ``I`` keys came later within 2: a daemon that does not know them ignores them."""
+and ``I`` keys came later within 2: a daemon that does not know them ignores them.
+3: a job descriptor may name the partitions its data covers (a daemon of layout 2
+would take such a job's data for the whole job, and answer "absent" for keys of
+the partitions it lacks)."""
+
+UPGRADES_FROM = frozenset({"2"})
+"""Layout versions a store is read as, and restamped with, :data:`LAYOUT_VERSION`
+without a change to its data: a layout 2 job descriptor names no partitions, which
+in layout 3 means the whole job, as it did."""
 
 _ID = struct.Struct(">I")
 _EPOCH = struct.Struct(">Q")

@@ -33,6 +33,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -41,6 +42,7 @@ from pathlib import Path
 
 from rocksdict import BlockBasedOptions, Cache, DBRecoveryMode, Options, Rdict, WriteBatch, WriteOptions
 
+from epochstate.core.partition_ranges import PartitionRanges
 from epochstate.daemon.store import damage, integrity, layout
 from epochstate.daemon.store.descriptors import (
     DroppedJob,
@@ -130,7 +132,8 @@ class VersionedStore:
             raise
 
     def _check_layout(self, path: Path) -> None:
-        """Stamp a new store with :data:`layout.LAYOUT_VERSION`; refuse one written with another.
+        """Stamp a new store with :data:`layout.LAYOUT_VERSION` (and restamp one of a
+        version in :data:`layout.UPGRADES_FROM`); refuse one written with another.
 
         Raises:
             LayoutMismatch: the store holds data of another layout version. Nothing
@@ -149,6 +152,9 @@ class VersionedStore:
             found = "1"  # layout 1 had no version key
         else:
             found = bytes(stamped).decode()
+        if found in layout.UPGRADES_FROM:
+            db.put(layout.LAYOUT, str(layout.LAYOUT_VERSION).encode())
+            return
         if found != str(layout.LAYOUT_VERSION):
             raise LayoutMismatch(
                 f"the store at {path} has layout version {found}, this daemon writes version "
@@ -210,12 +216,20 @@ class VersionedStore:
         stores = [StoreDescriptor.from_json(v).store_id for _, v in self._scan_prefix(layout.STORE)]
         return max(jobs, default=0), max(stores, default=0)
 
-    def add_job(self, name: str, checkpoint: str, query_id: str, provider: str) -> JobDescriptor:
+    def add_job(
+        self,
+        name: str,
+        checkpoint: str,
+        query_id: str,
+        provider: str,
+        partitions: PartitionRanges | None = None,
+    ) -> JobDescriptor:
         """Record a job (or a new incarnation of it: a new query id gets a new id; ids
-        are never given twice, so a read still holding a dropped job's id finds it dropped)."""
+        are never given twice, so a read still holding a dropped job's id finds it dropped)
+        whose data will cover the Spark ``partitions`` given (None: all of them)."""
         with self._lock:
             job_ids, store_ids = self._given_ids()
-            descriptor = JobDescriptor(name, job_ids + 1, checkpoint, query_id, provider)
+            descriptor = JobDescriptor(name, job_ids + 1, checkpoint, query_id, provider, partitions)
             batch = WriteBatch(raw_mode=True)
             batch.put(layout.job_key(name), descriptor.to_json())
             batch.put(layout.IDS, layout.pack_ids(descriptor.job_id, store_ids))
@@ -225,7 +239,7 @@ class VersionedStore:
     def set_provider(self, job: JobDescriptor, provider: str) -> JobDescriptor:
         """Record which state store provider writes the job's state (known from its first epoch)."""
         with self._lock:
-            descriptor = JobDescriptor(job.name, job.job_id, job.checkpoint, job.query_id, provider)
+            descriptor = dataclasses.replace(job, provider=provider)
             batch = WriteBatch(raw_mode=True)
             batch.put(layout.job_key(job.name), descriptor.to_json())
             self._write(batch)

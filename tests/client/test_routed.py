@@ -12,7 +12,9 @@ import pytest
 
 from epochstate.client.errors import DeadlineExceeded, JobNotFound
 from epochstate.client.routed import RoutedClient
+from epochstate.client.routing import Location
 from epochstate.core.zookeeper.group_records import LAST_PARTITION
+from epochstate.v1 import epochstate_pb2 as pb
 from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import plain, spark_store
@@ -105,3 +107,14 @@ def test_latest_never_goes_back_within_a_client(
 
     with RoutedClient([behind.target]) as fresh:  # a new client has seen nothing yet
         assert fresh.get(JOB, key).epoch == 1
+
+
+def test_one_shard_of_some_partitions_is_not_the_whole_job() -> None:
+    def location(first: int, last: int) -> Location:
+        shard = pb.LocatedShard(first_partition=first, last_partition=last)
+        return Location.of(pb.LocateResponse(job="orders", shards=[shard]), "a:1")
+
+    assert location(0, LAST_PARTITION).single
+    # A daemon holding partitions 2 and 3 only, answering about itself: keys are routed by partition.
+    partial = location(2, 3)
+    assert not partial.single and partial.shard_of(2) is not None and partial.shard_of(1) is None

@@ -160,6 +160,9 @@ def test_group_follows_pauses_resumes_restarts_and_removes_a_job(spark: Any, gro
         "state": "running",
         "restart_generation": 0,
         "version": 0,
+        "shards": 1,
+        "partitions": None,
+        "shard_ranges": [[0, 2147483646]],
     }
 
     # Exactly two daemons follow it; both announce themselves once caught up (epoch 1).

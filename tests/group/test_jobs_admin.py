@@ -14,7 +14,14 @@ import grpc
 import pytest
 
 from epochstate.client import EpochStateClient
-from epochstate.client.errors import CheckpointNotAllowed, JobDefined, JobNotDefined, NoGroup, RoleMissing
+from epochstate.client.errors import (
+    CheckpointNotAllowed,
+    InvalidArgument,
+    JobDefined,
+    JobNotDefined,
+    NoGroup,
+    RoleMissing,
+)
 from epochstate.client.tls import TlsOptions
 from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.certs import Certificates
@@ -178,3 +185,45 @@ def test_config_jobs_stay_standalone_beside_the_group(
         client.group_jobs.remove("orders-again")
         assert eventually(lambda: {j.job for j in client.jobs()} == {"orders"}, 120)
         assert client.get("orders", "u1", epoch=1).found
+
+
+@pytest.mark.spark
+def test_jobs_add_splits_a_job_into_shards_of_its_spark_partitions(
+    tmp_path: Path, orders_checkpoint: Path, zk_connect: str, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    daemon = daemon_factory({}, name="a", zookeeper=zk_connect, extra_args=["--group", "g", "--node", "a"])
+    # No --partitions: learned from the checkpoint's state metadata (two partitions).
+    added = cli(daemon.target, "jobs", "add", "sharded", str(orders_checkpoint), "--shards", "2", "--json")
+    assert added.returncode == 0, added.stderr
+    record = json.loads(added.stdout)
+    assert (record["shards"], record["partitions"], record["shard_ranges"]) == (2, 2, [[0, 0], [1, 1]])
+    stated = cli(
+        daemon.target, "jobs", "add", "stated", str(orders_checkpoint), "--shards", "2", "--partitions", "8"
+    )
+    assert stated.returncode == 0 and "2 shard(s) of 8 partitions: 0-3, 4-7" in stated.stdout, stated.stderr
+    whole = cli(daemon.target, "jobs", "add", "whole", str(orders_checkpoint))
+    assert whole.returncode == 0 and "1 shard (every partition)" in whole.stdout, whole.stderr
+    # A checkpoint without state metadata yet: the number must be stated.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = cli(daemon.target, "jobs", "add", "early", str(empty), "--shards", "2")
+    assert refused.returncode == 4, refused.stderr
+    assert "no state store metadata yet" in refused.stderr and "BAD_REQUEST" in refused.stderr
+    # More shards than partitions: refused by the CLI, and by the daemon.
+    too_many = cli(
+        daemon.target, "jobs", "add", "many", str(orders_checkpoint), "--shards", "3", "--partitions", "2"
+    )
+    assert too_many.returncode == 4 and "3 shards cannot split 2 partitions" in too_many.stderr
+    with daemon.client() as client, pytest.raises(InvalidArgument, match="cannot split"):
+        client.group_jobs.add("many", str(orders_checkpoint), shards=3)
+    # status shows each shard's range.
+    status = cli(daemon.target, "jobs", "status")
+    assert status.returncode == 0, status.stderr
+    assert "job sharded: 2 shard(s) of 2 partitions: 0, 1" in status.stdout
+    assert "job whole: 1 shard (every partition)" in status.stdout
+    document = json.loads(cli(daemon.target, "jobs", "status", "--json").stdout)
+    assert {j["job"]: j["shard_ranges"] for j in document["jobs"]} == {
+        "sharded": [[0, 0], [1, 1]],
+        "stated": [[0, 3], [4, 7]],
+        "whole": [[0, 2147483646]],
+    }

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from epochstate.core.partition_ranges import PartitionRanges
 from epochstate.core.zookeeper.errors import InvalidDefinition, InvalidRecord
 from epochstate.core.zookeeper.group_records import (
     LAST_PARTITION,
@@ -128,3 +129,21 @@ def test_malformed_assignments_are_refused(change: object) -> None:
     change(record)  # type: ignore[operator]
     with pytest.raises(InvalidRecord):
         Assignment.decode(json.dumps(record).encode())
+
+
+def test_a_node_holds_the_partitions_of_its_shards_merged() -> None:
+    shards = (
+        ShardAssignment(0, 1, ("n1", "n2")),
+        ShardAssignment(2, 3, ("n2", "n3")),
+        ShardAssignment(4, 5, ("n1",)),
+    )
+    job = JobAssignment("file:///c", "running", 0, shards)
+    n1, n2, n3 = (job.held_by(node) for node in ("n1", "n2", "n3"))
+    assert n1 is not None and n1.ranges == ((0, 1), (4, 5)) and str(n1) == "0-1, 4-5"
+    assert n2 is not None and n2.ranges == ((0, 3),) and n2.covers_all(4) and not n2.covers_all(6)
+    assert n3 is not None and n3.partitions(6) == (2, 3) and not n3.covers(1)
+    with pytest.raises(ValueError, match="no range"):
+        job.held_by("n4")
+    whole = JobAssignment("file:///c", "running", 0, (ShardAssignment(0, LAST_PARTITION, ("n1",)),))
+    assert whole.held_by("n1") is None  # every partition: the whole job
+    assert PartitionRanges.of([(0, 0), (1, 1)]) == PartitionRanges.of([(0, 1)])

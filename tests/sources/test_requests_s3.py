@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from epochstate.core.partition_ranges import PartitionRanges
 from epochstate.core.storage.location import Location, StorageFactory, configure, default_factory
 from epochstate.daemon.ingest.follower import JobFollower
 from epochstate.daemon.runtime import NoRegistry
@@ -18,6 +19,9 @@ from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import MissingCheckpointFile
 from epochstate.daemon.store.versioned import VersionedStore
 from tests.fixtures.s3 import CheckpointMirror, S3Server
+from tests.sources.test_partition_selection import checkpoint
+
+__all__ = ["checkpoint"]
 
 pytestmark = pytest.mark.spark
 
@@ -179,3 +183,30 @@ def test_a_later_epoch_costs_the_listing_its_offsets_and_its_state_files(
     finally:
         configure(before)
         store.close()
+
+
+def test_a_follower_of_some_partitions_sends_no_request_for_the_others(
+    s3_server: S3Server, checkpoint: Path, tmp_path: Path
+) -> None:
+    """Epochs 0-2 of a job of four partitions, followed for partitions 2 and 3 only: not
+    one request for a state file of partitions 0 and 1 (their directories are never
+    listed either); partition 0's schema file is the store's, read as for any store."""
+    _, uri = _upload(s3_server, checkpoint)
+    factory, root = _traced(tmp_path, uri)
+    store = VersionedStore(tmp_path / "store")
+    before = default_factory()
+    configure(factory)
+    try:
+        held = PartitionRanges.of([(2, 3)])
+        follower = JobFollower("job", uri, store, NoRegistry(), 1000, scratch_dir=tmp_path, partitions=held)
+        while follower.step() is not None:
+            pass
+        assert follower.progress.newest == 2
+        spent = _requests(factory, root)
+    finally:
+        configure(before)
+        store.close()
+    state = {path for _, path in spent if path.startswith("state/0/")}
+    assert {p.split("/")[2] for p in state if not p.startswith("state/0/_")} >= {"2", "3"}
+    others = {p for p in state if p.split("/")[2] in ("0", "1") and "/_metadata/" not in p}
+    assert not others, sorted(others)

@@ -24,11 +24,10 @@ from epochstate.daemon.config import DaemonSettings
 from epochstate.daemon.security_config import exposure_problem
 from epochstate.daemon.server import unix_socket
 from epochstate.daemon.server.security.certificates import ServerCertificates
-from epochstate.daemon.server.security.checkpoints import CheckpointRoots, FollowGuard
+from epochstate.daemon.server.security.checkpoints import CheckpointRoots, FollowGuard, PartitionedIngest
 from epochstate.daemon.server.security.gate import Behavior, Gate
 from epochstate.daemon.server.security.peer_check import PeerCheckedSocket, private_path
 from epochstate.daemon.server.security.tokens import TokenBook
-from epochstate.daemon.server.service import IngestControl
 
 UNIX_SOCKET_MODE = 0o660
 
@@ -66,7 +65,7 @@ class ServerSecurity:
         """``behavior`` of ``method`` (a full name), checking its caller's role when auth is on."""
         return behavior if self.gate is None else self.gate.guard(method, behavior)
 
-    def ingest(self, ingest: IngestControl) -> IngestControl:
+    def ingest(self, ingest: PartitionedIngest) -> PartitionedIngest:
         """``ingest`` as the servicer should see it: following only allowed checkpoints."""
         return ingest if self.roots is None else FollowGuard(ingest, self.roots)
 

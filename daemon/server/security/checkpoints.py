@@ -18,8 +18,10 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Sequence
+from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
+from epochstate.core.partition_ranges import PartitionRanges
 from epochstate.daemon.server.service import IngestControl
 from epochstate.daemon.server.status import CheckpointNotAllowed
 from epochstate.daemon.store.catalog import JobEntry
@@ -65,6 +67,12 @@ class CheckpointRoots:
         raise CheckpointNotAllowed(f"the daemon will not follow checkpoint {checkpoint}: {why}")
 
 
+class PartitionedIngest(IngestControl, Protocol):
+    """An ingest that can follow some Spark partitions of a job (the daemon's ingest loop)."""
+
+    def follow(self, job: str, checkpoint: str, partitions: PartitionRanges | None = None) -> JobEntry: ...
+
+
 class FollowGuard:
     """An ingest whose :meth:`follow` first checks the location against ``roots``.
 
@@ -72,13 +80,14 @@ class FollowGuard:
     checkpoint); jobs of the daemon's own config bypass it.
     """
 
-    def __init__(self, ingest: IngestControl, roots: CheckpointRoots) -> None:
+    def __init__(self, ingest: PartitionedIngest, roots: CheckpointRoots) -> None:
         self._ingest = ingest
         self._roots = roots
 
-    def follow(self, job: str, checkpoint: str) -> JobEntry:
+    def follow(self, job: str, checkpoint: str, partitions: PartitionRanges | None = None) -> JobEntry:
+        """Follow ``job`` (of its Spark ``partitions``, None: all) once its checkpoint passes the roots."""
         self._roots.check(checkpoint)
-        return self._ingest.follow(job, checkpoint)
+        return self._ingest.follow(job, checkpoint, partitions)
 
     def poke(self, job: str, epoch: int | None = None, run_id: str = "", query_id: str = "") -> None:
         self._ingest.poke(job, epoch, run_id, query_id)

@@ -10,7 +10,7 @@ file records (see :mod:`lz4stream` and :mod:`statefile`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from epochstate.core.sparktypes import StructType
@@ -33,7 +33,8 @@ SNAPSHOT = "snapshot"
 
 
 class HdfsStoreReader:
-    """Reads the versions of one store (all its partitions).
+    """Reads the versions of one store: all its partitions, or the ``partitions`` given
+    (the files of the others are never read, listed or asked about).
 
     Files are immutable once Spark has renamed them into place, so any version
     whose files exist reads the same every time. Reads never write.
@@ -47,6 +48,8 @@ class HdfsStoreReader:
         num_partitions: int,
         key_schema: StructType,
         value_schema: StructType,
+        *,
+        partitions: Sequence[int] | None = None,
     ) -> None:
         """Check the checkpoint's state format and compile the schemas.
 
@@ -60,6 +63,7 @@ class HdfsStoreReader:
         self.operator_id = operator_id
         self.store_name = store_name
         self.num_partitions = num_partitions
+        self.partitions = tuple(range(num_partitions)) if partitions is None else tuple(partitions)
         self.key_schema = key_schema
         self.value_schema = value_schema
         self._keys = RowDecoder(key_schema)
@@ -106,20 +110,20 @@ class HdfsStoreReader:
         return decode_changes(partition, rows, self._keys, self._values, path)
 
     def has_delta(self, version: int) -> bool:
-        """Whether every partition has its ``<version>.delta`` (so :meth:`changes` can run)."""
-        return all(self._path(p, version, DELTA).is_file() for p in range(self.num_partitions))
+        """Whether each partition read has its ``<version>.delta`` (so :meth:`changes` can run)."""
+        return all(self._path(p, version, DELTA).is_file() for p in self.partitions)
 
     def read_ahead(self, version: int) -> None:
         """Start reading what :meth:`changes` of ``version`` reads (every partition's
-        delta), on an object store (see :meth:`Storage.read_ahead`)."""
-        for p in range(self.num_partitions):
+        delta read), on an object store (see :meth:`Storage.read_ahead`)."""
+        for p in self.partitions:
             path = self._path(p, version, DELTA)
             path.storage.read_ahead(path.path)
 
     def has_full(self, version: int) -> bool:
-        """Whether every partition has a usable ``<version>.snapshot`` (one that agrees
+        """Whether each partition read has a usable ``<version>.snapshot`` (one that agrees
         with its delta: see :meth:`_committed_snapshot`); reads them to tell."""
-        for p in range(self.num_partitions):
+        for p in self.partitions:
             names = self._names(p)
             if f"{version}.{SNAPSHOT}" not in names:
                 return False
@@ -143,22 +147,22 @@ class HdfsStoreReader:
         return RawRows(partition, dict(self._records(path, allow_removals=True)).items(), path)
 
     def changes(self, version: int) -> Iterator[StateChange]:
-        """:meth:`partition_changes` of every partition, partition by partition.
+        """:meth:`partition_changes` of each partition read, partition by partition.
 
         Raises:
             MissingStateFile, CorruptStateFile: as for :meth:`partition_changes`.
         """
-        for partition in range(self.num_partitions):
+        for partition in self.partitions:
             yield from self.partition_changes(partition, version)
 
     def raw_changes(self, version: int) -> list[RawRows]:
-        """:meth:`changes`, undecoded: every partition's files are read (and checked)
+        """:meth:`changes`, undecoded: each partition's files are read (and checked)
         before this returns.
 
         Raises:
             MissingStateFile, CorruptStateFile: as for :meth:`partition_changes`.
         """
-        return [self._raw_partition_changes(p, version) for p in range(self.num_partitions)]
+        return [self._raw_partition_changes(p, version) for p in self.partitions]
 
     def raw_state(self, version: int) -> Iterator[RawRows]:
         """:meth:`full_state`, undecoded, partition by partition.
@@ -166,7 +170,7 @@ class HdfsStoreReader:
         Raises:
             ValueError, MissingStateFile, CorruptStateFile: as for :meth:`partition_state`.
         """
-        for partition in range(self.num_partitions):
+        for partition in self.partitions:
             yield self._raw_partition_state(partition, version)
 
     def _names(self, partition: int) -> list[str]:
@@ -255,10 +259,10 @@ class HdfsStoreReader:
         return state
 
     def full_state(self, version: int) -> Iterator[StateChange]:
-        """:meth:`partition_state` of every partition, partition by partition.
+        """:meth:`partition_state` of each partition read, partition by partition.
 
         Raises:
             ValueError, MissingStateFile, CorruptStateFile: as for :meth:`partition_state`.
         """
-        for partition in range(self.num_partitions):
+        for partition in self.partitions:
             yield from self.partition_state(partition, version)

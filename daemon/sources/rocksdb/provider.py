@@ -15,7 +15,7 @@ log, is refused. Stores with column families (transformWithState) are read by
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from epochstate.core.sparktypes import StructType
@@ -38,7 +38,8 @@ from epochstate.daemon.sources.rocksdb.store_files import StoreFiles
 
 
 class RocksDBStoreReader:
-    """Reads the versions of one store (all its partitions), like
+    """Reads the versions of one store (all its partitions, or the ``partitions`` given:
+    the files of the others are never read, listed or asked about), like
     :class:`HdfsStoreReader` and with the same guarantees: files are immutable once
     Spark has renamed them into place, so a version whose files exist reads the same
     every time; reads never write to the checkpoint (snapshots are opened from a
@@ -56,6 +57,7 @@ class RocksDBStoreReader:
         *,
         num_cols_prefix_key: int | None = None,
         scratch_dir: Path | None = None,
+        partitions: Sequence[int] | None = None,
     ) -> None:
         """Check the checkpoint's state format and compile the schemas.
 
@@ -75,6 +77,7 @@ class RocksDBStoreReader:
         self.operator_id = operator_id
         self.store_name = store_name
         self.num_partitions = num_partitions
+        self.partitions = tuple(range(num_partitions)) if partitions is None else tuple(partitions)
         self.key_schema = key_schema
         self.value_schema = value_schema
         self.scratch_dir = scratch_dir
@@ -140,13 +143,13 @@ class RocksDBStoreReader:
         """Whether every partition has what :meth:`changes` reads for ``version``
         from files alone: the changelog, or the two snapshots at ``version - 1``
         (none needed for version 1) and ``version``."""
-        return self._files.has_delta(version, self.num_partitions)
+        return self._files.has_delta(version, self.partitions)
 
     def read_ahead(self, version: int) -> None:
         """Start reading what :meth:`changes` of ``version`` reads first: every
         partition's changelog, or zip where the last version had none (see
         :meth:`Storage.read_ahead`)."""
-        for p in range(self.num_partitions):
+        for p in self.partitions:
             zips_first = p in self._zips_first or p in self._files.without_changelogs
             try:
                 path = self._files.directory.path(p, version, ZIP if zips_first else CHANGELOG)
@@ -156,7 +159,7 @@ class RocksDBStoreReader:
 
     def has_full(self, version: int) -> bool:
         """Whether every partition has a usable ``<version>.zip``."""
-        return self._files.has_full(version, self.num_partitions)
+        return self._files.has_full(version, self.partitions)
 
     def partition_changes(self, partition: int, version: int) -> Iterator[StateChange]:
         """The changes version ``version`` made in one partition: each changed key once,
@@ -230,17 +233,17 @@ class RocksDBStoreReader:
         return RawRows(partition, diff, self._dir(partition))
 
     def changes(self, version: int) -> Iterator[StateChange]:
-        """:meth:`partition_changes` of every partition, partition by partition.
+        """:meth:`partition_changes` of each partition read, partition by partition.
 
         Raises:
             MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as for
                 :meth:`partition_changes`.
         """
-        for partition in range(self.num_partitions):
+        for partition in self.partitions:
             yield from self.partition_changes(partition, version)
 
     def raw_changes(self, version: int) -> list[RawRows]:
-        """:meth:`changes`, undecoded: every partition's files are read (and checked)
+        """:meth:`changes`, undecoded: each partition's files are read (and checked)
         before this returns.
 
         Raises:
@@ -248,7 +251,7 @@ class RocksDBStoreReader:
                 :meth:`partition_changes`.
         """
         self._read_tables_ahead(version)
-        return [self._raw_partition_changes(p, version) for p in range(self.num_partitions)]
+        return [self._raw_partition_changes(p, version) for p in self.partitions]
 
     def _read_tables_ahead(self, version: int) -> None:
         """Partitions read from zips: read each one's zip now and start reading the
@@ -277,7 +280,7 @@ class RocksDBStoreReader:
             ValueError, MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as
                 for :meth:`partition_state`.
         """
-        for partition in range(self.num_partitions):
+        for partition in self.partitions:
             yield RawRows(partition, self._files.raw_state(partition, version).items(), self._dir(partition))
 
     def partition_state(self, partition: int, version: int) -> Iterator[StateChange]:
@@ -296,13 +299,13 @@ class RocksDBStoreReader:
         return self._decode(partition, state.items(), self._dir(partition))
 
     def full_state(self, version: int) -> Iterator[StateChange]:
-        """:meth:`partition_state` of every partition, partition by partition.
+        """:meth:`partition_state` of each partition read, partition by partition.
 
         Raises:
             ValueError, MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as
                 for :meth:`partition_state`.
         """
-        for partition in range(self.num_partitions):
+        for partition in self.partitions:
             yield from self.partition_state(partition, version)
 
 

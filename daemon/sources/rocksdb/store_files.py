@@ -9,6 +9,7 @@ content, never from modification times.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 from epochstate.core.storage.location import Location
@@ -238,12 +239,12 @@ class StoreFiles:
             raise CorruptStateFile(f"{path}: lineage versions {lineage[::-1]} do not lead up to {version}")
         return below
 
-    def has_delta(self, version: int, num_partitions: int) -> bool:
-        """Whether every partition has the files that give the changes of ``version``
+    def has_delta(self, version: int, partitions: Iterable[int]) -> bool:
+        """Whether each of ``partitions`` has the files that give the changes of ``version``
         alone: its changelog, or the snapshots at ``version - 1`` (none needed for
         version 1) and ``version``."""
         try:
-            for p in range(num_partitions):
+            for p in partitions:
                 if self.directory.path(p, version, CHANGELOG).is_file():
                     continue
                 if not self.directory.path(p, version, ZIP).is_file():
@@ -254,12 +255,12 @@ class StoreFiles:
             return False
         return True
 
-    def has_full(self, version: int, num_partitions: int) -> bool:
-        """Whether every partition has a usable ``<version>.zip`` (the committed
+    def has_full(self, version: int, partitions: Iterable[int]) -> bool:
+        """Whether each of ``partitions`` has a usable ``<version>.zip`` (the committed
         attempt's), so the version can be loaded whole without any earlier file. Opens
         the zips (format 1 with changelogs) to tell."""
         try:
-            for p in range(num_partitions):
+            for p in partitions:
                 unique_id = self.directory.unique_id(p, version)
                 if unique_id is not None:
                     if not self.directory.path(p, version, ZIP, unique_id).is_file():

@@ -19,7 +19,7 @@ and an UnsafeRow) or ``avro`` (see :mod:`avro_rows`).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,7 @@ class StateVariableReader:
         *,
         merge_delimiter: bytes = LIST_DELIMITER,
         scratch_dir: Path | None = None,
+        partitions: Sequence[int] | None = None,
     ) -> None:
         files = StoreFiles(
             checkpoint,
@@ -108,6 +109,7 @@ class StateVariableReader:
             scratch_dir=scratch_dir,
         )
         self.num_partitions = num_partitions
+        self.partitions = tuple(range(num_partitions)) if partitions is None else tuple(partitions)
         self.variable = variable
         self._store: ColumnFamilyStore = shared_store(files)
         self._keys, self._values = _decoders(variable, encoding, merge_delimiter)
@@ -129,10 +131,10 @@ class StateVariableReader:
         return iter(decoded)
 
     def has_delta(self, version: int) -> bool:
-        return self._store.files.has_delta(version, self.num_partitions)
+        return self._store.files.has_delta(version, self.partitions)
 
     def has_full(self, version: int) -> bool:
-        return self._store.files.has_full(version, self.num_partitions)
+        return self._store.files.has_full(version, self.partitions)
 
     def partition_changes(self, partition: int, version: int) -> Iterator[StateChange]:
         """The variable's changes in one partition at ``version``: each touched key
@@ -149,7 +151,7 @@ class StateVariableReader:
         return self._decoded(partition, prefix, ((k, state.get(k)) for k in keys))
 
     def changes(self, version: int) -> Iterator[StateChange]:
-        for partition in range(self.num_partitions):
+        for partition in self.partitions:
             yield from self.partition_changes(partition, version)
 
     def partition_state(self, partition: int, version: int) -> Iterator[StateChange]:
@@ -166,5 +168,5 @@ class StateVariableReader:
         return self._decoded(partition, prefix, state.items())
 
     def full_state(self, version: int) -> Iterator[StateChange]:
-        for partition in range(self.num_partitions):
+        for partition in self.partitions:
             yield from self.partition_state(partition, version)
