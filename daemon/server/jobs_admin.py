@@ -20,20 +20,18 @@ import grpc
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from epochstate.core.storage.location import redact
-from epochstate.core.zookeeper.errors import InvalidName, InvalidRecord, JobNotDefined, RegistryUnavailable
+from epochstate.core.zookeeper.errors import InvalidRecord, JobNotDefined, RegistryUnavailable
 from epochstate.core.zookeeper.group_records import Assignment, JobDefinition
 from epochstate.core.zookeeper.group_status import MemberStatus
-from epochstate.core.zookeeper.layout import Layout, check_name
+from epochstate.core.zookeeper.layout import Layout
 from epochstate.core.zookeeper.session import CONNECTION_ERRORS, wait
 from epochstate.daemon.group.assignments import read_assignment
 from epochstate.daemon.group.definitions import JobDefinitions
 from epochstate.daemon.group.membership import read_members
-from epochstate.daemon.server.checkpoint_partitions import spark_partitions
 from epochstate.daemon.server.handlers import Guard, add_to_server
 from epochstate.daemon.server.metrics import DaemonMetrics
-from epochstate.daemon.server.security.checkpoints import CheckpointRoots
-from epochstate.daemon.server.status import BadRequest, NoGroup, domain_errors, wait_budget
+from epochstate.daemon.server.new_jobs import CheckpointRoots, allowed_checkpoint, job_name, placement
+from epochstate.daemon.server.status import NoGroup, domain_errors, wait_budget
 from epochstate.v1 import epochstate_pb2 as pb
 
 SERVICE = pb.DESCRIPTOR.services_by_name["JobsAdmin"]
@@ -98,18 +96,11 @@ class JobsAdminService:
             raise RegistryUnavailable("the daemon is not connected to ZooKeeper")
         return JobDefinitions(self._client, self._layout, self._group, timeout=self._budget(context))
 
-    @staticmethod
-    def _name(name: str) -> str:
-        try:
-            return check_name("job", name)
-        except InvalidName as error:
-            raise BadRequest(f"not a job name: {error}") from None
-
     def _change(
         self, request: pb.JobChangeRequest, context: grpc.ServicerContext, how: str
     ) -> pb.JobChangeResponse:
         definitions = self._definitions(context)
-        name = self._name(request.name)
+        name = job_name(request.name)
         expected = request.expected_version if request.HasField("expected_version") else None
         definition, version = getattr(definitions, how)(name, expected_version=expected)
         return pb.JobChangeResponse(job=definition_message(name, definition, version))
@@ -120,20 +111,11 @@ class JobsAdminService:
         """Define a job; with shards > 1 and no partitions, its partitions are learned from
         the checkpoint (INVALID_ARGUMENT when it has no state metadata to learn them from)."""
         definitions = self._definitions(context)
-        name = self._name(request.name)
-        checkpoint = request.checkpoint
-        if not checkpoint:
-            raise BadRequest("AddJob needs a checkpoint")
-        if redact(checkpoint) != checkpoint:
-            raise BadRequest("credentials or a query in the checkpoint URI are not accepted")
-        if self._roots is not None:
-            self._roots.check(checkpoint)  # the same check as FollowJob's (CHECKPOINT_NOT_ALLOWED)
-        shards = request.shards or 1
-        partitions = request.partitions or None
-        if shards > 1 and partitions is None:
-            partitions = spark_partitions(checkpoint)
+        name = job_name(request.name)
+        checkpoint = allowed_checkpoint(request.checkpoint, self._roots)
+        placed = placement(checkpoint, request.replicas, request.shards, request.partitions)
         definition, version = definitions.add(
-            name, checkpoint, replicas=request.replicas or 1, shards=shards, partitions=partitions
+            name, checkpoint, replicas=placed.replicas, shards=placed.shards, partitions=placed.partitions
         )
         return pb.JobChangeResponse(job=definition_message(name, definition, version))
 
@@ -141,7 +123,7 @@ class JobsAdminService:
     @_zookeeper
     def RemoveJob(self, request: pb.JobChangeRequest, context: grpc.ServicerContext) -> pb.JobChangeResponse:
         definitions = self._definitions(context)
-        name = self._name(request.name)
+        name = job_name(request.name)
         definition, version = definitions.get(name)
         expected = request.expected_version if request.HasField("expected_version") else None
         definitions.remove(name, expected_version=version if expected is None else expected)
@@ -169,7 +151,7 @@ class JobsAdminService:
     ) -> pb.JobsStatusResponse:
         definitions = self._definitions(context)
         client, group, timeout = definitions.client, definitions.group, definitions.timeout
-        names = [self._name(request.job)] if request.job else sorted(definitions.list())
+        names = [job_name(request.job)] if request.job else sorted(definitions.list())
         assignment, _ = read_assignment(client, self._layout, group, timeout)
         members = read_members(client, self._layout, group, timeout)
         statuses = self._statuses(client, group, timeout)

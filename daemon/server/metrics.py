@@ -227,8 +227,6 @@ class _DiskCollector(Collector):
     def collect(self) -> list[Metric]:
         store = GaugeMetricFamily("epochstate_store_bytes", "bytes on disk of the multi-version store")
         store.add_metric([], _bytes_under(self._store))
-        cache = GaugeMetricFamily(
-            "epochstate_cache_bytes", "bytes on disk of cached remote checkpoint files"
-        )
+        cache = GaugeMetricFamily("epochstate_cache_bytes", "bytes on disk of cached remote checkpoint files")
         cache.add_metric([], _bytes_under(self._cache))
         return [store, cache]

@@ -16,24 +16,15 @@ config) stays as it is: the report only tells the daemon to look for the epoch.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from kazoo.client import KazooClient
 
 from epochstate.core.storage.location import redact
-from epochstate.core.zookeeper.errors import InvalidName, JobDefined, JobNotDefined, RegistryUnavailable
-from epochstate.core.zookeeper.layout import Layout, check_name
+from epochstate.core.zookeeper.errors import JobDefined, JobNotDefined, RegistryUnavailable
+from epochstate.core.zookeeper.layout import Layout
 from epochstate.core.zookeeper.session import CONNECTION_ERRORS
 from epochstate.daemon.group.definitions import JobDefinitions
-from epochstate.daemon.server.status import BadRequest
+from epochstate.daemon.server.new_jobs import CheckpointRoots, allowed_checkpoint, job_name, placement
 from epochstate.v1 import epochstate_pb2 as pb
-
-
-class CheckpointRoots(Protocol):
-    """The checkpoints a caller may name (``security.checkpoints.CheckpointRoots``)."""
-
-    def check(self, checkpoint: str) -> None:
-        """Raises CheckpointNotAllowed for a checkpoint outside the roots."""
 
 
 class ReportedJobs:
@@ -76,10 +67,7 @@ class ReportedJobs:
             raise RegistryUnavailable(f"ZooKeeper did not answer: {error!r}") from error
 
     def _ensure(self, request: pb.ReportEpochRequest, followed: bool, timeout: float) -> bool:
-        try:
-            name = check_name("job", request.job)
-        except InvalidName as error:
-            raise BadRequest(f"not a job name: {error}") from None
+        name = job_name(request.job)
         checkpoint = request.checkpoint
         definitions = JobDefinitions(self._client, self._layout, self._group, timeout=timeout)
         try:
@@ -89,18 +77,12 @@ class ReportedJobs:
             if followed:
                 return False
         # Checked before anything is written, as AddJob checks them.
-        if redact(checkpoint) != checkpoint:
-            raise BadRequest("credentials or a query in the checkpoint URI are not accepted")
-        if self._roots is not None:
-            self._roots.check(checkpoint)
-        placement = request.placement
+        allowed_checkpoint(checkpoint, self._roots)
+        wanted = request.placement
+        placed = placement(checkpoint, wanted.replicas, wanted.shards, wanted.partitions)
         try:
             definitions.add(
-                name,
-                checkpoint,
-                replicas=placement.replicas or 1,
-                shards=placement.shards or 1,
-                partitions=placement.partitions or None,
+                name, checkpoint, replicas=placed.replicas, shards=placed.shards, partitions=placed.partitions
             )
         except JobDefined:  # another report (or an admin) came first: the same check
             self._same(definitions, name, checkpoint)
