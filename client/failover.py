@@ -36,14 +36,15 @@ _ELSEWHERE = frozenset(
 
 
 def first_answer(
-    candidates: Callable[[int], list[str]],
+    candidates: Callable[[int, float], list[str]],
     attempt: Callable[[str, float], T],
     seconds: float,
     replicas: Replicas,
     *,
     waits: bool,
 ) -> T:
-    """``attempt(address, seconds)`` on each of ``candidates(round)`` until one answers.
+    """``attempt(address, seconds)`` on each of ``candidates(round, seconds left)`` until
+    one answers, all within ``seconds``.
 
     An unreachable address (UNAVAILABLE, or no answer within its share of the
     time) is marked and the next one tried; so is one that answers a reason
@@ -54,14 +55,20 @@ def first_answer(
     asks ``candidates`` again (``round`` > 0: locate afresh), with back-off,
     until the deadline. ``waits``: the read may wait at the daemon, so each
     attempt gets all the time left.
+
+    When the deadline comes, the error raised is the most telling one of any
+    round (a replica's own answer, then an unreachable one's), even when the
+    last round had no time left to try anyone: a read that waited in vain for
+    its epoch ends DEADLINE_EXCEEDED, not "unavailable".
     """
     deadline = time.monotonic() + seconds
     backoff = _FIRST_BACKOFF
     last: grpc.RpcError | None = None
     answered_elsewhere: grpc.RpcError | None = None
+    telling: grpc.RpcError | None = None  # the error to raise at the deadline, of any round
     round_ = 0
     while True:
-        addresses = candidates(round_)
+        addresses = candidates(round_, max(0.0, deadline - time.monotonic()))
         for index, address in enumerate(addresses):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -90,12 +97,12 @@ def first_answer(
             return result
         if answered_elsewhere is not None and last is None:
             raise from_rpc_error(answered_elsewhere) from None
+        # A replica's own answer says more than another's silence.
+        telling = answered_elsewhere or last or telling
         remaining = deadline - time.monotonic()
         if remaining <= backoff:
-            # A replica's own answer says more than another's silence.
-            final = answered_elsewhere if answered_elsewhere is not None else last
-            if final is not None:
-                raise from_rpc_error(final) from None
+            if telling is not None:
+                raise from_rpc_error(telling) from None
             raise Unavailable("no daemon serving the read answered before the deadline")
         time.sleep(backoff)
         backoff = min(backoff * 2, _MAX_BACKOFF)

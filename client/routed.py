@@ -120,7 +120,7 @@ class RoutedClient(EpochStateClient):
             response = self._replicas.routing(address).Locate(pb.LocateRequest(job=job), timeout=seconds)
             return Location.of(response, address)
 
-        location = self._failover(lambda _: self._contacts(job), ask, timeout, waits=False)
+        location = self._failover(lambda _, __: self._contacts(job), ask, timeout, waits=False)
         with self._lock:
             self._locations[job] = location
         return location
@@ -140,7 +140,7 @@ class RoutedClient(EpochStateClient):
 
     def _failover(
         self,
-        candidates: Callable[[int], list[str]],
+        candidates: Callable[[int, float], list[str]],
         attempt: Callable[[str, float], T],
         timeout: float | None,
         *,
@@ -158,7 +158,7 @@ class RoutedClient(EpochStateClient):
         def ask(address: str, seconds: float) -> Any:
             return getattr(self._replicas.stub(address), name)(request, timeout=seconds)
 
-        return self._failover(lambda _: self._contacts(), ask, timeout, waits=False)
+        return self._failover(lambda _, __: self._contacts(), ask, timeout, waits=False)
 
     # -- routing one request -----------------------------------------------------------
 
@@ -176,8 +176,9 @@ class RoutedClient(EpochStateClient):
         hold the epoch ``chosen`` asks for (by their replica znodes or their own answers)."""
         wanted = self._wanted(job, chosen)
 
-        def candidates(round_: int) -> list[str]:
-            location = self.locate(job, refresh=round_ > 0)
+        def candidates(round_: int, left: float) -> list[str]:
+            # Asking again where the job is served spends the read's own deadline.
+            location = self.locate(job, refresh=round_ > 0 and left > 0, timeout=max(0.001, left))
             shards = location.shards
             replicas = shards[shard].replicas if shard < len(shards) else ()
             return [r.address for r in self._replicas.order(replicas, wanted)]
