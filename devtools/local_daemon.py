@@ -1,8 +1,10 @@
 """A daemon as a child process (``epochstate daemon``), for the demo, benchmarks and tests.
 
 It starts the real daemon on loopback (a random port unless ``listen`` names one)
-and on its Unix socket in the data directory, waits until it serves, and can kill
-(SIGKILL, a crash) and restart it with the same data directory.
+and on its Unix socket in the data directory (in a short directory of its own under
+the system's temporary one when that path would be too long for a Unix socket),
+waits until it serves, and can kill (SIGKILL, a crash) and restart it with the
+same data directory.
 """
 
 from __future__ import annotations
@@ -11,11 +13,15 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from epochstate.client.client import EpochStateClient
 from epochstate.client.tls import TlsOptions
+
+# The bytes a Unix socket's path may have (sun_path, less its terminating NUL).
+_SOCKET_PATH_BYTES = 107
 
 
 class LocalDaemon:
@@ -46,6 +52,7 @@ class LocalDaemon:
         self.unix_target = ""  # unix:///path of its Unix socket ("" when it has none)
         self.log_path = log_path or data_dir / "daemon.log"  # appended to by every start
         self.tls = tls or TlsOptions()  # what :meth:`client` connects with
+        self._socket_dir: Path | None = None  # see _short_socket
 
     def start(self, timeout: float = 30.0) -> LocalDaemon:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -64,6 +71,7 @@ class LocalDaemon:
             str(self.data_dir),
             "--address-file",
             str(address_file),
+            *self._short_socket(),
             *self.extra_args,
         ]
         for name, checkpoint in self.jobs.items():
@@ -86,6 +94,17 @@ class LocalDaemon:
         self.target = targets[0]
         self.unix_target = next((t for t in targets[1:] if t.startswith("unix:")), "")
         return self
+
+    def _short_socket(self) -> list[str]:
+        """``--listen-unix`` to a short path when the default (in the data directory)
+        is too long for a Unix socket and nothing else chose one; else nothing."""
+        chosen = "--listen-unix" in self.extra_args or "EPOCHSTATE_LISTEN_UNIX" in {**os.environ, **self.env}
+        default = self.data_dir.absolute() / "epochstate.sock"
+        if chosen or len(os.fsencode(default)) <= _SOCKET_PATH_BYTES:
+            return []
+        if self._socket_dir is None:
+            self._socket_dir = Path(tempfile.mkdtemp(prefix="epochstate-"))
+        return ["--listen-unix", str(self._socket_dir / "epochstate.sock")]
 
     def log_tail(self, lines: int = 40) -> str:
         try:
