@@ -65,7 +65,10 @@ def first_answer(
     backoff = _FIRST_BACKOFF
     last: grpc.RpcError | None = None
     answered_elsewhere: grpc.RpcError | None = None
-    telling: grpc.RpcError | None = None  # the error to raise at the deadline, of any round
+    # The errors of any round, for the deadline: a replica's own answer says more than
+    # another's silence, whichever round each came in.
+    answer: grpc.RpcError | None = None
+    silence: grpc.RpcError | None = None
     round_ = 0
     while True:
         addresses = candidates(round_, max(0.0, deadline - time.monotonic()))
@@ -97,10 +100,10 @@ def first_answer(
             return result
         if answered_elsewhere is not None and last is None:
             raise from_rpc_error(answered_elsewhere) from None
-        # A replica's own answer says more than another's silence.
-        telling = answered_elsewhere or last or telling
+        answer, silence = answered_elsewhere or answer, last or silence
         remaining = deadline - time.monotonic()
         if remaining <= backoff:
+            telling = answer or silence
             if telling is not None:
                 raise from_rpc_error(telling) from None
             raise Unavailable("no daemon serving the read answered before the deadline")
