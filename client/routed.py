@@ -38,7 +38,7 @@ from epochstate.client.client import (
     _lookup,
     selector,
 )
-from epochstate.client.errors import InvalidArgument, Unavailable
+from epochstate.client.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from epochstate.client.failover import first_answer
 from epochstate.client.partitions import key_partition
 from epochstate.client.routing import Location, Replica, Replicas, Shard
@@ -125,6 +125,22 @@ class RoutedClient(EpochStateClient):
             self._locations[job] = location
         return location
 
+    def _location_for(self, job: str, round_: int, left: float) -> Location:
+        """Where ``job`` is served, for round ``round_`` of a read with ``left`` seconds:
+        asked afresh after the first round (within the read's own deadline); when that
+        fails (the deadline is near, the daemons asked are down), the location known
+        serves, so the read ends with its replicas' answers, not with Locate's error."""
+        with self._lock:
+            known = self._locations.get(job)
+        if known is not None and left <= 0:
+            return known
+        try:
+            return self.locate(job, refresh=round_ > 0, timeout=max(0.001, left))
+        except (Unavailable, DeadlineExceeded):
+            if known is None:
+                raise
+            return known
+
     def _contacts(self, job: str | None = None) -> list[str]:
         """Daemons to ask about anything: the targets, then the known replicas of ``job``;
         those that failed lately last."""
@@ -177,8 +193,7 @@ class RoutedClient(EpochStateClient):
         wanted = self._wanted(job, chosen)
 
         def candidates(round_: int, left: float) -> list[str]:
-            # Asking again where the job is served spends the read's own deadline.
-            location = self.locate(job, refresh=round_ > 0 and left > 0, timeout=max(0.001, left))
+            location = self._location_for(job, round_, left)
             shards = location.shards
             replicas = shards[shard].replicas if shard < len(shards) else ()
             return [r.address for r in self._replicas.order(replicas, wanted)]
