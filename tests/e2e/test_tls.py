@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,11 @@ def test_listener_reports_over_mtls_and_readers_read_over_it(
         stream.feed(orders(0))
         stream.feed(orders(1))
         daemon.wait_for_epoch("orders", 1, timeout=60)
+        # The daemon may find epoch 1 in the checkpoint before the listener's thread has
+        # finished sending its report: wait for the count, not for the epoch alone.
+        deadline = time.monotonic() + 30
+        while reporter.sent < 2 and reporter.dropped == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert reporter.sent >= 2 and reporter.dropped == 0
 
         with EpochStateClient(daemon.target, tls=reader) as client:
