@@ -32,6 +32,7 @@ from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import StoreOracle, canon, plain, spark_store
 from tests.fixtures.streams import FileStream
 from tests.fixtures.zookeeper import eventually
+from tests.group.test_routing import orders
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -41,10 +42,6 @@ LAYOUT = Layout()
 WAIT = 120.0  # generous: a busy 2-core machine
 EPOCHS = (0, 1, 2)
 PARTITIONS = 4
-
-
-def orders(batch: int) -> list[dict[str, Any]]:
-    return [{"user": f"user-{(batch * 23 + i * 7) % 60}", "amount": batch * 100 + i} for i in range(30)]
 
 
 @dataclass
