@@ -27,6 +27,7 @@ SOURCES := epochstate core client cli daemon spark_plugin devtools
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(SOURCES) proto/generate.py tests bench .ci
+	$(BIN)/ruff format --check $(SOURCES) proto/generate.py tests bench .ci
 
 # mypy and import-linter read the package as installed: build/view (see .ci/package_view.py).
 view: $(STAMP)

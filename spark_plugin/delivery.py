@@ -13,7 +13,11 @@ checkpoint is only the fallback. A location is asked of the home daemon and kept
 for :data:`RELOCATE_SECONDS`; it is asked again at once (at most once per report)
 when a replica is unreachable or answers that it does not follow the job (the
 group moved it), and after :data:`RETRY_SECONDS` while the job is not located
-yet (its group has not assigned it).
+yet (its group has not assigned it) or is located on fewer daemons than the
+report's placement asks (its group is still assigning it). Until the job is
+located on that many daemons, the report also goes to the listener's other
+targets that answered lately: a target that does not follow the job says so and
+nothing happens, one that does sees the epoch at once.
 
 Every call has the listener's timeout; nothing here raises a gRPC error.
 """
@@ -60,6 +64,11 @@ class Located:
             for node, address in self.replicas
             if address != home and not (node == self.node and self.asked == home)
         ]
+
+    def covers(self, wanted: int) -> bool:
+        """Whether at least ``wanted`` daemons serve the job here (else its group is
+        still assigning it, or it lacks members)."""
+        return len({node for node, _ in self.replicas}) >= wanted
 
 
 @dataclass
@@ -115,17 +124,21 @@ class ReportDelivery:
         push.CopyFrom(report)
         push.ClearField("checkpoint")
         push.ClearField("placement")
+        wanted = max(1, report.placement.replicas) if report.HasField("placement") else 1
         reached: set[str] = set()
         for attempt in range(2):
-            located = self._location(report.job, home, fresh=attempt > 0)
-            if located is None:
-                return done
+            located = self._location(report.job, home, wanted, fresh=attempt > 0)
+            replicas = [] if located is None else located.besides(home)
+            others = []
+            if located is None or not located.covers(wanted):
+                others = [t for t in self.targets if t != home and not self._replicas.suspect(t)]
             stale = False
-            for address in located.besides(home):
+            for address in replicas + others:
                 if address in reached:
                     continue
                 reached.add(address)
-                stale |= not self._to_replica(push, address, done)
+                # A target besides the located replicas may well not follow the job.
+                stale |= not self._to_replica(push, address, done) and address in replicas
             if not stale:
                 return done
             self._located.pop(report.job, None)
@@ -141,14 +154,17 @@ class ReportDelivery:
             except grpc.RpcError as error:
                 code = _code(error)
                 if code in _UNREACHABLE:
+                    self._replicas.failed(target)
                     continue
                 # It answered: the job is not its to follow (NOT_FOUND), or the report is
                 # refused (JOB_DEFINED, CHECKPOINT_NOT_ALLOWED, ...). Replicas may still take it.
                 self._home = index
+                self._replicas.answered(target)
                 info = error_info(error)
                 done.refused = info.reason if info is not None else code.name if code is not None else "?"
                 return target
             self._home = index
+            self._replicas.answered(target)
             done.home = True
             return target
         return None
@@ -167,15 +183,16 @@ class ReportDelivery:
         done.replicas += 1
         return True
 
-    def _location(self, job: str, home: str | None, *, fresh: bool) -> Located | None:
+    def _location(self, job: str, home: str | None, wanted: int, *, fresh: bool) -> Located | None:
         """The replicas of ``job``, asked of the home daemon when the known ones are too old
-        (or ``fresh``); None: not located."""
+        (or ``fresh``); None: not located. A location on fewer than ``wanted`` daemons is
+        old after :data:`RETRY_SECONDS`."""
         now = self._clock()
         known = self._located.get(job)
         if known is not None and not fresh:
             age = now - known.at
-            if age < (RELOCATE_SECONDS if known.replicas else RETRY_SECONDS):
-                return known
+            if age < (RELOCATE_SECONDS if known.covers(wanted) else RETRY_SECONDS):
+                return known if known.replicas else None
         if home is None:
             return None
         try:

@@ -99,11 +99,14 @@ class RoutingService:
             raise RegistryUnavailable(f"ZooKeeper did not answer: {error!r}") from error
 
     def _registered(self, view: RegistryView, job: str) -> pb.LocateResponse:
+        # The catalog first: a job this daemon follows because its group assigned it is
+        # then in the assignment read next (one session never reads an older state than
+        # it saw), so a group job is never answered as if this daemon alone served it.
+        entry = self._followed(job)
         record = view.get_job(job)
         assignment = self._assignment(view.client)
         assigned = None if assignment is None else assignment.jobs.get(job)
         if record is None and assigned is None:
-            entry = self._followed(job)
             if entry is None:
                 raise JobNotFound(f"no daemon registered job {job!r}", metadata={"job": job})
             return self._itself(entry)

@@ -128,3 +128,35 @@ def test_a_refused_report_goes_to_no_replica(daemons: dict[str, Daemon]) -> None
     finally:
         delivery.close()
         server.stop(None)
+
+
+def test_until_the_job_is_located_on_enough_daemons_reports_go_to_every_target(
+    daemons: dict[str, Daemon],
+) -> None:
+    """A group still assigning the job (Locate says not found, or names fewer daemons than
+    the placement's replicas): the other targets get the report too, so a replica that
+    follows the job already sees the epoch at once rather than at its next poll."""
+    home, b, c = daemons["home"], daemons["b"], daemons["c"]
+    c.follows = False
+    now = [0.0]
+    targets = [home.address, b.address, c.address]
+    delivery = ReportDelivery(targets, TlsOptions(), timeout=2.0, clock=lambda: now[0])
+    try:
+        done = delivery.deliver(_report(0))  # not located at all
+        assert (done.home, done.replicas) == (True, 1) and [r.epoch for r in b.reports] == [0]
+        assert all(not r.checkpoint and not r.HasField("placement") for r in b.reports)
+
+        # The home daemon answers about itself alone (one daemon; the placement asks two).
+        home.replicas = [("home", home.address)]
+        now[0] += RETRY_SECONDS
+        assert delivery.deliver(_report(1)).replicas == 1 and [r.epoch for r in b.reports] == [0, 1]
+
+        # Located on two daemons: only they get reports from now on, for RELOCATE_SECONDS.
+        c.follows = True
+        home.replicas = [("home", home.address), ("c", c.address)]
+        now[0] += RETRY_SECONDS
+        for epoch in (2, 3):
+            assert delivery.deliver(_report(epoch)).replicas == 1
+        assert [r.epoch for r in c.reports] == [2, 3] and [r.epoch for r in b.reports] == [0, 1]
+    finally:
+        delivery.close()
