@@ -43,8 +43,12 @@ imports: view
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
+# The suite in PYTEST_WORKERS processes (pytest-xdist), each test sent to whichever is
+# free: most of its time is spent waiting on JVMs, ZooKeeper and daemons, so two
+# processes fill two cores. PYTEST_WORKERS=0 runs it in this process alone.
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The image's pinned dependencies (deploy/constraints.txt): what pip resolves for the
 # Dockerfile's extras, with Python 3.11 (the image's). Commit the file it writes.

@@ -9,9 +9,15 @@ still flows over the other pair. Needs root (``ip netns``); nothing else is touc
 
 from __future__ import annotations
 
+import fcntl
 import random
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
+
+# Test processes (pytest-xdist workers) make namespaces one at a time, each on a subnet
+# no interface here has yet.
+_LOCK = Path("/tmp/epochstate-tests-netns.lock")
 
 
 def _ip(*args: str) -> None:
@@ -28,8 +34,18 @@ class Netns:
 
     @classmethod
     def create(cls) -> Netns:
+        with _LOCK.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return cls._create()
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    @classmethod
+    def _create(cls) -> Netns:
         tag = f"{random.randrange(16**5):05x}"
-        octet = random.randrange(1, 250)
+        taken = subprocess.run(["ip", "-o", "-4", "addr"], check=True, capture_output=True, text=True).stdout
+        octet = random.choice([o for o in range(1, 250) if f"10.231.{o}." not in taken])
         name = f"es-{tag}"
         made = cls(name, f"10.231.{octet}.1", f"10.231.{octet}.2", f"10.232.{octet}.1", f"ezn{tag}")
         _ip("netns", "add", name)
