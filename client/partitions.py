@@ -71,16 +71,19 @@ def decoded(value: pb.Value, t: SparkType) -> Any:
     return getattr(value, kind)
 
 
-def key_partition(key: pb.Row, schema: StructType, num_partitions: int) -> int:
-    """The Spark partition of ``key`` (one value per field of ``schema``).
+def key_partition(key: pb.Row, schema: StructType, num_partitions: int, fields: int | None = None) -> int:
+    """The Spark partition of ``key`` (one value per field of ``schema``), hashed over
+    its first ``fields`` fields (None: all of them), those Spark shuffles the store's
+    rows by (:func:`epochstate.core.shuffle_keys.shuffle_fields`).
 
     Raises:
         ValueError: the key does not fit ``schema``.
     """
     if len(key.fields) != len(schema.fields):
         raise ValueError(f"{len(key.fields)} key fields for a key schema of {len(schema.fields)}")
+    shuffled = schema if fields is None else StructType(schema.fields[:fields])
     try:
-        values = [decoded(v, f.type) for v, f in zip(key.fields, schema.fields, strict=True)]
-        return partition_of(values, schema, num_partitions)
+        values = [decoded(v, f.type) for v, f in zip(key.fields, shuffled.fields, strict=False)]
+        return partition_of(values, shuffled, num_partitions)
     except (TypeError, ArithmeticError) as error:
         raise ValueError(f"the key does not fit its schema: {error}") from error

@@ -44,6 +44,7 @@ from epochstate.client.partitions import key_partition
 from epochstate.client.routing import Location, Replica, Replicas, Shard
 from epochstate.client.tls import TlsOptions
 from epochstate.client.values import to_row
+from epochstate.core.shuffle_keys import shuffle_fields
 from epochstate.v1 import epochstate_pb2 as pb
 from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
 
@@ -220,8 +221,11 @@ class RoutedClient(EpochStateClient):
         if location.single:
             return 0
         partitions = location.partitions.get((operator_id, store or "default"), schema.num_partitions)
+        # An operator the rule does not know: the whole key (a daemon refuses a key of a
+        # partition it does not hold, so a wrong guess fails the read, never answers it).
+        fields = shuffle_fields(schema.operator_name, schema.store, schema.kind, len(schema.key.fields))
         try:
-            partition = key_partition(key, schema.key, partitions)
+            partition = key_partition(key, schema.key, partitions, fields)
         except ValueError as error:
             raise InvalidArgument(f"key does not match the key schema: {error}") from None
         for index, shard in enumerate(location.shards):

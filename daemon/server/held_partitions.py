@@ -3,7 +3,7 @@
 A daemon never answers "absent" for a key it knows nothing about: a key of a
 partition it does not hold is refused with PARTITION_NOT_HELD. The key's partition
 is Spark's own (:mod:`epochstate.core.partitioner`) over the columns Spark shuffles
-the store's rows by (:func:`partition_fields`), worked out only for a store whose
+the store's rows by (:mod:`epochstate.core.shuffle_keys`), worked out only for a store whose
 partitions are not all held, so a daemon holding the whole job pays nothing.
 
 For a store whose shuffle columns this daemon cannot tell, a key found is answered
@@ -19,13 +19,9 @@ from epochstate.core import reasons
 from epochstate.core.errors import EpochStateError
 from epochstate.core.partition_ranges import PartitionRanges, holds_all
 from epochstate.core.partitioner import partition_of
+from epochstate.core.shuffle_keys import shuffle_fields
 from epochstate.core.sparktypes import StructType
 from epochstate.daemon.store.catalog import JobEntry, StoreHandle, StoreSchema
-
-# A stream-stream join's store of values: its key is the join key and the value's index.
-_JOIN_VALUES = "keyWithIndexToValue"
-# transformWithState variables whose key is the grouping key alone.
-_GROUPING_KEY_KINDS = frozenset({"value", "list"})
 
 
 class PartitionNotHeld(EpochStateError):
@@ -36,18 +32,9 @@ class PartitionNotHeld(EpochStateError):
 
 def partition_fields(handle: StoreHandle, schema: StoreSchema) -> int | None:
     """How many leading key fields Spark shuffles the store's rows by (None: not known
-    here): the whole key for aggregations, deduplication, (flat)MapGroupsWithState, a
-    join's key counts and transformWithState value and list variables; the join key
-    of a join's values (the key less its index)."""
-    descriptor = handle.descriptor
-    count = len(schema.key.fields)
-    if descriptor.store_name.endswith(_JOIN_VALUES):
-        return count - 1
-    if "session" in descriptor.operator_name.lower():
-        return None  # the state key holds the session besides the grouping key
-    if descriptor.kind and descriptor.kind not in _GROUPING_KEY_KINDS:
-        return None
-    return count
+    here; see :mod:`epochstate.core.shuffle_keys`)."""
+    d = handle.descriptor
+    return shuffle_fields(d.operator_name, d.store_name, d.kind, len(schema.key.fields))
 
 
 def check_held(

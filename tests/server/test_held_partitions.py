@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -72,13 +74,37 @@ def test_a_joins_values_are_partitioned_by_the_join_key_alone() -> None:
         check_held(partial, handle, handle.latest, [encode_fields([_user_in(0), 0])], [None])
 
 
-def test_where_the_partition_cannot_be_told_only_found_keys_are_answered() -> None:
-    session = _handle(USER, operator="sessionWindowStateStoreSaveExec")
-    timers = _handle(USER, operator="transformWithStateExec", kind="timers")
+def test_session_windows_and_state_variables_are_partitioned_by_the_grouping_key() -> None:
+    """A session's key ends in its start; a map variable's and a timer's key is the
+    grouping key as a struct, then the map key or the expiry (Spark's Murmur3 hashes a
+    struct field by field, so the struct hashes as its columns would)."""
+    session_key = StructType((*USER.fields, StructField("sessionStartTime", AtomicType("timestamp"))))
+    grouping = StructField("key", USER)
+    map_key = StructType((grouping, StructField("user_map_key", AtomicType("string"))))
+    timer_key = StructType((grouping, StructField("expiration_timestamp_ms", AtomicType("long"))))
+    # Each store, and its key of a user and a number (the session's start, the map key, the expiry).
+    stores: list[tuple[StoreHandle, Callable[[str, int], list[Any]]]] = [
+        (_handle(session_key, operator="sessionWindowStateStoreSaveExec"), lambda u, i: [u, i]),
+        (_handle(map_key, operator="transformWithStateExec", kind="map"), lambda u, i: [(u,), f"k{i}"]),
+        (
+            _handle(timer_key, operator="transformWithStateExec", store="$timers", kind="timers"),
+            lambda u, i: [(u,), i],
+        ),
+    ]
     partial = _entry(PartitionRanges.of([(1, 1)]))
-    for handle in (session, timers):
-        key = encode_fields([_user_in(0)])
-        check_held(partial, handle, handle.latest, [key], [b"found"])
+    for handle, key in stores:
+        for i in range(8):
+            check_held(partial, handle, handle.latest, [encode_fields(key(_user_in(1), i))], [None])
         with pytest.raises(PartitionNotHeld) as refused:
-            check_held(partial, handle, handle.latest, [key], [None])
-        assert refused.value.metadata["partition"] == ""
+            check_held(partial, handle, handle.latest, [encode_fields(key(_user_in(0), 0))], [None])
+        assert refused.value.metadata["partition"] == "0"
+
+
+def test_where_the_partition_cannot_be_told_only_found_keys_are_answered() -> None:
+    unknown = _handle(USER, operator="transformWithStateExec", kind="aKindOfLaterReleases")
+    partial = _entry(PartitionRanges.of([(1, 1)]))
+    key = encode_fields([_user_in(0)])
+    check_held(partial, unknown, unknown.latest, [key], [b"found"])
+    with pytest.raises(PartitionNotHeld) as refused:
+        check_held(partial, unknown, unknown.latest, [key], [None])
+    assert refused.value.metadata["partition"] == ""
