@@ -43,12 +43,13 @@ imports: view
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
-# The suite in PYTEST_WORKERS processes (pytest-xdist), each test sent to whichever is
-# free: most of its time is spent waiting on JVMs, ZooKeeper and daemons, so two
-# processes fill two cores. PYTEST_WORKERS=0 runs it in this process alone.
+# The suite in PYTEST_WORKERS processes (pytest-xdist), each test file to one of them
+# in the order collected (the compatibility suite's first: tests/compat/conftest.py), so
+# no module fixture (a Spark checkpoint, a release's workload) is made twice. Much of
+# the suite waits on JVMs, ZooKeeper and daemons. PYTEST_WORKERS=0: this process alone.
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The image's pinned dependencies (deploy/constraints.txt): what pip resolves for the
 # Dockerfile's extras, with Python 3.11 (the image's). Commit the file it writes.

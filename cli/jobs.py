@@ -3,11 +3,13 @@
 With ``--json`` each prints exactly one JSON document:
 
 * ``jobs``: an array of ``{"job", "checkpoint", "query_id", "provider",
-  "latest_epoch", "oldest_epoch", "committed_epoch", "problems"}``; epochs are -1
-  when there are none yet; ``problems`` is a list of ``{"epoch", "reason"}``
-  (committed epochs that cannot be served).
+  "latest_epoch", "oldest_epoch", "committed_epoch", "problems",
+  "held_partitions"}``; epochs are -1 when there are none yet; ``problems`` is a
+  list of ``{"epoch", "reason"}`` (committed epochs that cannot be served);
+  ``held_partitions`` the ``[first, last]`` ranges of Spark partitions the daemon
+  holds, ``[]`` for every one (a group replica of some shards holds theirs only).
 * ``describe``: ``{"job", "checkpoint", "query_id", "latest_epoch",
-  "oldest_epoch", "committed_epoch", "problems", "stores"}``; each store is
+  "oldest_epoch", "committed_epoch", "problems", "held_partitions", "stores"}``; each store is
   ``{"operator", "operator_name", "store", "kind", "partitions", "from_epoch",
   "key", "value", "earlier"}`` with ``key``/``value`` as Spark's simple strings
   (``struct<user:string>``), in force from ``from_epoch``; ``earlier`` lists the
@@ -18,7 +20,7 @@ With ``--json`` each prints exactly one JSON document:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Any
 
 import typer
@@ -29,6 +31,7 @@ from epochstate.cli.console import run_client
 from epochstate.cli.output import print_document, print_line
 from epochstate.cli.tables import print_table
 from epochstate.client.client import StoreSchema
+from epochstate.core.partition_ranges import PartitionRanges
 from epochstate.core.sparktypes import type_to_simple_string
 from epochstate.v1 import epochstate_pb2 as pb
 
@@ -47,6 +50,7 @@ def jobs(target: TargetOpt = DEFAULT_TARGET, as_json: JsonOpt = False, timeout: 
             "oldest_epoch": j.oldest_epoch,
             "committed_epoch": j.committed_epoch,
             "problems": _problems(j.problems),
+            "held_partitions": [[r.first, r.last] for r in j.held_partitions],
         }
         for j in found
     ]
@@ -54,8 +58,20 @@ def jobs(target: TargetOpt = DEFAULT_TARGET, as_json: JsonOpt = False, timeout: 
         print_document(rows)
         return
     columns = ("job", "latest_epoch", "oldest_epoch", "query_id", "checkpoint")
-    headers = ("job", "latest epoch", "oldest epoch", "query id", "checkpoint")
-    print_table(headers, [tuple(str(r[c]) for c in columns) for r in rows])
+    headers = ("job", "latest epoch", "oldest epoch", "query id", "checkpoint", "partitions held")
+    print_table(
+        headers,
+        [
+            (*(str(r[c]) for c in columns), _held((h.first, h.last) for h in j.held_partitions))
+            for r, j in zip(rows, found, strict=True)
+        ],
+    )
+
+
+def _held(ranges: Iterable[Sequence[int]]) -> str:
+    """``0-1, 4`` for the ranges [0, 1] and [4, 4]; ``all`` for none (every partition)."""
+    spans = tuple((first, last) for first, last in ranges)
+    return str(PartitionRanges(spans)) if spans else "all"
 
 
 def describe(
@@ -78,12 +94,15 @@ def describe(
                 "oldest_epoch": d.oldest_epoch,
                 "committed_epoch": d.committed_epoch,
                 "problems": _problems(d.problems),
+                "held_partitions": [list(r) for r in d.held_partitions],
                 "stores": stores,
             }
         )
         return
     print_line(f"job {d.job}  query {d.query_id}  epochs {d.oldest_epoch}..{d.latest_epoch}")
     print_line(f"checkpoint {d.checkpoint}")
+    if d.held_partitions:
+        print_line(f"holds Spark partitions {_held(d.held_partitions)} only (a group replica of some shards)")
     for problem in d.problems:
         print_line(f"epoch {problem.epoch} cannot be served: {problem.reason}")
     headers = ("operator", "name", "store", "kind", "partitions", "from epoch", "key schema", "value schema")

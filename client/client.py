@@ -98,6 +98,9 @@ class JobDescription:
     stores: tuple[StoreSchema, ...]
     committed_epoch: int = -1
     problems: tuple[pb.EpochProblem, ...] = ()
+    # The Spark partitions the daemon holds, as (first, last) ranges; empty: every one
+    # (a group replica of some shards: its Scan lists their keys only).
+    held_partitions: tuple[tuple[int, int], ...] = ()
 
     def store(self, operator_id: int = 0, name: str = "default") -> StoreSchema:
         for s in self.stores:
@@ -256,6 +259,7 @@ class EpochStateClient:
             stores,
             s.committed_epoch,
             tuple(s.problems),
+            tuple((r.first, r.last) for r in s.held_partitions),
         )
         self._schemas[job] = description
         return description

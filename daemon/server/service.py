@@ -326,6 +326,9 @@ class EpochStateService:
             provider=d.provider,
             problems=[pb.EpochProblem(epoch=e, reason=r) for e, r in sorted(entry.problems.items())],
             committed_epoch=entry.committed,
+            held_partitions=[]
+            if d.partitions is None
+            else [pb.PartitionRange(first=first, last=last) for first, last in d.partitions.ranges],
         )
 
     @domain_errors

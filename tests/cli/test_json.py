@@ -81,7 +81,9 @@ def test_listings_are_one_document(served: Served) -> None:
         if args == ("jobs",):
             [job] = document
             assert job["job"] == "spend" and job["latest_epoch"] >= 2 and job["problems"] == []
+            assert job["held_partitions"] == []  # every partition: not a group replica of some shards
         elif args[0] == "describe":
+            assert document["held_partitions"] == []
             [store] = document["stores"]
             assert (store["key"], store["earlier"]) == (KEY_SCHEMA, [])
         else:

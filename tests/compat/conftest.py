@@ -45,11 +45,14 @@ def releases(
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The compatibility tests run last, and their venvs are made (when missing) in the
-    background from the start: the rest of the session hides the downloads."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The compatibility tests' venvs are made (when missing) in the background from the
+    start. In one process the tests run last, so the rest of the session hides the
+    downloads; in several (pytest-xdist, whole files to a worker), they run first: their
+    file is the longest, and one worker works through it while the others take the rest."""
     here = Path(__file__).parent
     compat = [item for item in items if here in item.path.parents]
     if compat:
-        items[:] = [item for item in items if here not in item.path.parents] + compat
+        rest = [item for item in items if here not in item.path.parents]
+        items[:] = compat + rest if hasattr(config, "workerinput") else rest + compat
         warm_up(UNDER_TEST)

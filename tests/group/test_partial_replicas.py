@@ -14,6 +14,7 @@ daemons (added through JobsAdmin, which learns the four partitions from the chec
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from epochstate.client.routed import RoutedClient
 from epochstate.core.partition_ranges import PartitionRanges
 from epochstate.core.zookeeper.group_records import Assignment
 from epochstate.core.zookeeper.layout import Layout
+from tests.cli.invoke import epochstate
 from tests.e2e.test_reads import SCHEMA, counts
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import StoreOracle, canon, plain, spark_store
@@ -91,6 +93,11 @@ def _check_each_daemon_holds_its_shards(group: Partial, nodes: tuple[str, ...]) 
             held = _held_set(group.held(node))
             assert group.scanned(node, epoch) == group.expected(epoch, held), (node, epoch)
             union.update(group.scanned(node, epoch))
+            # DescribeJob says which partitions the daemon holds (empty: every one).
+            with group.daemons[node].client(timeout=30) as client:
+                ranges = client.describe(JOB, refresh=True).held_partitions
+            described = {p for first, last in ranges for p in range(first, last + 1)}
+            assert (described or set(range(PARTITIONS))) == held, (node, ranges)
         assert union == group.expected(epoch, set(range(PARTITIONS)))
 
 
@@ -164,6 +171,14 @@ def test_replicas_hold_only_their_partitions_and_a_moved_shard_is_ingested_anew(
 
     _check_each_daemon_holds_its_shards(group, nodes)
     assert sum(_check_refused_elsewhere(group, node) for node in partial) > 0
+    # The CLI says so too.
+    listed = epochstate(daemons[partial[0]].target, "jobs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    held = group.held(partial[0])
+    assert held is not None
+    assert [j["held_partitions"] for j in json.loads(listed.stdout)] == [[list(r) for r in held.ranges]]
+    shown = epochstate(daemons[partial[0]].target, "describe", JOB)
+    assert shown.returncode == 0 and f"holds Spark partitions {held} only" in shown.stdout, shown
 
     # The routed client, knowing one daemon, answers as Spark's reader at every epoch.
     keys = oracle.keys()

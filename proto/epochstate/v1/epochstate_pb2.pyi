@@ -765,6 +765,7 @@ class JobSummary(_message.Message):
     PROVIDER_FIELD_NUMBER: _builtins.int
     PROBLEMS_FIELD_NUMBER: _builtins.int
     COMMITTED_EPOCH_FIELD_NUMBER: _builtins.int
+    HELD_PARTITIONS_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     checkpoint: _builtins.str
     query_id: _builtins.str
@@ -782,6 +783,14 @@ class JobSummary(_message.Message):
         full, they stay unavailable (until retention passes them).
         """
 
+    @_builtins.property
+    def held_partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionRange]:
+        """The Spark partitions this daemon holds of the job, as ranges; empty: every
+        partition. A group replica of some shards holds only theirs: a Get of another
+        partition's key is refused (FAILED_PRECONDITION, PARTITION_NOT_HELD) and a Scan
+        lists the keys of these partitions only.
+        """
+
     def __init__(
         self,
         *,
@@ -793,14 +802,39 @@ class JobSummary(_message.Message):
         provider: _builtins.str = ...,
         problems: _abc.Iterable[Global___EpochProblem] | None = ...,
         committed_epoch: _builtins.int = ...,
+        held_partitions: _abc.Iterable[Global___PartitionRange] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "committed_epoch", b"committed_epoch", "job", b"job", "latest_epoch", b"latest_epoch", "oldest_epoch", b"oldest_epoch", "problems", b"problems", "provider", b"provider", "query_id", b"query_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "committed_epoch", b"committed_epoch", "held_partitions", b"held_partitions", "job", b"job", "latest_epoch", b"latest_epoch", "oldest_epoch", b"oldest_epoch", "problems", b"problems", "provider", b"provider", "query_id", b"query_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobSummary: _TypeAlias = JobSummary  # noqa: Y015
+
+@_typing.final
+class PartitionRange(_message.Message):
+    """Spark partitions first..last, both included."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_FIELD_NUMBER: _builtins.int
+    LAST_FIELD_NUMBER: _builtins.int
+    first: _builtins.int
+    last: _builtins.int
+    def __init__(
+        self,
+        *,
+        first: _builtins.int = ...,
+        last: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first", b"first", "last", b"last"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionRange: _TypeAlias = PartitionRange  # noqa: Y015
 
 @_typing.final
 class EpochProblem(_message.Message):
