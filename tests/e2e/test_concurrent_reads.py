@@ -35,7 +35,7 @@ from epochstate.client import (
 )
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain, spark_store
-from tests.fixtures.streams import FileStream
+from tests.fixtures.streams import FileStream, copy_checkpoint
 
 JOB = "cc"
 USERS = 3000
@@ -76,7 +76,7 @@ def place(source: Path, target: Path, held: Path) -> list[Path]:
     """Copy ``source`` to ``target`` (atomically replacing it), holding back every commit
     but the first; the held commit files, in order."""
     fresh = target.with_name(target.name + ".new")
-    shutil.copytree(source, fresh)
+    copy_checkpoint(source, fresh)
     shutil.rmtree(held, ignore_errors=True)
     held.mkdir()
     out = []

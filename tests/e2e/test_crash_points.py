@@ -36,7 +36,7 @@ from epochstate.daemon.server import epochs
 from epochstate.daemon.store.catalog import Catalog, JobEntry
 from epochstate.daemon.store.versioned import VersionedStore
 from epochstate.v1 import epochstate_pb2 as pb
-from tests.fixtures.streams import FileStream
+from tests.fixtures.streams import FileStream, copy_checkpoint
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -138,7 +138,7 @@ def run_child(tmp: Path, source_a: Path, source_b: Path, crash_at: int) -> list[
     store, cp = tmp / "store", tmp / "cp"
     shutil.rmtree(store, ignore_errors=True)
     shutil.rmtree(cp, ignore_errors=True)
-    shutil.copytree(source_a, cp)
+    copy_checkpoint(source_a, cp)
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(store), str(cp), str(source_b), str(crash_at), str(RETENTION)],
         capture_output=True,

@@ -23,7 +23,7 @@ from tests.e2e.test_probes import health
 from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.metrics import free_port, sample_values
-from tests.fixtures.streams import FileStream
+from tests.fixtures.streams import FileStream, copy_checkpoint
 from tests.fixtures.zookeeper import eventually
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -94,7 +94,7 @@ def test_not_serving_while_ingest_is_stuck_then_serving_again(
     finally:
         stream.stop()
     checkpoint = tmp_path / "cp"
-    shutil.copytree(source, checkpoint)
+    copy_checkpoint(source, checkpoint)
     (checkpoint / "commits" / "2").unlink()  # epoch 2 (store version 3) commits later
 
     metrics = free_port()

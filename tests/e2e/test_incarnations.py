@@ -36,6 +36,7 @@ from epochstate.client import EpochStateClient, EpochStateClientError, Incarnati
 from tests.e2e.test_concurrent_reads import JOB, USERS, States, build, place
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain
+from tests.fixtures.streams import copy_checkpoint
 from tests.fixtures.zookeeper import eventually
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
@@ -203,7 +204,7 @@ def test_a_recreated_checkpoint_never_answers_for_the_old_query(
     qa, qb = query_of(source_a), query_of(source_b)
     assert qa != qb
     checkpoint = tmp_path / "cp"
-    shutil.copytree(source_a, checkpoint)
+    copy_checkpoint(source_a, checkpoint)
     daemon = daemon_factory({JOB: str(checkpoint)}, zookeeper=zk_connect, extra_args=["--node", "node-a"])
     daemon.wait_for_epoch(JOB, 4)
     assert eventually(lambda: zookeeper_state(zk_client) == (qa, [], dict.fromkeys(range(5), qa), qa), 30)

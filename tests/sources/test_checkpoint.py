@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import struct
 import time
 import uuid
@@ -23,6 +22,7 @@ from epochstate.daemon.sources.errors import (
     UnsupportedCheckpoint,
 )
 from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
+from tests.fixtures.streams import copy_checkpoint
 
 JOIN_STORES = (
     "left-keyToNumValues",
@@ -95,7 +95,7 @@ def test_operators_from_metadata(checkpoints: dict[str, Path]) -> None:
 def test_operators_from_layout_without_metadata(checkpoints: dict[str, Path], tmp_path: Path) -> None:
     for name in ("plain", "join"):
         copy = tmp_path / name
-        shutil.copytree(checkpoints[name], copy)
+        copy_checkpoint(checkpoints[name], copy)
         (copy / "state" / "0" / "_metadata" / "metadata").unlink()
         (derived,) = Checkpoint(copy).operators()
         (recorded,) = Checkpoint(checkpoints[name]).operators()
@@ -110,7 +110,7 @@ def test_operators_from_layout_of_the_rocksdb_provider(
     layout cannot tell a prefix key, as of session windows: names and partitions only.)"""
     for name, original in rocksdb_checkpoints.items():
         copy = tmp_path / name
-        shutil.copytree(original, copy)
+        copy_checkpoint(original, copy)
         (copy / "state" / "0" / "_metadata" / "metadata").unlink()
         assert (copy / "state" / "0" / "0" / "SSTs").is_dir()
         (derived,) = Checkpoint(copy).operators()

@@ -20,6 +20,7 @@ from epochstate.core.sparktypes import (
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import MissingStateFile
 from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
+from tests.fixtures.streams import copy_checkpoint
 from tests.sources.spark_state import Entry, assert_matches_oracle, frozen, spark_state
 
 pytestmark = pytest.mark.spark
@@ -88,7 +89,7 @@ def test_snapshots_rebuild_the_same_state(
     # A copy without the deltas a snapshot covers: every version from the oldest
     # snapshot on can only be rebuilt through that snapshot.
     copy = tmp_path / "cp"
-    shutil.copytree(checkpoints[name], copy)
+    copy_checkpoint(checkpoints[name], copy)
     oldest = {p.parent.name: int(p.stem) for p in reversed(snapshots)}
     for partition, snapshot_version in oldest.items():
         for delta in (copy / "state" / "0" / partition).glob("*.delta"):
@@ -123,7 +124,7 @@ def test_a_failed_attempts_snapshot_is_told_by_content_not_time(
     name = "window"
     _wait_for_snapshots(checkpoints[name])
     copy = tmp_path / "cp"
-    shutil.copytree(checkpoints[name], copy)
+    copy_checkpoint(checkpoints[name], copy)
     store_dir = copy / "state" / "0" / "0"
     latest = Checkpoint(copy).latest_committed()
     assert latest is not None

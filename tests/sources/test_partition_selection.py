@@ -16,7 +16,7 @@ from epochstate.daemon.sources.changes import StateChange
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.readers import StoreReader, open_store_reader
 from tests.e2e.test_reads import SCHEMA, counts
-from tests.fixtures.streams import FileStream
+from tests.fixtures.streams import FileStream, copy_checkpoint
 
 pytestmark = pytest.mark.spark
 
@@ -71,7 +71,7 @@ def test_a_reader_of_some_partitions_reads_theirs_and_no_file_of_the_others(
     # A copy without the state files of partitions 0 and 1 (the store's schema file,
     # read from partition 0, stays): a reader of 2 and 3 never needs them.
     copy = tmp_path / "cp"
-    shutil.copytree(checkpoint, copy)
+    copy_checkpoint(checkpoint, copy)
     for partition in (0, 1):
         for entry in (copy / "state" / "0" / str(partition)).iterdir():
             if entry.name != "_metadata":

@@ -4,7 +4,6 @@ S3-protocol server (moto), read through a storage that traces every request."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -19,6 +18,7 @@ from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import MissingCheckpointFile
 from epochstate.daemon.store.versioned import VersionedStore
 from tests.fixtures.s3 import CheckpointMirror, S3Server
+from tests.fixtures.streams import copy_checkpoint
 from tests.sources.test_partition_selection import checkpoint
 
 __all__ = ["checkpoint"]
@@ -50,7 +50,7 @@ def test_log_entries_are_read_once_and_new_ones_show_up(
     s3_server: S3Server, checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
     local = tmp_path / "cp"
-    shutil.copytree(checkpoints["window"], local)
+    copy_checkpoint(checkpoints["window"], local)
     newest = max(int(p.name) for p in (local / "commits").iterdir() if p.name.isdigit())
     held_back = {name: (local / name / str(newest)).read_bytes() for name in ("commits", "offsets")}
     for name in held_back:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import struct
 import zipfile
 from pathlib import Path
@@ -30,6 +29,7 @@ from epochstate.daemon.sources.rocksdb.snapshot import (
     parse_snapshot_metadata,
 )
 from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream
+from tests.fixtures.streams import copy_checkpoint
 
 # Changelog framings.
 
@@ -169,14 +169,14 @@ def test_snapshot_metadata() -> None:
 @pytest.fixture
 def changelog_copy(rocksdb_checkpoints: dict[str, Path], tmp_path: Path) -> Path:
     copy = tmp_path / "changelog"
-    shutil.copytree(rocksdb_checkpoints["dedup-changelog"], copy)
+    copy_checkpoint(rocksdb_checkpoints["dedup-changelog"], copy)
     return copy
 
 
 @pytest.fixture
 def zip_copy(rocksdb_checkpoints: dict[str, Path], tmp_path: Path) -> Path:
     copy = tmp_path / "zip"
-    shutil.copytree(rocksdb_checkpoints["window-zip"], copy)
+    copy_checkpoint(rocksdb_checkpoints["window-zip"], copy)
     return copy
 
 

@@ -22,6 +22,7 @@ from epochstate.daemon.sources.rocksdb.attempts import as_records, sequence_disa
 from epochstate.daemon.sources.rocksdb.manifest import parse_manifest
 from epochstate.daemon.sources.rocksdb.provider import RocksDBStoreReader
 from epochstate.daemon.sources.rocksdb.snapshot import SnapshotReader
+from tests.fixtures.streams import copy_checkpoint
 from tests.sources.conftest import FORMAT_VERSION_CONF, ROCKSDB_RUNS
 from tests.sources.spark_state import Entry, assert_matches_oracle, frozen, spark_state
 from tests.sources.sparkvalues import freeze
@@ -103,7 +104,7 @@ def test_snapshots_and_changelogs_each_rebuild_the_same_state(
     # Without the changelogs a snapshot covers, versions from the snapshot on can
     # only be rebuilt through it.
     through_zips = tmp_path / "zips"
-    shutil.copytree(rocksdb_checkpoints[name], through_zips)
+    copy_checkpoint(rocksdb_checkpoints[name], through_zips)
     for partition, snapshot_version in oldest.items():
         for changelog in (through_zips / "state" / "0" / partition).glob("*.changelog"):
             if int(changelog.stem) <= snapshot_version:
@@ -115,7 +116,7 @@ def test_snapshots_and_changelogs_each_rebuild_the_same_state(
         list(reader.full_state(min(oldest.values()) - 1))
     # Without any snapshot, every version replays the changelogs from version 1.
     through_changelogs = tmp_path / "changelogs"
-    shutil.copytree(rocksdb_checkpoints[name], through_changelogs)
+    copy_checkpoint(rocksdb_checkpoints[name], through_changelogs)
     for snapshot in _store_files(through_changelogs, "zip"):
         snapshot.unlink()
     reader = RocksDBStoreReader.open(Checkpoint(through_changelogs), 0)
@@ -127,7 +128,7 @@ def test_without_changelogs_changes_are_the_snapshot_difference(
     rocksdb_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
     copy = tmp_path / "cp"
-    shutil.copytree(rocksdb_checkpoints["window-zip"], copy)
+    copy_checkpoint(rocksdb_checkpoints["window-zip"], copy)
     reader = RocksDBStoreReader.open(Checkpoint(copy), 0)
     assert list(reader.full_state(0)) == []
     before = frozen(reader.full_state(2))
@@ -169,7 +170,7 @@ def test_format_2_reads_the_committed_attempt_only(
     name: str, rocksdb_checkpoints: dict[str, Path], oracle: Oracle, tmp_path: Path
 ) -> None:
     copy = tmp_path / "cp"
-    shutil.copytree(rocksdb_checkpoints[name], copy)
+    copy_checkpoint(rocksdb_checkpoints[name], copy)
     epochs = Checkpoint(copy).committed_epochs()
     for epoch in epochs:
         ids = _committed_ids(copy, epoch)
@@ -208,7 +209,7 @@ def test_format_2_rebuilds_a_version_along_its_changelogs_lineage(
     # Without any snapshot: each version replays the changelogs its lineage names,
     # following the lineage of the oldest one named when it ends at a snapshot.
     no_zips = tmp_path / "no_zips"
-    shutil.copytree(root, no_zips)
+    copy_checkpoint(root, no_zips)
     for snapshot in _store_files(no_zips, "zip"):
         snapshot.unlink()
     reader = RocksDBStoreReader.open(Checkpoint(no_zips), 0)
@@ -217,7 +218,7 @@ def test_format_2_rebuilds_a_version_along_its_changelogs_lineage(
     # Without the changelogs up to each partition's oldest snapshot: versions from the
     # snapshot on are rebuilt through it.
     through_zips = tmp_path / "through_zips"
-    shutil.copytree(root, through_zips)
+    copy_checkpoint(root, through_zips)
     oldest = {p.parent.name: _version(p) for p in reversed(_store_files(through_zips, "zip"))}
     for partition, snapshot_version in oldest.items():
         for changelog in (through_zips / "state" / "0" / partition).glob("*.changelog"):
@@ -237,7 +238,7 @@ def test_format_2_needs_the_commit_logs_ids(
     # A purged commit entry: the version it committed cannot be found, later
     # versions still can (through their changelogs' lineage).
     purged = tmp_path / "purged"
-    shutil.copytree(rocksdb_checkpoints[name], purged)
+    copy_checkpoint(rocksdb_checkpoints[name], purged)
     (purged / "commits" / "1").unlink()
     reader = RocksDBStoreReader.open(Checkpoint(purged), 0)
     with pytest.raises(
@@ -248,7 +249,7 @@ def test_format_2_needs_the_commit_logs_ids(
     assert frozen(reader.full_state(4)) == oracle[name][3]
     # Commit entries without the ids, beside files with ids: refused, not guessed.
     stripped = tmp_path / "stripped"
-    shutil.copytree(rocksdb_checkpoints[name], stripped)
+    copy_checkpoint(rocksdb_checkpoints[name], stripped)
     for commit in (stripped / "commits").iterdir():
         if not commit.name.startswith("."):
             commit.write_text('v1\n{"nextBatchWatermarkMs":0}', encoding="utf-8")
@@ -260,7 +261,7 @@ def test_format_2_needs_the_commit_logs_ids(
 
 def _with_conf(root: Path, copy: Path, **conf: str) -> Checkpoint:
     """A copy of the checkpoint whose offset log entries carry other conf values."""
-    shutil.copytree(root, copy)
+    copy_checkpoint(root, copy)
     for entry in (copy / "offsets").iterdir():
         if entry.name.isdigit():
             version, meta, *rest = entry.read_text(encoding="utf-8").split("\n")
@@ -362,7 +363,7 @@ def test_a_failed_attempts_snapshot_is_told_by_content_not_time(
     name = "window-changelog"
     _wait_for_zips(rocksdb_checkpoints[name])
     copy = tmp_path / "cp"
-    shutil.copytree(rocksdb_checkpoints[name], copy)
+    copy_checkpoint(rocksdb_checkpoints[name], copy)
     store_dir = copy / "state" / "0" / "0"
     oldest = min(int(p.stem) for p in store_dir.glob("*.zip"))
     latest = Checkpoint(copy).latest_committed()

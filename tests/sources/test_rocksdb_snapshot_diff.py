@@ -3,7 +3,6 @@ against the difference of the two whole states, on checkpoints Spark wrote."""
 
 from __future__ import annotations
 
-import shutil
 import zipfile
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from epochstate.core.storage.location import open_location
 from epochstate.daemon.sources.rocksdb.snapshot import SnapshotReader
 from epochstate.daemon.sources.rocksdb.snapshot_diff import newest_writes_changes, read_for_diff
 from epochstate.daemon.sources.rocksdb.sst import SstFormatError, sst_writes_after
+from tests.fixtures.streams import copy_checkpoint
 
 pytestmark = pytest.mark.spark
 
@@ -92,7 +92,7 @@ def test_a_manifest_the_reader_does_not_take_falls_back_to_whole_states(
 ) -> None:
     source = rocksdb_checkpoints["window-zip"] / "state" / "0" / "0"
     store_dir = tmp_path / "store"
-    shutil.copytree(source, store_dir)
+    copy_checkpoint(source, store_dir)
     version = max(int(p.stem) for p in store_dir.glob("*.zip"))
     before, after = store_dir / f"{version - 1}.zip", store_dir / f"{version}.zip"
     assert _diff(before, after) is not None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import struct
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from epochstate.daemon.sources.errors import CorruptStateFile
 from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
 from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream
 from epochstate.daemon.sources.rows.statefile import iter_records
+from tests.fixtures.streams import copy_checkpoint
 
 END = b"LZ4Block" + bytes([0x15]) + bytes(12)
 
@@ -162,7 +162,7 @@ def test_every_truncation_of_a_spark_file_is_detected(checkpoints: dict[str, Pat
 
 def test_reader_reports_the_damaged_file(checkpoints: dict[str, Path], tmp_path: Path) -> None:
     copy = tmp_path / "cp"
-    shutil.copytree(checkpoints["dedup"], copy)
+    copy_checkpoint(checkpoints["dedup"], copy)
     for snapshot in (copy / "state").glob("0/*/*.snapshot"):
         snapshot.unlink()
     reader = HdfsStoreReader.open(Checkpoint(copy), 0)
