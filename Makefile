@@ -43,11 +43,12 @@ imports: view
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
-# The suite in PYTEST_WORKERS processes (pytest-xdist), each test file to one of them
-# in the order collected (the compatibility suite's first: tests/compat/conftest.py), so
-# no module fixture (a Spark checkpoint, a release's workload) is made twice. Much of
-# the suite waits on JVMs, ZooKeeper and daemons. PYTEST_WORKERS=0: this process alone.
-PYTEST_WORKERS ?= 2
+# The suite in this process (PYTEST_WORKERS=0, what CI runs), or in PYTEST_WORKERS
+# processes (pytest-xdist), each test file to one of them in the order collected (the
+# compatibility suite's first: tests/compat/conftest.py), so no module fixture (a Spark
+# checkpoint, a release's workload) is made twice. On 2 cores the suite is CPU-bound:
+# two workers took 39-41 min of pytest against 47.5 serially (docs/development.md).
+PYTEST_WORKERS ?= 0
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
