@@ -46,6 +46,9 @@ def session() -> Any:
         .config("spark.sql.streaming.stateStore.minDeltasForSnapshot", "2")
         .config("spark.sql.streaming.stateStore.maintenanceInterval", "200ms")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        # Python workers connect back to the JVM within this (default 15 s), as in the
+        # main suite's session: a loaded machine failed a 4.0 workload without it.
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
