@@ -67,8 +67,8 @@ class Lookup:
 
 @dataclass(frozen=True)
 class StoreSchema:
-    """A store and its newest schemas (in force from ``first_epoch``); ``earlier``
-    holds the schemas of earlier epochs, oldest first."""
+    """A store and its newest shape (in force from ``first_epoch``): schemas and number
+    of Spark partitions; ``earlier`` holds the shapes of earlier epochs, oldest first."""
 
     operator_id: int
     operator_name: str
@@ -82,7 +82,7 @@ class StoreSchema:
     earlier: tuple[StoreSchema, ...] = ()
 
     def at(self, epoch: int | None) -> StoreSchema:
-        """The schemas in force at ``epoch`` (None: the newest)."""
+        """The shape in force at ``epoch`` (None: the newest)."""
         if epoch is None or epoch >= self.first_epoch or not self.earlier:
             return self
         return next((s for s in reversed(self.earlier) if s.first_epoch <= epoch), self.earlier[0])
@@ -237,7 +237,7 @@ class EpochStateClient:
                         op.operator_id,
                         op.name,
                         st.name,
-                        st.num_partitions,
+                        v.num_partitions or st.num_partitions,
                         _struct_of(v.key_schema),
                         _struct_of(v.value_schema),
                         st.kind,

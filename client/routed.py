@@ -38,7 +38,7 @@ from epochstate.client.client import (
     _lookup,
     selector,
 )
-from epochstate.client.errors import DeadlineExceeded, InvalidArgument, Unavailable
+from epochstate.client.errors import DeadlineExceeded, InvalidArgument, PartitionNotHeld, Unavailable
 from epochstate.client.failover import first_answer
 from epochstate.client.partitions import key_partition
 from epochstate.client.routing import Location, Replica, Replicas, Shard
@@ -68,6 +68,14 @@ class _Pin:
 
     epoch: int
     query_id: str
+
+
+class _Relaid(Exception):
+    """A read's keys were routed by another partition layout than its epoch has."""
+
+    def __init__(self, pin: _Pin) -> None:
+        super().__init__(f"epoch {pin.epoch} has another partition layout")
+        self.pin = pin
 
 
 class RoutedClient(EpochStateClient):
@@ -208,19 +216,30 @@ class RoutedClient(EpochStateClient):
 
         return self._failover(candidates, attempt, timeout, waits=waits)
 
-    def route(self, job: str, key: Any, *, operator_id: int = 0, store: str = "default") -> Shard:
-        """The shard (its partitions and replicas) that reads of ``key`` are sent to."""
-        schema = self._store(job, operator_id, store)
+    def route(
+        self, job: str, key: Any, *, operator_id: int = 0, store: str = "default", epoch: int | None = None
+    ) -> Shard:
+        """The shard (its partitions and replicas) that reads of ``key`` at ``epoch`` (None:
+        the newest) are sent to."""
+        schema = self._store(job, operator_id, store).at(epoch)
         location = self.locate(job)
-        index = self._shard_index(location, operator_id, store, to_row(key, schema.key), schema)
+        index = self._shard_index(location, operator_id, store, to_row(key, schema.key), schema, epoch)
         return location.shards[index]
 
     def _shard_index(
-        self, location: Location, operator_id: int, store: str, key: pb.Row, schema: StoreSchema
+        self,
+        location: Location,
+        operator_id: int,
+        store: str,
+        key: pb.Row,
+        schema: StoreSchema,
+        epoch: int | None,
     ) -> int:
+        """The shard of ``key`` read at ``epoch`` (None: the newest): its partition is
+        the one of that epoch's layout (an offline repartition moves keys)."""
         if location.single:
             return 0
-        partitions = location.partitions.get((operator_id, store or "default"), schema.num_partitions)
+        partitions = location.partitions_at(operator_id, store, epoch) or schema.num_partitions
         # An operator the rule does not know: the whole key (a daemon refuses a key of a
         # partition it does not hold, so a wrong guess fails the read, never answers it).
         fields = shuffle_fields(schema.operator_name, schema.store, schema.kind, len(schema.key.fields))
@@ -325,22 +344,103 @@ class RoutedClient(EpochStateClient):
         timeout: float | None = None,
     ) -> list[Lookup]:
         """:meth:`EpochStateClient.multi_get`, split by the replicas of the keys' partitions;
-        results in request order, all of one epoch (the first answer's)."""
+        results in request order, all of one epoch (the first answer's).
+
+        Keys are routed by the partition layout of the epoch read. Before the epoch is
+        known (``latest``, ``at_least``, ...) that is the newest layout located; when
+        the epoch answered turns out to have another layout (the job was repartitioned
+        in between), the read is made again, pinned to that epoch and routed by its
+        layout. A replica refuses a key of a partition it does not hold, so a key routed
+        by the wrong layout is never answered "absent".
+        """
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         schema = self._store(job, operator_id, store, query_id)
-        key_schema = schema.at(_exact(epoch))
-        rows = [to_row(k, key_schema.key) for k in keys]
-        location = self.locate(job)
-        groups: dict[int, list[int]] = {}
-        for index, row in enumerate(rows):
-            groups.setdefault(self._shard_index(location, operator_id, store, row, key_schema), []).append(
-                index
-            )
-        if not groups:
-            groups[0] = []
         requested, derived = self._monotonic(
             job, selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with)
         )
+        routed_at = _exact(epoch)
+        while True:
+            location = self.locate(job)
+            if routed_at is not None and routed_at > location.newest_epoch:
+                location = self.locate(job, refresh=True)  # its layouts may not reach the epoch
+            try:
+                pin, records = self._multi_get_routed(
+                    job, keys, schema, location, routed_at, requested, derived, operator_id, store,
+                    query_id, deadline,
+                )  # fmt: skip
+            except (_Relaid, PartitionNotHeld) as error:
+                if routed_at is not None and not isinstance(error, _Relaid):
+                    raise
+                # Routed by another layout than the epoch read has: read that epoch again.
+                if isinstance(error, _Relaid):
+                    pinned = error.pin
+                else:
+                    pinned = self._pin_epoch(job, requested, derived, operator_id, store, deadline)
+                requested, derived, routed_at = (
+                    pb.EpochSelector(exact=pinned.epoch, wait=True),
+                    False,
+                    pinned.epoch,
+                )
+                query_id = query_id or pinned.query_id
+                continue
+            break
+        self._saw(job, pin.query_id, pin.epoch)
+        at = self._answered(job, operator_id, store, schema, pin.query_id).at(pin.epoch)
+        return [_lookup(pin.epoch, r, at, pin.query_id) for r in records if r is not None]
+
+    def _pin_epoch(
+        self,
+        job: str,
+        requested: pb.EpochSelector,
+        derived: bool,
+        operator_id: int,
+        store: str,
+        deadline: float,
+    ) -> _Pin:
+        """The epoch (and query) any replica answers ``requested`` with, reading no key."""
+        request = pb.MultiGetRequest(
+            store=pb.StoreRef(job=job, operator_id=operator_id, store=store), epoch=requested
+        )
+        response = self._route(
+            job,
+            0,
+            requested,
+            functools.partial(_multi_get, request),
+            max(0.001, deadline - time.monotonic()),
+            waits=self._waits(requested) and not derived,
+        )
+        return _Pin(response.epoch, response.query_id)
+
+    def _multi_get_routed(
+        self,
+        job: str,
+        keys: Sequence[Any],
+        schema: StoreSchema,
+        location: Location,
+        routed_at: int | None,
+        requested: pb.EpochSelector,
+        derived: bool,
+        operator_id: int,
+        store: str,
+        query_id: str | None,
+        deadline: float,
+    ) -> tuple[_Pin, list[pb.Record | None]]:
+        """One try of :meth:`multi_get`: keys grouped by their shard at ``routed_at`` (None:
+        the newest layout located), each group sent to a replica of its shard.
+
+        Raises:
+            _Relaid: the first answer's epoch has another partition layout than the keys
+                were grouped by.
+        """
+        key_schema = schema.at(routed_at)
+        used = location.partitions_at(operator_id, store, routed_at)
+        rows = [to_row(k, key_schema.key) for k in keys]
+        groups: dict[int, list[int]] = {}
+        for index, row in enumerate(rows):
+            shard_index = self._shard_index(location, operator_id, store, row, key_schema, routed_at)
+            groups.setdefault(shard_index, []).append(index)
+        if not groups:
+            groups[0] = []
         pin: _Pin | None = None
         records: list[pb.Record | None] = [None] * len(rows)
         for shard, indexes in sorted(groups.items()):
@@ -363,14 +463,24 @@ class RoutedClient(EpochStateClient):
             )
             if pin is None:
                 pin = _Pin(response.epoch, response.query_id)
+                relaid = not location.single and routed_at is None
+                if relaid and self._partitions_at(job, location, pin.epoch, operator_id, store) != used:
+                    raise _Relaid(pin)
             elif (response.epoch, response.query_id) != (pin.epoch, pin.query_id):
                 raise Unavailable(f"replicas answered epoch {response.epoch}, not the pinned {pin.epoch}")
             for index, record in zip(indexes, response.records, strict=True):
                 records[index] = record
         assert pin is not None
-        self._saw(job, pin.query_id, pin.epoch)
-        at = self._answered(job, operator_id, store, schema, pin.query_id).at(pin.epoch)
-        return [_lookup(pin.epoch, r, at, pin.query_id) for r in records if r is not None]
+        return pin, records
+
+    def _partitions_at(
+        self, job: str, location: Location, epoch: int, operator_id: int, store: str
+    ) -> int | None:
+        """The store's partition count at ``epoch``, from ``location`` or, when the epoch is
+        newer than it knows, from a fresh one."""
+        if epoch > location.newest_epoch:
+            location = self.locate(job, refresh=True)
+        return location.partitions_at(operator_id, store, epoch)
 
     def pinned_epoch(
         self,
@@ -447,6 +557,7 @@ class RoutedClient(EpochStateClient):
                 if pin is None:
                     pin = _Pin(response.epoch, response.query_id)
                     self._saw(job, pin.query_id, pin.epoch)
+                    self._check_covered(job, location, pin.epoch, operator_id, store)
                 elif (response.epoch, response.query_id) != (pin.epoch, pin.query_id):
                     raise Unavailable(f"replicas answered epoch {response.epoch}, not the pinned {pin.epoch}")
                 at = self._answered(job, operator_id, store, schema, pin.query_id).at(pin.epoch)
@@ -461,6 +572,25 @@ class RoutedClient(EpochStateClient):
                 # The token carries the epoch and query: any replica of the shard reads the next page.
                 request.page_token = response.next_page_token
                 chosen = pb.EpochSelector(exact=pin.epoch)
+
+    def _check_covered(self, job: str, location: Location, epoch: int, operator_id: int, store: str) -> None:
+        """A scan lists the keys of every partition of ``epoch`` or fails: never a silently
+        shorter answer when a repartition made more partitions than the shards cover.
+
+        Raises:
+            Unavailable: partitions of the epoch's layout that no shard holds.
+        """
+        if location.single:
+            return
+        count = self._partitions_at(job, location, epoch, operator_id, store)
+        if count is None:
+            return
+        missing = [p for p in range(count) if location.shard_of(p) is None]
+        if missing:
+            raise Unavailable(
+                f"job {job!r}: partitions {missing[0]}-{missing[-1]} of the {count} of epoch {epoch} "
+                f"are held by no shard yet (the group re-plans its shards after a repartition)"
+            )
 
 
 def _scan(request: pb.ScanRequest, stub: pb_grpc.EpochStateStub, seconds: float) -> pb.ScanResponse:

@@ -49,15 +49,41 @@ class Shard:
         return self.first <= partition <= self.last
 
 
+# (first epoch, number of partitions) of each partition count a store had, oldest first.
+Layouts = tuple[tuple[int, int], ...]
+
+
 @dataclass(frozen=True)
 class Location:
-    """Where ``job`` is served, as ``Locate`` answered at ``fetched_at`` (monotonic seconds)."""
+    """Where ``job`` is served, as ``Locate`` answered at ``fetched_at`` (monotonic
+    seconds): its shards, and each store's partition counts by epoch."""
 
     job: str
     query_id: str
-    partitions: dict[tuple[int, str], int]
+    layouts: dict[tuple[int, str], Layouts]
     shards: tuple[Shard, ...]
     fetched_at: float
+
+    def partitions_at(self, operator_id: int, store: str, epoch: int | None) -> int | None:
+        """How many partitions the store's state has at ``epoch`` (None: the newest);
+        None when the store is not listed."""
+        found = self.layouts.get((operator_id, store or "default"))
+        if not found:
+            return None
+        if epoch is None:
+            return found[-1][1]
+        return next((count for first, count in reversed(found) if first <= epoch), found[0][1])
+
+    def relaid(self, operator_id: int, store: str) -> bool:
+        """Whether the store's partition count changed within the epochs listed: a key's
+        partition then depends on the epoch read."""
+        return len(self.layouts.get((operator_id, store or "default"), ())) > 1
+
+    @property
+    def newest_epoch(self) -> int:
+        """The newest epoch a replica of the location holds (-1: none): layouts are
+        known up to it."""
+        return max((r.newest_epoch for s in self.shards for r in s.replicas), default=-1)
 
     @classmethod
     def of(cls, response: pb.LocateResponse, answered_by: str) -> Location:
@@ -80,8 +106,14 @@ class Location:
             )
             for s in response.shards
         )
-        partitions = {(s.operator_id, s.store or "default"): s.num_partitions for s in response.stores}
-        return cls(response.job, response.query_id, partitions, shards, time.monotonic())
+        layouts = {
+            (s.operator_id, s.store or "default"): tuple(
+                (lt.first_epoch, lt.num_partitions) for lt in s.layouts
+            )
+            or ((0, s.num_partitions),)
+            for s in response.stores
+        }
+        return cls(response.job, response.query_id, layouts, shards, time.monotonic())
 
     def shard_of(self, partition: int) -> Shard | None:
         return next((s for s in self.shards if s.covers(partition)), None)

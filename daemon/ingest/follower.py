@@ -11,7 +11,9 @@ Guarantees:
   can be loaded in full: that epoch is written as a complete version (the
   difference to the newest ingested one, removals included) and the epochs in
   between are recorded, in the same batch, as unavailable for good.
-* Each epoch is decoded with the store schema in force at it (see :mod:`schemas`).
+* Each epoch is decoded with the store shape in force at it: its schemas and its
+  number of Spark partitions (see :mod:`shapes`). An epoch whose partition count
+  differs from the epoch before is written as a complete version of the new layout.
 
 Requests: operator metadata and schema files change only when a new run of the
 query starts. They are read again (and compared by content) on a local disk for
@@ -42,12 +44,12 @@ from epochstate.core.sparktypes import type_to_json
 from epochstate.core.storage.errors import UnreadableFile
 from epochstate.daemon.ingest.changes import ReadMode, StoreCodec, store_changes
 from epochstate.daemon.ingest.epoch_record import epoch_record
-from epochstate.daemon.ingest.schemas import SchemaWatch
+from epochstate.daemon.ingest.shapes import ShapeWatch
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import SourceError
 from epochstate.daemon.sources.readers import ReadsAhead, StoreReader, open_store_reader
 from epochstate.daemon.store.catalog import JobEntry, StoreHandle, StoreSchema
-from epochstate.daemon.store.descriptors import EpochRecord, JobProgress, SchemaVersion
+from epochstate.daemon.store.descriptors import EpochRecord, JobProgress, StoreShape
 from epochstate.daemon.store.placement import StoreChanges
 from epochstate.daemon.store.versioned import VersionedStore
 
@@ -115,10 +117,10 @@ class JobFollower:
         self._retention = max(1, retention)
         self._clock = clock
         self._scratch_dir = scratch_dir
-        # Readers and codecs per (store id, first epoch of the schema they decode).
+        # Readers and codecs per (store id, first epoch of the shape they read).
         self._readers: dict[tuple[int, int], StoreReader] = {}
         self._codecs: dict[tuple[int, int], StoreCodec] = {}
-        self._schemas = SchemaWatch(self.checkpoint)
+        self._shapes = ShapeWatch(self.checkpoint)
         # When operators and schemas were last read, under which query run, whether
         # they must be read again before the next epoch, and the runs reports named.
         self._validated_at = time.monotonic()
@@ -162,7 +164,7 @@ class JobFollower:
             descriptor = self._store.add_job(self.name, self._location, query_id, provider, self.partitions)
         entry = JobEntry(descriptor)
         for store_descriptor in self._store.stores(self.name):
-            handle = StoreHandle.of(store_descriptor, self._store.schema_versions(store_descriptor))
+            handle = StoreHandle.of(store_descriptor, self._store.shapes(store_descriptor))
             entry.stores[(store_descriptor.operator_id, store_descriptor.store_name)] = handle
             entry.operator_names[store_descriptor.operator_id] = store_descriptor.operator_name
         entry.progress = self._store.progress(descriptor.job_id)
@@ -180,12 +182,15 @@ class JobFollower:
                 if (operator.operator_id, info.name) in self.entry.stores:
                     continue
                 key_schema, value_schema = self.checkpoint.store_schema(operator.operator_id, info.name)
+                # The operator metadata keeps the count the store was first written with;
+                # the epoch's own is in its offset log entry (an offline repartition).
+                partitions = self.checkpoint.state_partitions(epoch) or info.num_partitions
                 descriptor = self._store.add_store(
                     self.name,
                     operator.operator_id,
                     operator.name or "unknown",
                     info.name,
-                    info.num_partitions,
+                    partitions,
                     json.dumps(type_to_json(key_schema)),
                     json.dumps(type_to_json(value_schema)),
                     info.kind,
@@ -210,14 +215,14 @@ class JobFollower:
                 self.checkpoint,
                 d.operator_id,
                 d.store_name,
-                d.num_partitions,
+                schema.num_partitions,
                 schema.key,
                 schema.value,
                 epoch,
                 scratch_dir=self._scratch_dir,
                 partitions=None
-                if holds_all(self.partitions, d.num_partitions)
-                else self._held(d.num_partitions),
+                if holds_all(self.partitions, schema.num_partitions)
+                else self._held(schema.num_partitions),
             )
             self._readers[(d.store_id, schema.first_epoch)] = reader
         return reader
@@ -264,7 +269,7 @@ class JobFollower:
         if self.checkpoint.query_id() == self.entry.descriptor.query_id:
             return False
         self.checkpoint = Checkpoint(self._uri)
-        self._schemas = SchemaWatch(self.checkpoint)
+        self._shapes = ShapeWatch(self.checkpoint)
         self._readers.clear()
         self._codecs.clear()
         self._runs.clear()
@@ -395,20 +400,31 @@ class JobFollower:
         view = self._store.view()
         newest = self.entry.progress.newest
         changes: dict[int, StoreChanges] = {}
-        introduced: list[tuple[int, SchemaVersion]] = []
+        introduced: list[tuple[int, StoreShape]] = []
         handles: dict[tuple[int, str], StoreHandle] = {}
         for key, handle in self.entry.stores.items():
-            version = self._schemas.change_at(handle, epoch)
-            if version is not None:
-                log.info("job %s: store %s/%s has a new schema from epoch %d", self.name, *key, epoch)
-                handle = handle.with_schema(version)
-                introduced.append((handle.descriptor.store_id, version))
+            before_shape = handle.schema_at(epoch)
+            shape = self._shapes.change_at(handle, epoch)
+            if shape is not None:
+                log.info(
+                    "job %s: store %s/%s has a new shape from epoch %d (%d partitions)",
+                    self.name,
+                    *key,
+                    epoch,
+                    shape.num_partitions,
+                )
+                handle = handle.with_schema(shape)
+                introduced.append((handle.descriptor.store_id, shape))
             handles[key] = handle
             schema = handle.schema_at(epoch)
             reader = self._reader(handle, schema, epoch)
             store_id = handle.descriptor.store_id
-            # A store first seen now may have versions before this one (noticed late).
-            store_mode = ReadMode.REBASE if key in new_stores and mode is ReadMode.DELTA else mode
+            # A store first seen now may have versions before this one (noticed late);
+            # a store whose keys are spread over another number of partitions now has
+            # no change file relative to the last layout: its epoch is a whole version.
+            relaid = schema.num_partitions != before_shape.num_partitions
+            rebase = key in new_stores or relaid
+            store_mode = ReadMode.REBASE if rebase and mode is ReadMode.DELTA else mode
             changes[store_id] = store_changes(
                 reader, self._codec(handle, schema, reader), epoch + 1, store_mode, view, store_id, newest
             )
@@ -425,7 +441,7 @@ class JobFollower:
                 changes,
                 record,
                 fresh=mode is ReadMode.FULL,
-                schemas=introduced,
+                shapes=introduced,
                 unavailable=skipped,
             )
         except BaseException:

@@ -130,7 +130,13 @@ def operators(entry: JobEntry) -> list[JsonObject]:
     for (operator_id, store_name), handle in sorted(entry.stores.items()):
         name = entry.operator_names.get(operator_id, handle.descriptor.operator_name)
         operator = by_id.setdefault(operator_id, {"id": operator_id, "name": name, "stores": []})
-        operator["stores"].append({"name": store_name, "partitions": handle.descriptor.num_partitions})
+        operator["stores"].append(
+            {
+                "name": store_name,
+                "partitions": handle.latest.num_partitions,
+                "layouts": [list(layout) for layout in handle.layouts()],
+            }
+        )
     return list(by_id.values())
 
 

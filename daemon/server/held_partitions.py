@@ -46,13 +46,14 @@ def check_held(
 ) -> None:
     """Refuse a read whose answer would speak of a partition the job's data here does
     not cover: a key (in the store encoding, of ``schema``, looked up as ``found``) of
-    another partition, or a key not found whose partition cannot be told.
+    another partition, or a key not found whose partition cannot be told. Partitions
+    are those of ``schema``, the shape of the epoch read.
 
     Raises:
         PartitionNotHeld: naming the first such key's partition and the partitions held.
     """
     held = entry.descriptor.partitions
-    num_partitions = handle.descriptor.num_partitions
+    num_partitions = schema.num_partitions  # the read epoch's: a repartition moves keys
     if held is None or holds_all(held, num_partitions):
         return
     fields = partition_fields(handle, schema)

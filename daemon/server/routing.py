@@ -2,7 +2,7 @@
 
 Any daemon answers ``Locate`` from ZooKeeper, read at the time of the call (a
 client caches the answer and asks again when a replica fails it): the job znode
-gives the query and each store's number of Spark partitions; the replica znodes
+gives the query and each store's numbers of Spark partitions (by epoch); the replica znodes
 (``jobs/<job>/replicas/<node>``, written only once a replica caught up) say who
 serves what; the node znodes give the live daemons' addresses; in a group, the
 assignment gives each shard's partition range and replicas. A daemon without
@@ -41,7 +41,7 @@ def _int(record: Mapping[str, Any], name: str) -> int:
 
 
 def _stores(job: JsonObject) -> list[pb.LocatedStore]:
-    """Each store of the job znode's operators, with its number of partitions."""
+    """Each store of the job znode's operators, with its numbers of partitions."""
     stores = []
     for operator in job.get("operators") or ():
         for store in operator.get("stores") or ():
@@ -50,6 +50,10 @@ def _stores(job: JsonObject) -> list[pb.LocatedStore]:
                     operator_id=int(operator.get("id", 0)),
                     store=str(store.get("name", "default")),
                     num_partitions=int(store.get("partitions", 0)),
+                    layouts=[
+                        pb.PartitionLayout(first_epoch=int(first), num_partitions=int(count))
+                        for first, count in store.get("layouts") or ()
+                    ],
                 )
             )
     return stores
@@ -168,7 +172,15 @@ class RoutingService:
         (every one, unless a group gave it only some shards of the job)."""
         d, progress = entry.descriptor, entry.progress
         stores = [
-            pb.LocatedStore(operator_id=op, store=name, num_partitions=handle.descriptor.num_partitions)
+            pb.LocatedStore(
+                operator_id=op,
+                store=name,
+                num_partitions=handle.latest.num_partitions,
+                layouts=[
+                    pb.PartitionLayout(first_epoch=first, num_partitions=count)
+                    for first, count in handle.layouts()
+                ],
+            )
             for (op, name), handle in sorted(entry.stores.items())
         ]
         serving = progress.newest >= 0

@@ -348,7 +348,7 @@ class EpochStateService:
             info.stores.append(
                 pb.StoreInfo(
                     name=handle.descriptor.store_name,
-                    num_partitions=handle.descriptor.num_partitions,
+                    num_partitions=handle.latest.num_partitions,
                     key_schema=_schema(handle.key_schema),
                     value_schema=_schema(handle.value_schema),
                     kind=handle.descriptor.kind,
@@ -358,6 +358,7 @@ class EpochStateService:
                             first_epoch=s.first_epoch,
                             key_schema=_schema(s.key),
                             value_schema=_schema(s.value),
+                            num_partitions=s.num_partitions,
                         )
                         for s in handle.schemas[:-1]
                     ],

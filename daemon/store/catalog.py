@@ -16,7 +16,7 @@ from epochstate.core import reasons
 from epochstate.core.errors import EpochStateError
 from epochstate.core.sparktypes import StructType, parse_struct
 from epochstate.daemon.codec.keycodec import decode_fields
-from epochstate.daemon.store.descriptors import JobDescriptor, JobProgress, SchemaVersion, StoreDescriptor
+from epochstate.daemon.store.descriptors import JobDescriptor, JobProgress, StoreDescriptor, StoreShape
 
 
 class CatalogError(EpochStateError):
@@ -47,15 +47,16 @@ def _never() -> bool:
 
 @dataclass(frozen=True)
 class StoreSchema:
-    """The parsed key and value schemas of a store, in force from ``first_epoch`` on."""
+    """A store's shape in force from ``first_epoch`` on, parsed: key and value
+    schemas, and the number of Spark partitions its rows are spread over."""
 
     first_epoch: int
     key: StructType
     value: StructType
-    version: SchemaVersion
+    version: StoreShape
 
     @classmethod
-    def of(cls, version: SchemaVersion) -> StoreSchema:
+    def of(cls, version: StoreShape) -> StoreSchema:
         return cls(
             version.first_epoch,
             parse_struct(version.key_schema_json),
@@ -63,20 +64,24 @@ class StoreSchema:
             version,
         )
 
+    @property
+    def num_partitions(self) -> int:
+        return self.version.num_partitions
+
     def decode_key(self, encoded: bytes) -> tuple[object, ...]:
         return decode_fields(encoded, len(self.key.fields))
 
 
 @dataclass(frozen=True)
 class StoreHandle:
-    """A queryable store with its schema versions (oldest first, never empty)."""
+    """A queryable store with its shapes (oldest first, never empty)."""
 
     descriptor: StoreDescriptor
     schemas: tuple[StoreSchema, ...]
 
     @classmethod
-    def of(cls, descriptor: StoreDescriptor, versions: list[SchemaVersion] | None = None) -> StoreHandle:
-        found = versions or [descriptor.first_schema]
+    def of(cls, descriptor: StoreDescriptor, versions: list[StoreShape] | None = None) -> StoreHandle:
+        found = versions or [descriptor.first_shape]
         return cls(descriptor, tuple(StoreSchema.of(v) for v in found))
 
     @property
@@ -94,14 +99,23 @@ class StoreHandle:
         return self.schemas[-1].value
 
     def schema_at(self, epoch: int) -> StoreSchema:
-        """The schemas in force at ``epoch``: what its rows were decoded with and what
-        keys read at it are checked against."""
+        """The shape in force at ``epoch``: the schemas its rows were decoded with and
+        keys read at it are checked against, and the partitions a key of it falls in."""
         for schema in reversed(self.schemas):
             if schema.first_epoch <= epoch:
                 return schema
         return self.schemas[0]
 
-    def with_schema(self, version: SchemaVersion) -> StoreHandle:
+    def layouts(self) -> tuple[tuple[int, int], ...]:
+        """(first epoch, number of partitions) of each partition count the store had,
+        oldest first."""
+        found: list[tuple[int, int]] = []
+        for shape in self.schemas:
+            if not found or found[-1][1] != shape.num_partitions:
+                found.append((shape.first_epoch, shape.num_partitions))
+        return tuple(found)
+
+    def with_schema(self, version: StoreShape) -> StoreHandle:
         return StoreHandle(self.descriptor, (*self.schemas, StoreSchema.of(version)))
 
 

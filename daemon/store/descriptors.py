@@ -47,11 +47,12 @@ class JobDescriptor:
 
 @dataclass(frozen=True, slots=True)
 class StoreDescriptor:
-    """One named store of one stateful operator of a job, with its schemas.
+    """One named store of one stateful operator of a job, with its first shape.
 
-    Schemas are Spark's JSON forms (``DataType.json``) of the key and value structs:
-    the schema the store was first seen with, in force from ``first_epoch`` until the
-    first of the store's later :class:`SchemaVersion` records.
+    Schemas are Spark's JSON forms (``DataType.json``) of the key and value structs.
+    The schemas and ``num_partitions`` are the shape the store was first seen with, in
+    force from ``first_epoch`` until the first of the store's later :class:`StoreShape`
+    records.
     """
 
     store_id: int
@@ -74,31 +75,43 @@ class StoreDescriptor:
         return cls(**json.loads(raw))
 
     @property
-    def first_schema(self) -> SchemaVersion:
-        return SchemaVersion(self.first_epoch, self.key_schema_json, self.value_schema_json)
+    def first_shape(self) -> StoreShape:
+        return StoreShape(self.first_epoch, self.key_schema_json, self.value_schema_json, self.num_partitions)
 
 
 @dataclass(frozen=True, slots=True)
-class SchemaVersion:
-    """A store's key and value schemas (Spark JSON) in force from ``first_epoch`` on,
-    until the next version's first epoch. Written with the epoch that introduces it."""
+class StoreShape:
+    """What a store's state looks like from ``first_epoch`` on, until the next shape's
+    first epoch: its key and value schemas (Spark JSON) and the number of Spark
+    partitions its rows are spread over (Spark 4.2+ repartitions state offline, so a
+    checkpoint's partition count changes at an epoch). Written with the epoch that
+    introduces it; every read, route and shard plan of an epoch uses that epoch's shape.
+    """
 
     first_epoch: int
     key_schema_json: str
     value_schema_json: str
+    num_partitions: int
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, raw: bytes) -> SchemaVersion:
-        return cls(**json.loads(raw))
+    def from_json(cls, raw: bytes, earlier_partitions: int) -> StoreShape:
+        """A recorded shape; one recorded before shapes named their partition count (a
+        schema change only, layout 3) has the count of the shape before it."""
+        fields = json.loads(raw)
+        fields.setdefault("num_partitions", earlier_partitions)
+        return cls(**fields)
 
-    def same_schemas(self, other: SchemaVersion) -> bool:
+    def same_schemas(self, other: StoreShape) -> bool:
         return (self.key_schema_json, self.value_schema_json) == (
             other.key_schema_json,
             other.value_schema_json,
         )
+
+    def same_shape(self, other: StoreShape) -> bool:
+        return self.same_schemas(other) and self.num_partitions == other.num_partitions
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ key                                        value
 ``J`` job name                             job descriptor (JSON; with the Spark
                                            partitions its data covers, when not all)
 ``S`` store_id                             store descriptor (JSON)
-``s`` store_id first_epoch                 a later schema version of the store (JSON)
+``s`` store_id first_epoch                 a later shape of the store (JSON)
 ``u`` job_id epoch                         an epoch that will never be served: why
 ``x`` job_id                               a dropped job (JSON): reads of it are refused
 ``I``                                      the highest job and store ids ever given
@@ -46,18 +46,20 @@ LAYOUT = b"V"
 DROPPED = b"x"
 IDS = b"I"
 
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 """Bumped whenever a key or value above changes meaning. 1: one garbage entry per
 superseded data key (no ``V`` key); 2: garbage keys packed into chunks. The ``x``
 and ``I`` keys came later within 2: a daemon that does not know them ignores them.
 3: a job descriptor may name the partitions its data covers (a daemon of layout 2
 would take such a job's data for the whole job, and answer "absent" for keys of
-the partitions it lacks)."""
+the partitions it lacks). 4: a store's later shapes (``s``) name their number of
+Spark partitions (a daemon of layout 3 would read every epoch with the first count)."""
 
-UPGRADES_FROM = frozenset({"2"})
+UPGRADES_FROM = frozenset({"2", "3"})
 """Layout versions a store is read as, and restamped with, :data:`LAYOUT_VERSION`
 without a change to its data: a layout 2 job descriptor names no partitions, which
-in layout 3 means the whole job, as it did."""
+in layout 3 means the whole job, as it did; a layout 3 shape names no partition
+count, which in layout 4 means the count of the shape before it, as it was."""
 
 _ID = struct.Struct(">I")
 _EPOCH = struct.Struct(">Q")

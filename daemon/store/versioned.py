@@ -49,8 +49,8 @@ from epochstate.daemon.store.descriptors import (
     EpochRecord,
     JobDescriptor,
     JobProgress,
-    SchemaVersion,
     StoreDescriptor,
+    StoreShape,
 )
 from epochstate.daemon.store.errors import LayoutMismatch, StoreClosed, StoreDamaged, UnknownJob
 from epochstate.daemon.store.newest import KeyDigest, key_digest
@@ -283,11 +283,12 @@ class VersionedStore:
             self._placer.new_store(descriptor.store_id)
             return descriptor
 
-    def schema_versions(self, store: StoreDescriptor) -> list[SchemaVersion]:
-        """Every schema version of ``store``, oldest first (the first is the descriptor's)."""
-        found = self._scan_prefix(layout.schema_prefix(store.store_id))
-        later = [SchemaVersion.from_json(v) for _, v in found]
-        return [store.first_schema, *later]
+    def shapes(self, store: StoreDescriptor) -> list[StoreShape]:
+        """Every shape of ``store``, oldest first (the first is the descriptor's)."""
+        shapes = [store.first_shape]
+        for _, raw in self._scan_prefix(layout.schema_prefix(store.store_id)):
+            shapes.append(StoreShape.from_json(raw, shapes[-1].num_partitions))
+        return shapes
 
     def unavailable(self, job_id: int) -> dict[int, str]:
         """Committed epochs that were skipped because their state could not be read, with why."""
@@ -332,14 +333,14 @@ class VersionedStore:
         record: EpochRecord,
         *,
         fresh: bool = False,
-        schemas: Sequence[tuple[int, SchemaVersion]] = (),
+        shapes: Sequence[tuple[int, StoreShape]] = (),
         unavailable: Mapping[int, str] | None = None,
     ) -> ApplyResult:
         """Write one epoch's changes (per store id), its record and the progress marker
         atomically.
 
         ``fresh`` says the job has no versions yet (a full-state load), which skips
-        the look-up of superseded versions. ``schemas`` are (store id, version) pairs
+        the look-up of superseded versions. ``shapes`` are (store id, shape) pairs
         this epoch introduces; ``unavailable`` are the skipped epochs before it (never
         to be served) with their reasons: both are written in the same batch.
         Epochs must be applied in increasing order; re-applying the newest epoch is a
@@ -362,8 +363,8 @@ class VersionedStore:
             batch.put(layout.garbage_key(job.job_id, epoch, chunk), value)
         oldest = current.oldest if current.oldest >= 0 else epoch
         progress = JobProgress(epoch, oldest)
-        for store_id, schema in schemas:
-            batch.put(layout.schema_key(store_id, schema.first_epoch), schema.to_json())
+        for store_id, shape in shapes:
+            batch.put(layout.schema_key(store_id, shape.first_epoch), shape.to_json())
         for skipped, reason in (unavailable or {}).items():
             batch.put(layout.unavailable_key(job.job_id, skipped), reason.encode("utf-8"))
         batch.put(layout.epoch_key(job.job_id, epoch), record.to_json())

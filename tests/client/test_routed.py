@@ -46,7 +46,7 @@ def test_a_standalone_daemon_locates_itself(
     oracle = spark_store(spark, stream.checkpoint, [1]).states[1]
     with RoutedClient([daemon.target]) as client:
         location = client.locate(JOB)
-        assert location.partitions == {(0, "default"): 2}
+        assert location.layouts == {(0, "default"): ((0, 2),)}
         ((shard,),) = [location.shards]
         assert (shard.first, shard.last) == (0, LAST_PARTITION)
         ((replica,),) = [shard.replicas]

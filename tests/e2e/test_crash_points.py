@@ -209,7 +209,7 @@ def check_restart(tmp: Path, lines: list[str], reference: dict[tuple[str, int], 
 def _handle(store: VersionedStore, descriptor: Any) -> Any:
     from epochstate.daemon.store.catalog import StoreHandle
 
-    return StoreHandle.of(descriptor, store.schema_versions(descriptor))
+    return StoreHandle.of(descriptor, store.shapes(descriptor))
 
 
 def test_a_crash_at_any_write_keeps_every_answered_read(spark: Any, tmp_path: Path) -> None:

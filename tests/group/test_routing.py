@@ -162,7 +162,7 @@ def test_routed_reads_equal_spark_and_every_replica_of_a_shard(routed_group: Rou
     keys = oracle.keys()
     with group.client("n2") as client:
         location = client.locate(JOB)
-        assert location.partitions == {(0, "default"): 2}
+        assert location.layouts == {(0, "default"): ((0, 2),)}
         assert [(s.first, s.last) for s in location.shards] == [(0, 0), (1, 1)]
         for shard in location.shards:
             assert len(shard.replicas) == 2 and all(r.serving for r in shard.replicas)

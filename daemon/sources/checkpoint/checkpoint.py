@@ -52,6 +52,8 @@ from epochstate.daemon.sources.errors import (
 PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
 COMPRESSION_CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
 CHECKPOINT_FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+# The number of partitions of every state store at an epoch (Spark pins it per epoch).
+SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 # Spark 4.3: a checksum with every stored row, a layout the readers do not know.
 ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"
 HDFS_PROVIDER_CLASS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -187,6 +189,28 @@ class Checkpoint(QueryLog):
                 raise MissingCheckpointFile(f"{self.root}/offsets: no epoch planned yet")
             epoch = planned[-1]
         return self.epoch_log(epoch).conf
+
+    def state_partitions(self, epoch: int) -> int | None:
+        """The number of Spark partitions of every state store at ``epoch``, as Spark
+        plans it: the shuffle partitions pinned in the epoch's offset log entry. An
+        offline repartition (Spark 4.2+) changes it at its repartition batch, while the
+        operator metadata keeps the count the stores were first written with. None when
+        the entry does not record it (the operator metadata's count then holds).
+
+        Raises:
+            MissingCheckpointFile, CorruptCheckpointFile, UnsupportedCheckpoint: the
+                epoch's offset log entry cannot be read.
+        """
+        raw = self.epoch_log(epoch).conf.get(SHUFFLE_PARTITIONS_CONF)
+        if raw is None:
+            return None
+        try:
+            count = int(raw)
+        except ValueError:
+            count = 0
+        if count < 1:
+            raise UnsupportedCheckpoint(f"{self.root}/offsets/{epoch}: {SHUFFLE_PARTITIONS_CONF}={raw!r}")
+        return count
 
     def provider_class(self, epoch: int | None = None) -> str:
         """The state store provider class the query runs with (recorded per epoch;

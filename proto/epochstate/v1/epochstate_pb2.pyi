@@ -663,6 +663,9 @@ class StoreInfo(_message.Message):
     "$timers" for its registered timers.
     """
     num_partitions: _builtins.int
+    """The newest shape's number of Spark partitions (earlier_schemas name those of
+    earlier epochs: Spark 4.2+ repartitions state offline, at an epoch).
+    """
     kind: _builtins.str
     """What a transformWithState store holds: "value", "list", "map" or "timers";
     empty for every other operator's stores.
@@ -676,9 +679,9 @@ class StoreInfo(_message.Message):
     def value_schema(self) -> Global___Schema: ...
     @_builtins.property
     def earlier_schemas(self) -> _containers.RepeatedCompositeFieldContainer[Global___SchemaVersion]:
-        """Schemas in force before, oldest first: a read at an epoch uses the version
-        with the greatest first_epoch <= that epoch (keys are checked against it and
-        values come back in its shape).
+        """Shapes in force before, oldest first: a read at an epoch uses the version
+        with the greatest first_epoch <= that epoch (keys are checked against it,
+        values come back in its shape, and its keys fall in its partitions).
         """
 
     def __init__(
@@ -702,12 +705,16 @@ Global___StoreInfo: _TypeAlias = StoreInfo  # noqa: Y015
 
 @_typing.final
 class SchemaVersion(_message.Message):
+    """A store's shape from first_epoch on: its schemas and its number of partitions."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FIRST_EPOCH_FIELD_NUMBER: _builtins.int
     KEY_SCHEMA_FIELD_NUMBER: _builtins.int
     VALUE_SCHEMA_FIELD_NUMBER: _builtins.int
+    NUM_PARTITIONS_FIELD_NUMBER: _builtins.int
     first_epoch: _builtins.int
+    num_partitions: _builtins.int
     @_builtins.property
     def key_schema(self) -> Global___Schema: ...
     @_builtins.property
@@ -718,10 +725,11 @@ class SchemaVersion(_message.Message):
         first_epoch: _builtins.int = ...,
         key_schema: Global___Schema | None = ...,
         value_schema: Global___Schema | None = ...,
+        num_partitions: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["key_schema", b"key_schema", "value_schema", b"value_schema"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_epoch", b"first_epoch", "key_schema", b"key_schema", "value_schema", b"value_schema"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_epoch", b"first_epoch", "key_schema", b"key_schema", "num_partitions", b"num_partitions", "value_schema", b"value_schema"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1941,23 +1949,57 @@ class LocatedStore(_message.Message):
     OPERATOR_ID_FIELD_NUMBER: _builtins.int
     STORE_FIELD_NUMBER: _builtins.int
     NUM_PARTITIONS_FIELD_NUMBER: _builtins.int
+    LAYOUTS_FIELD_NUMBER: _builtins.int
     operator_id: _builtins.int
     store: _builtins.str
     num_partitions: _builtins.int
+    """The number of Spark partitions of the newest epoch's state."""
+    @_builtins.property
+    def layouts(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionLayout]:
+        """Every partition count the store had, oldest first: a key read at an epoch
+        falls in a partition of the layout with the greatest first_epoch <= that
+        epoch. Empty from a daemon that predates layouts: num_partitions throughout.
+        """
+
     def __init__(
         self,
         *,
         operator_id: _builtins.int = ...,
         store: _builtins.str = ...,
         num_partitions: _builtins.int = ...,
+        layouts: _abc.Iterable[Global___PartitionLayout] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["num_partitions", b"num_partitions", "operator_id", b"operator_id", "store", b"store"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["layouts", b"layouts", "num_partitions", b"num_partitions", "operator_id", b"operator_id", "store", b"store"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LocatedStore: _TypeAlias = LocatedStore  # noqa: Y015
+
+@_typing.final
+class PartitionLayout(_message.Message):
+    """The number of Spark partitions of a store's state from first_epoch on."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_EPOCH_FIELD_NUMBER: _builtins.int
+    NUM_PARTITIONS_FIELD_NUMBER: _builtins.int
+    first_epoch: _builtins.int
+    num_partitions: _builtins.int
+    def __init__(
+        self,
+        *,
+        first_epoch: _builtins.int = ...,
+        num_partitions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_epoch", b"first_epoch", "num_partitions", b"num_partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionLayout: _TypeAlias = PartitionLayout  # noqa: Y015
 
 @_typing.final
 class LocatedReplica(_message.Message):
