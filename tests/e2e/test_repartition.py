@@ -1,0 +1,168 @@
+"""A checkpoint repartitioned offline (Spark 4.2+), both ways, served as Spark's reader reads it.
+
+One workload per provider, shared by the module: a streaming aggregation runs
+epochs 0-2 on 3 partitions and stops; Spark's checkpoint manager repartitions its
+state to 5 partitions (epoch 3, the *repartition batch*: no input, the state in
+the new layout); the query runs epochs 4-5 on 5 partitions and stops; the state is
+repartitioned to 2 partitions (epoch 6) and the query runs epochs 7-8.
+
+Two daemons read it: one that followed the job live from its first epoch (it meets
+each repartition batch as the next epoch), and one started once it was done. At
+every epoch each answers Get, MultiGet and Scan for every key as Spark's reader
+does, partition included, and says how many partitions that epoch's state has.
+
+What Spark does (4.3.0): the repartition batch's offset log entry carries the new
+``spark.sql.shuffle.partitions`` and the same source offsets as the batch before;
+every partition of the new layout gets a full snapshot of the new version; the
+operator metadata (``state/<op>/_metadata/metadata``, and so Spark's
+``state-metadata`` reader) keeps the first count. The HDFS-backed provider is
+refused (``STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_PROVIDER``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from epochstate.client import EpochStateClient
+from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.oracle import StoreOracle, assert_store_equals_oracle, canon, plain, spark_store
+from tests.fixtures.streams import HDFS, PROVIDERS, FileStream, Provider
+
+JOB = "orders"
+SCHEMA = "user string, amount long"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+# Epoch -> number of partitions of its state: 3, then 5 from the first repartition
+# batch (epoch 3), then 2 from the second (epoch 6).
+LAYOUT = {0: 3, 1: 3, 2: 3, 3: 5, 4: 5, 5: 5, 6: 2, 7: 2, 8: 2}
+REPARTITIONS = {3: 5, 6: 2}
+ROCKSDB_PROVIDERS = [p for p in PROVIDERS if p is not HDFS]
+
+
+def totals(frame: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return frame.groupBy("user").agg(F.count("*").alias("orders"), F.sum("amount").alias("spent"))
+
+
+def orders(batch: int) -> list[dict[str, Any]]:
+    # 24 users over the run, 10 orders a batch: keys appear, and are updated, in every layout.
+    return [{"user": f"u{(batch * 7 + i) % 24}", "amount": batch * 10 + i} for i in range(10)]
+
+
+@dataclass
+class Repartitioned:
+    provider: Provider
+    checkpoint: Path
+    oracle: StoreOracle
+    live: DaemonProcess
+    started_after: DaemonProcess
+
+
+def _session(spark: Any, provider: Provider, partitions: int) -> Any:
+    session = provider.session(spark)
+    session.conf.set(SHUFFLE_PARTITIONS, str(partitions))
+    return session
+
+
+@pytest.fixture(scope="module", params=ROCKSDB_PROVIDERS, ids=str)
+def repartitioned(
+    request: pytest.FixtureRequest, spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Repartitioned]:
+    provider: Provider = request.param
+    root = tmp_path_factory.mktemp(f"repartition-{provider}")
+    checkpoint = root / "cp"
+    session = _session(spark, provider, LAYOUT[0])
+    live = DaemonProcess(root / "live", {JOB: str(checkpoint)}, extra_args=["--retention-epochs", "100"])
+    after = DaemonProcess(root / "after", {JOB: str(checkpoint)}, extra_args=["--retention-epochs", "100"])
+    try:
+        stream = FileStream(session, root / "in", checkpoint, totals, SCHEMA).start()
+        live.start()  # before the first commit: it follows every epoch as it comes
+        epoch = 0
+        while epoch < len(LAYOUT):
+            if epoch in REPARTITIONS:
+                stream.stop()
+                session._streamingCheckpointManager.repartition(str(checkpoint), REPARTITIONS[epoch])
+                live.wait_for_epoch(JOB, epoch)  # the repartition batch, met live
+                epoch += 1
+                stream.start(fresh=False)
+                continue
+            stream.feed(orders(epoch))
+            epoch += 1
+        stream.stop()
+        assert stream.committed() == sorted(LAYOUT)
+        live.wait_for_epoch(JOB, max(LAYOUT))
+        after.start()
+        after.wait_for_epoch(JOB, max(LAYOUT))
+        oracle = spark_store(spark, checkpoint, sorted(LAYOUT))
+        yield Repartitioned(provider, checkpoint, oracle, live, after)
+    finally:
+        live.stop()
+        after.stop()
+
+
+def test_spark_moved_keys_between_partitions_at_each_repartition_batch(repartitioned: Repartitioned) -> None:
+    """The workload is what it claims: each epoch's keys sit in its layout's partitions,
+    and both repartitions moved keys (a daemon reading the old layout would miss them)."""
+    states = repartitioned.oracle.states
+    for epoch, count in LAYOUT.items():
+        assert states[epoch], f"epoch {epoch} has no state"
+        assert {p for _, _, p in states[epoch].values()} <= set(range(count)), f"epoch {epoch}"
+    for epoch in REPARTITIONS:
+        before, after = states[epoch - 1], states[epoch]
+        assert before.keys() == after.keys(), "a repartition batch reads no input"
+        moved = [k for k in before if before[k][2] != after[k][2]]
+        assert moved, f"no key moved at epoch {epoch}"
+    assert max(p for _, _, p in states[5].values()) >= 3, "partitions 3-4 hold keys"
+
+
+@pytest.mark.parametrize("which", ["live", "started_after"])
+def test_every_epoch_equals_spark_reader_across_both_repartitions(repartitioned: Repartitioned, which: str) -> None:
+    daemon: DaemonProcess = getattr(repartitioned, which)
+    oracle = repartitioned.oracle
+    compared = 0
+    with daemon.client() as client:
+        assert_store_equals_oracle(client, JOB, oracle)  # MultiGet and paged Scan, every epoch
+        for epoch, expected in sorted(oracle.states.items()):
+            for key in oracle.keys():
+                lookup = client.get(JOB, key, epoch=epoch)
+                got = (plain(lookup.key), plain(lookup.value), lookup.partition) if lookup.found else None
+                assert got == expected.get(canon(key)), f"Get {key} at epoch {epoch}"
+                compared += 1
+        assert not client.describe(JOB, refresh=True).problems
+    assert compared == len(LAYOUT) * len(oracle.keys())
+
+
+@pytest.mark.parametrize("which", ["live", "started_after"])
+def test_describe_and_locate_give_each_epochs_partition_count(repartitioned: Repartitioned, which: str) -> None:
+    daemon: DaemonProcess = getattr(repartitioned, which)
+    with daemon.client() as client:
+        store = client.describe(JOB, refresh=True).store()
+        assert {e: store.at(e).num_partitions for e in LAYOUT} == LAYOUT
+        assert store.num_partitions == LAYOUT[max(LAYOUT)]
+    from epochstate.client.routed import RoutedClient
+
+    with RoutedClient([daemon.target]) as routed:
+        location = routed.locate(JOB)
+        assert location.layouts == {(0, "default"): ((0, 3), (3, 5), (6, 2))}
+        assert {e: location.partitions_at(0, "default", e) for e in LAYOUT} == LAYOUT
+
+
+def test_a_daemon_restarted_keeps_each_epochs_layout(repartitioned: Repartitioned) -> None:
+    """The shapes are written with their epochs: a restart reads them back, it does not
+    re-learn them from the checkpoint (whose operator metadata has the first count)."""
+    daemon = repartitioned.live
+    daemon.stop()
+    daemon.start()
+    with daemon.client() as client:
+        store = client.describe(JOB, refresh=True).store()
+        assert {e: store.at(e).num_partitions for e in LAYOUT} == LAYOUT
+        _assert_epochs(client, repartitioned.oracle, [2, 3, 5, 6, 8])
+
+
+def _assert_epochs(client: EpochStateClient, oracle: StoreOracle, epochs: list[int]) -> None:
+    assert_store_equals_oracle(client, JOB, oracle, epochs)
