@@ -17,7 +17,7 @@ a run next to ``<``, ``{``, ``*`` or ``$`` (``bench/*.py``, ``state/<operatorId>
 How a relative path resolves: it names something that exists when, joined to the
 repository root, to a folder that holds the mentioning file, or to a package
 folder, it is a tracked file or a folder of tracked files (a folder when it ends
-with ``/``). So ``store/view.py`` in ``daemon/server/x.py`` is
+with ``/``). So ``store/view.py`` in ``daemon/server/service.py`` is
 ``daemon/store/view.py``, and ``sources/hdfs/`` in docs/architecture.md is
 ``daemon/sources/hdfs/``.
 """
@@ -147,7 +147,7 @@ def test_the_rule_tells_paths_from_words() -> None:
         "daemon/store/",
         "docs/groups.md",
     ]
-    # server is no root here, so server/views.py is not a path; store/ resolves under daemon/.
+    # With no root named server here, the third name is a word; store/ resolves under daemon/.
     assert tree.exists("store/view.py", "daemon/server/service.py")
     assert not tree.exists("store/views.py", "daemon/server/service.py")
     assert not tree.exists("daemon/store/view.py/", "README.md")
