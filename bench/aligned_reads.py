@@ -17,7 +17,8 @@ Then the reason the sync exists, measured: ``--probes`` times, another process
 (Spark's driver, in production) records a new mapping entry, gets ZooKeeper's
 acknowledgement and tells this one, and only then the read starts, not waiting
 (timeout 0). A read that misses the entry acknowledged before it began answered
-from a stale cache (the aligned_selector flake, issue 14). Each variant gets a
+from a stale cache (an aligned read that returns an older epoch than its writer
+was told it had). Each variant gets a
 fresh entry per probe, so none profits from another's round trip.
 """
 

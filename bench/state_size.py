@@ -3,7 +3,7 @@
     python bench/state_size.py [--keys-large 10000000] [--keys-small 100000] [--changed 10000]
                                [--epochs 12] [--provider "rocksdb changelog"] [--calls 4000]
 
-Issue 16's targets, the large state against the small one: ingest time per epoch
+The targets, the large state against the small one: ingest time per epoch
 (``--changed`` keys) <= 1.2x; Get p50 unchanged (<= 1.1x: this machine's noise);
 the daemon's store on disk <= 2x Spark's own checkpoint for the same retained epochs.
 

@@ -7,8 +7,8 @@ provider: ``--keys`` keys at epoch 0, then that many changed keys per epoch).
 Then, with Spark stopped, one thread ingests every later epoch into a fresh store
 with ``sync_writes`` on and off, alternating ``--repeats`` times so that both see
 the same machine; the table gives each setting's best run and the cost of sync.
-An fsync costs about the same whatever the epoch's size, so small epochs pay the
-most per row.
+Several sizes, because what the fsync adds to an epoch depends on how many bytes
+the epoch writes.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The cyclic garbage collector, tuned for a process that ingests.
 
 Ingest allocates a few short-lived tuples and lists per state row; with CPython's
-default young-generation threshold (700 allocations) the collector ran every few
-hundred rows and took ~5 % of ingest time (measured on snapshot-only RocksDB
-epochs: 9.65 -> 9.2 us per row). State rows hold no reference cycles, so collecting
+default young-generation threshold (700 allocations) the collector runs every few
+hundred rows, a noticeable share of ingest time spent finding nothing to
+collect. State rows hold no reference cycles, so collecting
 the young generation every 50,000 allocations loses nothing but a few MB of
 garbage held a little longer.
 

@@ -4,10 +4,9 @@ PySpark's worker calls ``importlib.invalidate_caches()`` at the start of every t
 (``worker_util.setup_spark_files``), and its modules come from ``pyspark.zip``.
 Before CPython 3.13 (gh-103200) a zip importer answers that call by re-reading its
 archive's whole directory, and a worker holds one zip importer per package it
-imported from the archive (18 after one data source read): measured on the
-project's 2-core VM, 0.22-0.29 s of CPU at the start of every task, 0.8-2.5 s of
-wall time on the loaded machine, more than the rest of an aligned read
-(``bench/alignment.py``).
+imported from the archive (a data source read imports many): at the start of
+every task that costs more than the rest of an aligned read does
+(``bench/alignment.py`` times the read).
 
 :func:`steady_zip_imports` makes this process's zip importers re-read an archive
 only when its size or modification time changed, which is what 3.13 does in

@@ -3,7 +3,7 @@
 Chosen over s3fs for S3 by measurement (``bench/storage_clients.py``, one moto
 server, interleaved rounds): per request several times less time and CPU than
 s3fs through fsspec, and a whole-object GET at the server's speed where s3fs
-reaches about a tenth of it. GCS and Azure stay on fsspec (:mod:`remote`).
+reaches a fraction of it. GCS and Azure stay on fsspec (:mod:`remote`).
 
 Credentials and the endpoint come from the standard environment variables
 (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...) and profiles, read by

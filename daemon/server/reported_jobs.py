@@ -1,4 +1,4 @@
-"""A Spark listener's report defines its job in the daemon's group (issue 16).
+"""A Spark listener's report defines its job in the daemon's group.
 
 A report that names a checkpoint, sent to a daemon of a group, makes sure the
 group has the job: when the group has no job of that name, the daemon defines it

@@ -150,8 +150,8 @@ def wait_budget(context: grpc.ServicerContext, max_wait: float | None = None) ->
     seconds (None: for ever).
 
     The margin grows with the deadline (a fifth of it, between 50 ms and 1 s): on a
-    loaded machine (load 30 on 2 cores) sending the answer alone took longer than a
-    fixed 50 ms, and now and then longer than 0.5 s.
+    loaded machine sending the answer alone can take longer than a fixed 50 ms, and
+    a caller that gave a long deadline can spare a longer margin.
     """
     if not has_deadline(context):
         return max_wait

@@ -40,8 +40,8 @@ class PartitionWriter:
 
     Not thread-safe; one writer per task. Use as a context manager so that rows
     still queued are dropped when the task fails. An idempotent writer's first
-    acknowledgement takes about 0.5 s: librdkafka asks for the producer id on a
-    timer, after the first connection.
+    acknowledgement waits for its producer id, which librdkafka asks for on a
+    timer after the first connection.
     """
 
     def __init__(

@@ -41,7 +41,7 @@ from tests.fixtures.kafka import KafkaBroker
 pytestmark = pytest.mark.spark
 
 SEED = int(os.environ.get("EPOCHSTATE_CHAOS_SEED") or random.SystemRandom().randrange(2**31))
-# In an order the seed picks. CI inflicts each kind of kill once (a JVM restart costs ~30 s on
+# In an order the seed picks. CI inflicts each kind of kill once (a JVM restart is slow on
 # CI's 2 cores); a local run kills each job twice, so that a restart is itself killed mid-batch.
 KILLS = ["upstream", "downstream"] * (1 if os.environ.get("CI") == "true" else 2)
 IDS_PER_FILE = 12

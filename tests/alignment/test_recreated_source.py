@@ -1,4 +1,4 @@
-"""A reading job whose checkpoint is deleted and recreated: real Spark, Kafka, ZooKeeper (issue 14, item 4).
+"""A reading job whose checkpoint is deleted and recreated: real Spark, Kafka, ZooKeeper.
 
 The old query read subject epochs 0..3 as its batches 0..3. The recreated query
 (a new query id, batch ids from 0 again) starts at subject epoch 3, so its batch

@@ -1,4 +1,4 @@
-"""``aligned_with`` through a reader whose checkpoint is deleted and recreated (issue 14, item 4).
+"""``aligned_with`` through a reader whose checkpoint is deleted and recreated.
 
 Job ``orders`` (a stateful aggregation the daemon follows) writes a subject
 through the aligned sink; job ``reader`` reads it aligned. The reader's old query

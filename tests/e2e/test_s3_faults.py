@@ -5,7 +5,7 @@ drops and leaves unanswered (past the daemon's request timeout) a share of the
 daemon's reads. The daemon follows the job through it; every epoch and key is then
 compared with Spark's own reader. The only acceptable number of wrong answers is 0;
 the test prints, per kind, the faults injected and how many of those requests the
-daemon made again, with the daemon's retries (the figures in docs/operations.md).
+daemon made again, with the daemon's retries (the figures in docs/guarantees.md).
 
 A state file the store refuses for good is damage: its epochs become unavailable
 with the reason, as for a damaged local file, and ingest skips past them to the

@@ -1,4 +1,4 @@
-"""A Spark job registers itself with a group (issue 16): real ZooKeeper, three real daemon
+"""A Spark job registers itself with a group: real ZooKeeper, three real daemon
 processes, a real local-mode streaming query with the EpochReporter attached.
 
 - the listener's first report defines the job in the group, placed as the listener

@@ -38,7 +38,7 @@ ROLES_OF: dict[str, tuple[Role, ...]] = {
     **{f"epochstate.v1.EpochState.{name}": (Role.READ,) for name in _READ},
     "epochstate.v1.EpochState.ReportEpoch": (Role.REPORT,),
     "epochstate.v1.EpochState.FollowJob": (Role.ADMIN,),
-    # The listener locates its job's replicas to report to each (docs/spark.md): where a
+    # The listener locates its job's replicas to report to each (docs/groups.md): where a
     # job is served is no state, and the report role reads nothing else.
     "epochstate.v1.Routing.Locate": (Role.READ, Role.REPORT),
     **{

@@ -1,4 +1,4 @@
-"""The ``report`` role and a group (issue 16): a Spark listener's identity may create a group
+"""The ``report`` role and a group: a Spark listener's identity may create a group
 job under the allowed checkpoint roots, and never change, pause, restart or remove one."""
 
 from __future__ import annotations
