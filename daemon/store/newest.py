@@ -2,8 +2,8 @@
 
 Writing a version of a key must name the version it supersedes (retention's
 garbage index): without help that is one RocksDB seek per changed key, which on a
-large state costs more than the rest of an incremental epoch's ingest (issue 16's
-10M-key bench: 1.6x the time of a 100k-key state). The writer is the only one who
+large state costs more than the rest of an incremental epoch's ingest
+(``bench/state_size.py``). The writer is the only one who
 adds versions, so it can remember instead: :class:`NewestVersions` maps a store's
 keys to the epoch of their newest *live* version.
 
@@ -81,7 +81,7 @@ class NewestVersions:
         # Sorted by the digest's high half. The high halves are uniform, so the top
         # bits of one say which of ~n/4 buckets it falls in, and _fence[b] where
         # bucket b starts: a search reads a few neighbouring entries instead of
-        # probing a binary search's ~23 cache lines (10x faster at 10M keys).
+        # probing the ~23 cache lines of a binary search over millions of keys.
         self._high: npt.NDArray[np.uint64] = np.empty(0, np.uint64)
         self._low: npt.NDArray[np.uint64] = np.empty(0, np.uint64)
         self._epochs: npt.NDArray[np.int64] = np.empty(0, np.int64)
@@ -126,7 +126,7 @@ class NewestVersions:
         if count > self._capacity:
             self.clear()
             return
-        if self.digest is key_digest:  # its halves without a Python call per key (10M: 2 s, not 10)
+        if self.digest is key_digest:  # its halves without a Python call per key
             high = np.fromiter(map(hash, encoded_keys), np.int64, count).view(np.uint64)
             low = np.fromiter(map(hash, map(b"\x01".__add__, encoded_keys)), np.int64, count).view(np.uint64)
         else:

@@ -90,7 +90,7 @@ class StoreOptions:
         opts.set_max_background_jobs(self.max_background_jobs)
         # Every data read is a seek (a key's newest version at or before an epoch):
         # whole-key blooms and data-block hash indexes serve only point gets, and
-        # the memtable's bloom cost ~0.35 us per write (measured). Only a block cache.
+        # the memtable's bloom costs every write and serves no read. Only a block cache.
         table = BlockBasedOptions()
         table.set_block_cache(Cache(self.block_cache_mb << 20))
         opts.set_block_based_table_factory(table)

@@ -1,8 +1,8 @@
 """Store views for reads, reused while the store is unchanged.
 
 A read needs a view (a RocksDB snapshot and an iterator over it). Inside the
-daemon, making one and its first seek were the largest single cost of a Get (about
-40 of 100 µs per call under load; a hot loop hides this, it costs 2 µs there). A
+daemon, making one and its first seek were the largest single cost of a Get under
+load (a hot loop hides it). A
 snapshot taken at write sequence ``s`` shows exactly what a snapshot taken later
 shows as long as nothing was written since, so a view is handed to the next read
 when the store's latest sequence number is still the one it was taken at. Every
