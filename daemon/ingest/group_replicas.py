@@ -32,6 +32,8 @@ from epochstate.core.partition_ranges import PartitionRanges, shown
 from epochstate.core.zookeeper.errors import JobNotAssigned
 from epochstate.core.zookeeper.group_records import Assignment, JobAssignment
 from epochstate.core.zookeeper.layout import Layout
+from epochstate.core.zookeeper.session import CONNECTION_ERRORS
+from epochstate.daemon.group.definitions import JobDefinitions
 from epochstate.daemon.group.member import GroupMember, Shards
 from epochstate.daemon.ingest.group_status import StatusWriter
 from epochstate.daemon.ingest.loop import IngestLoop
@@ -192,6 +194,52 @@ class GroupReplicas:
         self.ingest.pause(job, want.state == "paused")
         log.info("group %r: following job %s", self.group, job)
 
+    def _replan_if_relaid(self, job: str, have: JobAssignment) -> None:
+        """Ask the leader to split the job anew when its newest epoch's partition count is
+        not the one its shards split (the checkpoint was repartitioned offline): the job
+        definition's ``partitions`` becomes that count (and its shards at most as many),
+        the leader assigns the new ranges, and each replica whose partitions change
+        ingests anew and serves again once caught up. Until then a key of a partition no
+        shard covers is refused, never answered. Only a replica caught up with the
+        newest committed epoch asks, so one re-reading old epochs never asks for an old
+        count. A definition changed meanwhile is left to the next caught-up check."""
+        if len(have.shards) < 2:
+            return  # one shard holds every partition, whatever their number
+        planned = max(shard.last for shard in have.shards) + 1
+        try:
+            entry = self._catalog.get(job)
+        except EpochStateError:
+            return
+        counts = {handle.latest.num_partitions for handle in entry.stores.values()}
+        if len(counts) != 1 or planned in counts:
+            return
+        count = counts.pop()
+        definitions = JobDefinitions(self.client, self.layout, self.group)
+        try:
+            definition, version = definitions.get(job)
+            if definition.partitions == count:
+                return  # asked already; the leader assigns
+            definitions.update(
+                job, expected_version=version, partitions=count, shards=min(definition.shards, count)
+            )
+        except (EpochStateError, *CONNECTION_ERRORS) as error:
+            log.warning(
+                "group %r: job %s is split for %d partitions, not %d: %s",
+                self.group,
+                job,
+                planned,
+                count,
+                error,
+            )
+            return
+        log.info(
+            "group %r: job %s now has %d Spark partitions (its shards split %d): asked for new shards",
+            self.group,
+            job,
+            count,
+            planned,
+        )
+
     def _held(self, assignment: JobAssignment) -> PartitionRanges | None:
         """The Spark partitions of the job that this node's shards cover (None: all)."""
         try:
@@ -234,6 +282,9 @@ class GroupReplicas:
         """Ingest found nothing committed beyond what it holds of ``job`` (ingest thread)."""
         with self._lock:
             have = self._jobs.get(job)
+        if have is not None and job in self._ours:
+            self._replan_if_relaid(job, have)
+        with self._lock:
             if have is None or job in self._announced or job not in self._ours:
                 return
         member = self.member

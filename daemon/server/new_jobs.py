@@ -91,7 +91,14 @@ def spark_partitions(checkpoint: str) -> int:
     """
     where = redact(checkpoint)
     try:
-        counts = {store.num_partitions for op in Checkpoint(checkpoint).operators() for store in op.stores}
+        source = Checkpoint(checkpoint)
+        counts = {store.num_partitions for op in source.operators() for store in op.stores}
+        # The stores' metadata keeps the count they were first written with; the newest
+        # committed epoch's is in its offset log entry (an offline repartition changes it).
+        committed = source.committed_epochs()
+        newest = source.state_partitions(committed[-1]) if counts and committed else None
+        if newest is not None:
+            counts = {newest}
     except (SourceError, StorageError) as error:
         raise BadRequest(
             f"cannot learn the number of Spark partitions from {where!r} ({error}); state it (partitions)"
