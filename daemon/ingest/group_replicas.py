@@ -43,6 +43,9 @@ from epochstate.daemon.store.versioned import VersionedStore
 
 log = logging.getLogger(__name__)
 
+# Why asking for new shards may fail: it is asked again at the next caught-up check.
+_REPLAN_ERRORS: tuple[type[BaseException], ...] = (EpochStateError, *CONNECTION_ERRORS)
+
 # (job, checkpoint, partitions): the checked follow of the ingest loop
 Follow = Callable[[str, str, PartitionRanges | None], JobEntry]
 
@@ -222,7 +225,7 @@ class GroupReplicas:
             definitions.update(
                 job, expected_version=version, partitions=count, shards=min(definition.shards, count)
             )
-        except (EpochStateError, *CONNECTION_ERRORS) as error:
+        except _REPLAN_ERRORS as error:
             log.warning(
                 "group %r: job %s is split for %d partitions, not %d: %s",
                 self.group,
