@@ -63,7 +63,13 @@ class PartitionRanges:
         return [[first, last] for first, last in self.ranges]
 
     def __str__(self) -> str:
-        return ", ".join(f"{first}-{last}" if first != last else str(first) for first, last in self.ranges)
+        return ", ".join(_shown_range(first, last) for first, last in self.ranges)
+
+
+def _shown_range(first: int, last: int) -> str:
+    if last == LAST_PARTITION:
+        return f"{first} and after"
+    return f"{first}-{last}" if first != last else str(first)
 
 
 def held_partitions(ranges: PartitionRanges | None, num_partitions: int) -> tuple[int, ...]:

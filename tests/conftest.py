@@ -29,6 +29,7 @@ pytest_plugins = [
     "tests.fixtures.kafka",
     "tests.fixtures.s3",
     "tests.fixtures.clouds",
+    "tests.fixtures.repartition",
 ]
 
 

@@ -53,8 +53,12 @@ def shard_ranges(shards: int, partitions: int | None) -> tuple[tuple[int, int], 
     """The Spark partitions ``[first, last]`` of each of ``shards`` contiguous shards.
 
     With ``partitions`` unknown (None) there is one shard, ``[0, LAST_PARTITION]``:
-    every partition a key can fall in. Otherwise the ranges differ in size by one
-    at most, the larger first (as Kafka's range assignor splits partitions).
+    every partition a key can fall in. Otherwise the ranges split ``partitions``
+    (the newest epoch's count) and differ in size by one at most, the larger first
+    (as Kafka's range assignor splits partitions); the last shard also takes every
+    partition after them, up to ``LAST_PARTITION``, so that the shards cover every
+    layout a repartitioned checkpoint had or will have: an epoch of more partitions
+    is served, by the last shard, until the group splits the job anew.
 
     Raises:
         InvalidDefinition: ``shards`` < 1, more than one shard of unknown
@@ -74,6 +78,7 @@ def shard_ranges(shards: int, partitions: int | None) -> tuple[tuple[int, int], 
         count = size + (1 if index < larger else 0)
         ranges.append((first, first + count - 1))
         first += count
+    ranges[-1] = (ranges[-1][0], LAST_PARTITION)
     return tuple(ranges)
 
 

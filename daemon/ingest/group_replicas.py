@@ -89,6 +89,8 @@ class GroupReplicas:
         self._failed: dict[str, str] = {}  # job -> why it cannot be followed
         self._announced: set[str] = set()  # jobs whose replica caught up (znode written)
         self._ours: set[str] = set()  # jobs followed for the group (ingest thread only)
+        # job -> the newest partition count checked against its definition (ingest thread only)
+        self._checked: dict[str, int] = {}
         self.member: GroupMember | None = None
         self.status = StatusWriter(client, layout, group, node, self, status_interval)
 
@@ -208,32 +210,31 @@ class GroupReplicas:
         count. A definition changed meanwhile is left to the next caught-up check."""
         if len(have.shards) < 2:
             return  # one shard holds every partition, whatever their number
-        planned = max(shard.last for shard in have.shards) + 1
         try:
             entry = self._catalog.get(job)
         except EpochStateError:
             return
         counts = {handle.latest.num_partitions for handle in entry.stores.values()}
-        if len(counts) != 1 or planned in counts:
+        if len(counts) != 1:
             return
         count = counts.pop()
+        if self._checked.get(job) == count:
+            return  # the definition was seen to split this count, or was asked to
         definitions = JobDefinitions(self.client, self.layout, self.group)
         try:
             definition, version = definitions.get(job)
-            if definition.partitions == count:
-                return  # asked already; the leader assigns
-            definitions.update(
-                job, expected_version=version, partitions=count, shards=min(definition.shards, count)
-            )
+            planned = definition.partitions
+            if planned != count:
+                definitions.update(
+                    job, expected_version=version, partitions=count, shards=min(definition.shards, count)
+                )
         except _REPLAN_ERRORS as error:
             log.warning(
-                "group %r: job %s is split for %d partitions, not %d: %s",
-                self.group,
-                job,
-                planned,
-                count,
-                error,
+                "group %r: cannot ask to split job %s for %d partitions: %s", self.group, job, count, error
             )
+            return
+        self._checked[job] = count
+        if planned == count:
             return
         log.info(
             "group %r: job %s now has %d Spark partitions (its shards split %d): asked for new shards",

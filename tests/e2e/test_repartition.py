@@ -21,88 +21,15 @@ refused (``STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_PROVIDER``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
 import pytest
 
 from epochstate.client import EpochStateClient
+from epochstate.client.routed import RoutedClient
 from tests.fixtures.daemon import DaemonProcess
-from tests.fixtures.oracle import StoreOracle, assert_store_equals_oracle, canon, plain, spark_store
-from tests.fixtures.streams import HDFS, PROVIDERS, FileStream, Provider
+from tests.fixtures.oracle import StoreOracle, assert_store_equals_oracle, canon, plain
+from tests.fixtures.repartition import JOB, LAYOUT, REPARTITIONS, Repartitioned
 
-JOB = "orders"
-SCHEMA = "user string, amount long"
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-# Epoch -> number of partitions of its state: 3, then 5 from the first repartition
-# batch (epoch 3), then 2 from the second (epoch 6).
-LAYOUT = {0: 3, 1: 3, 2: 3, 3: 5, 4: 5, 5: 5, 6: 2, 7: 2, 8: 2}
-REPARTITIONS = {3: 5, 6: 2}
-ROCKSDB_PROVIDERS = [p for p in PROVIDERS if p is not HDFS]
-
-
-def totals(frame: Any) -> Any:
-    from pyspark.sql import functions as F
-
-    return frame.groupBy("user").agg(F.count("*").alias("orders"), F.sum("amount").alias("spent"))
-
-
-def orders(batch: int) -> list[dict[str, Any]]:
-    # 24 users over the run, 10 orders a batch: keys appear, and are updated, in every layout.
-    return [{"user": f"u{(batch * 7 + i) % 24}", "amount": batch * 10 + i} for i in range(10)]
-
-
-@dataclass
-class Repartitioned:
-    provider: Provider
-    checkpoint: Path
-    oracle: StoreOracle
-    live: DaemonProcess
-    started_after: DaemonProcess
-
-
-def _session(spark: Any, provider: Provider, partitions: int) -> Any:
-    session = provider.session(spark)
-    session.conf.set(SHUFFLE_PARTITIONS, str(partitions))
-    return session
-
-
-@pytest.fixture(scope="module", params=ROCKSDB_PROVIDERS, ids=str)
-def repartitioned(
-    request: pytest.FixtureRequest, spark: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Repartitioned]:
-    provider: Provider = request.param
-    root = tmp_path_factory.mktemp(f"repartition-{provider}")
-    checkpoint = root / "cp"
-    session = _session(spark, provider, LAYOUT[0])
-    live = DaemonProcess(root / "live", {JOB: str(checkpoint)}, extra_args=["--retention-epochs", "100"])
-    after = DaemonProcess(root / "after", {JOB: str(checkpoint)}, extra_args=["--retention-epochs", "100"])
-    try:
-        stream = FileStream(session, root / "in", checkpoint, totals, SCHEMA).start()
-        live.start()  # before the first commit: it follows every epoch as it comes
-        epoch = 0
-        while epoch < len(LAYOUT):
-            if epoch in REPARTITIONS:
-                stream.stop()
-                session._streamingCheckpointManager.repartition(str(checkpoint), REPARTITIONS[epoch])
-                live.wait_for_epoch(JOB, epoch)  # the repartition batch, met live
-                epoch += 1
-                stream.start(fresh=False)
-                continue
-            stream.feed(orders(epoch))
-            epoch += 1
-        stream.stop()
-        assert stream.committed() == sorted(LAYOUT)
-        live.wait_for_epoch(JOB, max(LAYOUT))
-        after.start()
-        after.wait_for_epoch(JOB, max(LAYOUT))
-        oracle = spark_store(spark, checkpoint, sorted(LAYOUT))
-        yield Repartitioned(provider, checkpoint, oracle, live, after)
-    finally:
-        live.stop()
-        after.stop()
+pytestmark = pytest.mark.spark
 
 
 def test_spark_moved_keys_between_partitions_at_each_repartition_batch(repartitioned: Repartitioned) -> None:
@@ -121,14 +48,16 @@ def test_spark_moved_keys_between_partitions_at_each_repartition_batch(repartiti
 
 
 @pytest.mark.parametrize("which", ["live", "started_after"])
-def test_every_epoch_equals_spark_reader_across_both_repartitions(repartitioned: Repartitioned, which: str) -> None:
+def test_every_epoch_equals_spark_reader_across_both_repartitions(
+    repartitioned: Repartitioned, which: str
+) -> None:
     daemon: DaemonProcess = getattr(repartitioned, which)
     oracle = repartitioned.oracle
     compared = 0
     with daemon.client() as client:
         assert_store_equals_oracle(client, JOB, oracle)  # MultiGet and paged Scan, every epoch
         for epoch, expected in sorted(oracle.states.items()):
-            for key in oracle.keys():
+            for key in oracle.keys():  # noqa: SIM118 (a StoreOracle is no dict)
                 lookup = client.get(JOB, key, epoch=epoch)
                 got = (plain(lookup.key), plain(lookup.value), lookup.partition) if lookup.found else None
                 assert got == expected.get(canon(key)), f"Get {key} at epoch {epoch}"
@@ -138,13 +67,14 @@ def test_every_epoch_equals_spark_reader_across_both_repartitions(repartitioned:
 
 
 @pytest.mark.parametrize("which", ["live", "started_after"])
-def test_describe_and_locate_give_each_epochs_partition_count(repartitioned: Repartitioned, which: str) -> None:
+def test_describe_and_locate_give_each_epochs_partition_count(
+    repartitioned: Repartitioned, which: str
+) -> None:
     daemon: DaemonProcess = getattr(repartitioned, which)
     with daemon.client() as client:
         store = client.describe(JOB, refresh=True).store()
         assert {e: store.at(e).num_partitions for e in LAYOUT} == LAYOUT
         assert store.num_partitions == LAYOUT[max(LAYOUT)]
-    from epochstate.client.routed import RoutedClient
 
     with RoutedClient([daemon.target]) as routed:
         location = routed.locate(JOB)

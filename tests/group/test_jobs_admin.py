@@ -23,6 +23,7 @@ from epochstate.client.errors import (
     RoleMissing,
 )
 from epochstate.client.tls import TlsOptions
+from epochstate.core.partition_ranges import LAST_PARTITION
 from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.certs import Certificates
 from tests.fixtures.daemon import DaemonProcess
@@ -196,7 +197,11 @@ def test_jobs_add_splits_a_job_into_shards_of_its_spark_partitions(
     added = cli(daemon.target, "jobs", "add", "sharded", str(orders_checkpoint), "--shards", "2", "--json")
     assert added.returncode == 0, added.stderr
     record = json.loads(added.stdout)
-    assert (record["shards"], record["partitions"], record["shard_ranges"]) == (2, 2, [[0, 0], [1, 1]])
+    assert (record["shards"], record["partitions"], record["shard_ranges"]) == (
+        2,
+        2,
+        [[0, 0], [1, LAST_PARTITION]],
+    )
     stated = cli(
         daemon.target, "jobs", "add", "stated", str(orders_checkpoint), "--shards", "2", "--partitions", "8"
     )
@@ -223,7 +228,7 @@ def test_jobs_add_splits_a_job_into_shards_of_its_spark_partitions(
     assert "job whole: 1 shard (every partition)" in status.stdout
     document = json.loads(cli(daemon.target, "jobs", "status", "--json").stdout)
     assert {j["job"]: j["shard_ranges"] for j in document["jobs"]} == {
-        "sharded": [[0, 0], [1, 1]],
+        "sharded": [[0, 0], [1, LAST_PARTITION]],
         "stated": [[0, 3], [4, 7]],
         "whole": [[0, 2147483646]],
     }

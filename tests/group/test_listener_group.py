@@ -23,6 +23,7 @@ from kazoo.client import KazooClient
 
 from epochstate.client.errors import error_info
 from epochstate.client.routed import RoutedClient
+from epochstate.core.partition_ranges import LAST_PARTITION
 from epochstate.core.zookeeper.layout import Layout
 from epochstate.daemon.group.assignments import read_assignment
 from epochstate.daemon.group.definitions import JobDefinitions
@@ -140,7 +141,7 @@ def test_a_listener_defines_its_job_in_the_group_and_pushes_to_every_replica(
     assert oracle.partitions() == {0, 1}
     with RoutedClient([daemons["n3"].target], timeout=30) as client:
         location = client.locate(JOB)
-        assert [(s.first, s.last) for s in location.shards] == [(0, 0), (1, 1)]
+        assert [(s.first, s.last) for s in location.shards] == [(0, 0), (1, LAST_PARTITION)]
         assert {r.node for s in location.shards for r in s.replicas} == set(NODES)
         for epoch in epochs:
             state = oracle.states[epoch]

@@ -33,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from epochstate.client.routed import RoutedClient
 from epochstate.client.values import to_row
+from epochstate.core.partition_ranges import LAST_PARTITION
 from epochstate.core.partitioner import partition_of
 from epochstate.core.zookeeper.layout import Layout
 from epochstate.daemon.group.definitions import JobDefinitions
@@ -163,7 +164,7 @@ def test_routed_reads_equal_spark_and_every_replica_of_a_shard(routed_group: Rou
     with group.client("n2") as client:
         location = client.locate(JOB)
         assert location.layouts == {(0, "default"): ((0, 2),)}
-        assert [(s.first, s.last) for s in location.shards] == [(0, 0), (1, 1)]
+        assert [(s.first, s.last) for s in location.shards] == [(0, 0), (1, LAST_PARTITION)]
         for shard in location.shards:
             assert len(shard.replicas) == 2 and all(r.serving for r in shard.replicas)
             assert all(r.newest_epoch == EPOCHS[-1] for r in shard.replicas)
