@@ -46,6 +46,7 @@ from epochstate.daemon.ingest.changes import ReadMode, StoreCodec, store_changes
 from epochstate.daemon.ingest.epoch_record import epoch_record
 from epochstate.daemon.ingest.shapes import ShapeWatch
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
+from epochstate.daemon.sources.checkpoint.settings import check_settings
 from epochstate.daemon.sources.errors import SourceError
 from epochstate.daemon.sources.readers import ReadsAhead, StoreReader, open_store_reader
 from epochstate.daemon.store.catalog import JobEntry, StoreHandle, StoreSchema
@@ -394,6 +395,7 @@ class JobFollower:
 
     def _ingest(self, epoch: int, mode: ReadMode, skipped: dict[int, str]) -> IngestStats:
         started = time.perf_counter()
+        check_settings(self.checkpoint.epoch_log(epoch).conf, f"{self.checkpoint.root}/offsets/{epoch}")
         new_stores = self._discover_stores(epoch)
         self._learn_provider(epoch)
         self._read_ahead(epoch, mode)

@@ -21,13 +21,19 @@ refused (``STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_PROVIDER``).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
-from epochstate.client import EpochStateClient
+from epochstate.client import EpochDamaged, EpochStateClient
 from epochstate.client.routed import RoutedClient
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import StoreOracle, assert_store_equals_oracle, canon, plain
 from tests.fixtures.repartition import JOB, LAYOUT, REPARTITIONS, Repartitioned
+from tests.fixtures.streams import copy_checkpoint
+from tests.fixtures.zookeeper import eventually
 
 pytestmark = pytest.mark.spark
 
@@ -96,3 +102,30 @@ def test_a_daemon_restarted_keeps_each_epochs_layout(repartitioned: Repartitione
 
 def _assert_epochs(client: EpochStateClient, oracle: StoreOracle, epochs: list[int]) -> None:
     assert_store_equals_oracle(client, JOB, oracle, epochs)
+
+
+def test_an_epoch_pinning_a_setting_this_daemon_does_not_know_is_refused_with_it(
+    repartitioned: Repartitioned, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    """The rule for a shape the daemon does not understand: Spark pins every setting that
+    decides how state is written in each epoch's offset log entry; an entry naming one the
+    daemon does not know (here an invented one, as a release next year might add) is
+    refused with it in the reason, and the epochs before are served as before."""
+    checkpoint = copy_checkpoint(repartitioned.checkpoint, tmp_path / "cp")
+    invented = "spark.sql.streaming.stateStore.rocksdb.rowLayout"
+    for epoch in (7, 8):
+        entry = checkpoint / "offsets" / str(epoch)
+        version, meta, *rest = entry.read_text(encoding="utf-8").split("\n")
+        fields = json.loads(meta)
+        fields["conf"][invented] = "columnar"
+        entry.write_text("\n".join([version, json.dumps(fields), *rest]), encoding="utf-8")
+    daemon = daemon_factory({JOB: str(checkpoint)}, extra_args=["--retention-epochs", "100"])
+    daemon.wait_for_epoch(JOB, 6)
+    with daemon.client() as client:
+        assert eventually(lambda: 7 in {p.epoch for p in client.describe(JOB, refresh=True).problems}, 60)
+        (problem,) = [p for p in client.describe(JOB, refresh=True).problems if p.epoch == 7]
+        assert f"{invented}=columnar" in problem.reason
+        with pytest.raises(EpochDamaged, match=invented):
+            client.get(JOB, repartitioned.oracle.keys()[0], epoch=7)
+        assert client.describe(JOB).latest_epoch == 6
+        assert_store_equals_oracle(client, JOB, repartitioned.oracle, range(7))
