@@ -37,6 +37,7 @@ from epochstate.cli.console import EXIT_BY_CODE, fail, run_client
 from epochstate.cli.jobs import jobs
 from epochstate.cli.output import print_document, print_line
 from epochstate.cli.tables import print_table
+from epochstate.core.partition_ranges import shown_range
 from epochstate.core.zookeeper.errors import InvalidDefinition
 from epochstate.core.zookeeper.group_records import shard_ranges
 from epochstate.v1 import epochstate_pb2 as pb
@@ -93,7 +94,7 @@ def _shards_text(d: pb.JobDefinition) -> str:
     ranges = shard_ranges_of(d)
     if (d.shards or 1) == 1 and not d.partitions:
         return "1 shard (every partition)"
-    listed = ", ".join(f"{first}-{last}" if first != last else str(first) for first, last in ranges)
+    listed = ", ".join(shown_range(first, last) for first, last in ranges)
     return f"{d.shards or 1} shard(s) of {d.partitions} partitions: {listed}"
 
 

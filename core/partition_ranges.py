@@ -63,10 +63,11 @@ class PartitionRanges:
         return [[first, last] for first, last in self.ranges]
 
     def __str__(self) -> str:
-        return ", ".join(_shown_range(first, last) for first, last in self.ranges)
+        return ", ".join(shown_range(first, last) for first, last in self.ranges)
 
 
-def _shown_range(first: int, last: int) -> str:
+def shown_range(first: int, last: int) -> str:
+    """``first-last``, ``first`` alone, or ``first and after`` for a range to the last partition."""
     if last == LAST_PARTITION:
         return f"{first} and after"
     return f"{first}-{last}" if first != last else str(first)

@@ -31,7 +31,7 @@ def test_new_store_is_stamped_and_reopens(tmp_path: Path) -> None:
 
 def test_store_of_another_layout_is_refused(tmp_path: Path) -> None:
     _layout_one_store(tmp_path / "db")
-    with pytest.raises(LayoutMismatch, match=r"layout version 1, this daemon writes version 3; delete"):
+    with pytest.raises(LayoutMismatch, match=r"layout version 1, this daemon writes version 4; delete"):
         VersionedStore(tmp_path / "db")
     db = Rdict(str(tmp_path / "db"), Options(raw_mode=True))  # refused, and released: not left locked
     assert db.get(layout.LAYOUT) is None
@@ -51,7 +51,7 @@ def test_a_layout_2_store_is_read_as_whole_jobs_and_restamped(tmp_path: Path) ->
     )
     db.close()
     store = VersionedStore(tmp_path / "db")
-    assert store.db.get(layout.LAYOUT) == b"3"
+    assert store.db.get(layout.LAYOUT) == b"4"
     found = store.job("orders")
     assert found is not None and found.partitions is None
     store.close()

@@ -34,7 +34,6 @@ def test_shapes_and_unavailable_epochs_live_and_die_with_their_job(tmp_path: Pat
     assert store.unavailable(job.job_id) == {} and store.shapes(first) == [first.first_shape]
 
 
-
 def test_a_shape_recorded_before_shapes_named_partitions_has_the_count_before_it() -> None:
     # A schema change as a daemon of layout 3 recorded it: no partition count.
     raw = b'{"first_epoch": 2, "key_schema_json": "\\"k2\\"", "value_schema_json": "\\"v1\\""}'
