@@ -228,8 +228,13 @@ def test_jobs_add_splits_a_job_into_shards_of_its_spark_partitions(
     assert status.returncode == 0, status.stderr
     assert "job sharded: 2 shard(s) of 2 partitions: 0, 1 and after" in status.stdout
     assert "job whole: 1 shard (every partition)" in status.stdout
-    document = json.loads(cli(daemon.target, "jobs", "status", "--json").stdout)
-    assert {j["job"]: j["shard_ranges"] for j in document["jobs"]} == {
+
+    def ranges() -> dict[str, Any]:
+        document = json.loads(cli(daemon.target, "jobs", "status", "--json").stdout)
+        return {j["job"]: j["shard_ranges"] for j in document["jobs"]}
+
+    assert eventually(lambda: ranges()["stated"][-1][0] == 1, 60), ranges()
+    assert ranges() == {
         "sharded": [[0, 0], [1, LAST_PARTITION]],
         # Stated as 8, but its checkpoint's epochs have 2: a replica caught up asked for 2.
         "stated": [[0, 0], [1, LAST_PARTITION]],
