@@ -67,7 +67,7 @@ def _processor(run: int) -> Any:
                 self.seen = handle.getValueState("seen", "tag string")
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-            import pandas as pd
+            import pandas as pd  # type: ignore[import-untyped]
 
             n = self.count.get()[0] if run < 2 and self.count.exists() else 0
             for frame in rows:
@@ -97,7 +97,8 @@ def _query(run: int) -> Callable[[Any], Any]:
 
 def rows(batch: int) -> list[dict[str, Any]]:
     """Odd batches touch a, b and c, even ones a and b: c's rows outlive a schema change."""
-    return [{"user": u, "v": batch * 10 + i, "tag": f"t{batch}"} for i, u in enumerate("abc"[: 2 + batch % 2])]
+    users = "abc"[: 2 + batch % 2]
+    return [{"user": u, "v": batch * 10 + i, "tag": f"t{batch}"} for i, u in enumerate(users)]
 
 
 @dataclass
@@ -213,9 +214,9 @@ def test_followed_live_refuses_variables_where_spark_does(evolution: Evolution) 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="daemon/sources + daemon/ingest: a daemon started afterwards reads every epoch with the "
-    "newest run's schema; rows of older schema ids stop epoch 0 (refused, EPOCH_UNAVAILABLE) and "
-    "leave epochs 1-5 neither served nor refused",
+    reason="daemon/sources + daemon/ingest: a daemon started afterwards knows only the newest run's "
+    "variables and schemas (no store events); rows of older schema ids stop epoch 0 (refused, "
+    "EPOCH_UNAVAILABLE) and leave epochs 1-5 neither served nor refused",
 )
 def test_started_afterwards_serves_or_refuses_every_epoch(
     evolution: Evolution, daemon_factory: Callable[..., DaemonProcess]
