@@ -10,6 +10,8 @@ and on RocksDB with and without changelog checkpointing, and in checkpoint forma
 aligned chain runs where the release has Python data sources. The daemon of this
 clone then reads the checkpoints and every store x epoch x key is compared with
 that release's own state reader (the pin's where the release's cannot read).
+Checkpoints of 3.5 and 4.0 are then continued by the pin (``continuation``) and
+every epoch, before and after the upgrade, compared with the pin's reader.
 """
 
 from __future__ import annotations
