@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
+from tests.compat.continuation import Continuations
 from tests.compat.releases import UNDER_TEST
 from tests.compat.runner import ReleaseRunner, Say, package_view
 from tests.compat.venvs import warm_up
@@ -42,6 +43,16 @@ def releases(
     yield ReleaseRunner(
         base / "runs", package_view(base / "view"), spark, zookeeper_server, kafka_broker, say
     )
+
+
+@pytest.fixture(scope="session")
+def continuations(releases: ReleaseRunner, spark: Any, say: Say) -> Iterator[Continuations]:
+    """Releases' checkpoints continued by the pin, made on first use and kept for the session."""
+    continued = Continuations(releases, spark, say)
+    try:
+        yield continued
+    finally:
+        continued.close()
 
 
 @pytest.hookimpl(trylast=True)

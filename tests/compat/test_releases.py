@@ -10,6 +10,8 @@ and on RocksDB with and without changelog checkpointing, and in checkpoint forma
 aligned chain runs where the release has Python data sources. The daemon of this
 clone then reads the checkpoints and every store x epoch x key is compared with
 that release's own state reader (the pin's where the release's cannot read).
+Checkpoints of 3.5 and 4.0 are then continued by the pin (``continuation``) and
+every epoch, before and after the upgrade, compared with the pin's reader.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from epochstate.core.alignment.records import SubjectEpoch
 from epochstate.core.alignment.subjects import SubjectRegistry
 from epochstate.spark_plugin.kafka.reader import read_range
 from tests.compat.compare import Tally, check_store
+from tests.compat.continuation import Continuations
 from tests.compat.releases import UNDER_TEST, SparkRelease
 from tests.compat.runner import ReleaseRun, ReleaseRunner, Say
-from tests.compat.workload.queries import BATCHES
+from tests.compat.workload.queries import BATCHES, CONTINUED_BATCHES
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.kafka import KafkaBroker
 from tests.fixtures.zookeeper import new_test_client
@@ -162,3 +165,42 @@ def test_a_chained_pair_aligns(
         expected = _read_epoch(kafka_broker, epoch)
         assert [row[0] for row in expected] == sorted(fed[k]), k
         assert chain["runs"][str(k)] == [expected], f"batch {k} ran once and read exactly epoch {k}"
+
+
+CONTINUED = [r for r in UNDER_TEST if r.series in ("3.5", "4.0")]
+
+
+@pytest.mark.parametrize("release", CONTINUED, ids=str)
+def test_a_checkpoint_continued_by_the_pin_equals_its_reader_at_every_epoch(
+    continuations: Continuations,
+    release: SparkRelease,
+    daemon_factory: Callable[..., DaemonProcess],
+    say: Say,
+) -> None:
+    """The user upgrades to the pin and restarts the same queries on the same
+    checkpoints (see ``continuation``): a daemon that followed them across the
+    upgrade and one started afterwards serve every epoch, the old release's and the
+    pin's, as the pin's reader reads it."""
+    continued = continuations.get(release)
+    assert not continued.unreadable, f"the pin's reader could not read: {continued.unreadable}"
+    late = daemon_factory({name: job["checkpoint"] for name, job in continued.jobs.items()}, name="late")
+    for daemon, who in ((continued.live, "followed across the upgrade"), (late, "started afterwards")):
+        tally = Tally()
+        with daemon.client() as client:
+            for name, job in continued.jobs.items():
+                assert job["committed"] == list(range(BATCHES + CONTINUED_BATCHES)), name
+                daemon.wait_for_epoch(name, job["committed"][-1], timeout=120)
+                described = client.describe(name, refresh=True)
+                assert not described.problems, (who, name, described.problems)
+                dumps = [d for d in continued.stores if d.job == name]
+                assert {(s.operator_id, s.store) for s in described.stores} == {
+                    (d.operator_id, d.store) for d in dumps
+                }, (who, name)
+                for dump in dumps:
+                    check_store(client, dump, tally)
+        say(
+            f"{release} continued by the pin, daemon {who}: {len(continued.jobs)} checkpoints, "
+            f"{tally.stores} stores, {tally.lookups} key x epoch lookups, {len(tally.mismatches)} mismatches"
+        )
+        assert tally.lookups > 0
+        assert not tally.mismatches, f"{who}:\n{tally.report()}"

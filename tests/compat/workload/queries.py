@@ -21,6 +21,8 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 
 SCHEMA = "user string, v long, tag string, ts timestamp"
 BATCHES = 3
+# Batches a newer release runs on a checkpoint the workload made (see ``rows``).
+CONTINUED_BATCHES = 2
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,9 @@ def rows(batch: int) -> list[dict[str, Any]]:
         [("a", "x", 0), ("b", "y", 1), ("a", "y", 2), ("a", "x", 2)],
         [("a", "drop", 4), ("b", "y", 1), ("c", "x", 13), ("b", "y", 24)],
         [("c", "reset", 30), ("a", "z", 31), ("d", "x", 32)],
+        # Only for a checkpoint continued by a newer release (``tests/compat/continuation.py``).
+        [("a", "x", 44), ("e", "y", 45), ("d", "x", 32)],
+        [("b", "z", 58), ("a", "drop", 59)],
     ][batch]
     return [{"user": u, "v": batch * 10 + i, "tag": t, "ts": at(s)} for i, (u, t, s) in enumerate(events)]
 
