@@ -124,9 +124,7 @@ HDFS_RUNS = (
 )
 
 
-def _live(
-    spark: Any, root: Path, base: dict[str, str], runs: tuple[Run, ...]
-) -> Iterator[Life]:
+def _live(spark: Any, root: Path, base: dict[str, str], runs: tuple[Run, ...]) -> Iterator[Life]:
     """Run ``runs`` one after the other on one checkpoint while a daemon follows it,
     then start a second daemon on a copy of the finished checkpoint."""
     checkpoint = root / "cp"

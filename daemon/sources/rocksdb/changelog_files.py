@@ -5,6 +5,8 @@ records without column families, no lineage in a file named without a unique id)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from epochstate.core.storage.location import Location
 from epochstate.daemon.sources.checkpoint.checkpoint import CHECKPOINT_FORMAT_CONF, COMPRESSION_CODEC_CONF
 from epochstate.daemon.sources.errors import UnsupportedCheckpoint
@@ -20,13 +22,21 @@ from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream
 
 
 class ChangelogFiles:
-    """The changelogs in ``directory``, compressed with ``codec``. ``column_families``:
-    whether the store may use them (typed records are refused otherwise)."""
+    """The changelogs in ``directory``, compressed with ``codec`` (one for every version,
+    or a function of the version: the codec of the epoch that wrote it).
+    ``column_families``: whether the store may use them (typed records are refused
+    otherwise)."""
 
-    def __init__(self, directory: StoreDirectory, codec: str, *, column_families: bool) -> None:
+    def __init__(
+        self, directory: StoreDirectory, codec: str | Callable[[int], str], *, column_families: bool
+    ) -> None:
         self.directory = directory
-        self.codec = codec
+        self._codec = codec
         self.column_families = column_families
+
+    def codec(self, version: int) -> str:
+        """The compression codec of ``version``'s changelog."""
+        return self._codec if isinstance(self._codec, str) else self._codec(version)
 
     def changelog(
         self, partition: int, version: int, unique_id: str | None = None
@@ -97,7 +107,7 @@ class ChangelogFiles:
             data = path.read_bytes()
         except FileNotFoundError:
             return None
-        return path, self._decompress(path, data)
+        return path, self._decompress(path, data, version)
 
     def _changelog_content(
         self, partition: int, version: int, unique_id: str | None = None
@@ -107,13 +117,12 @@ class ChangelogFiles:
             data = path.read_bytes()
         except FileNotFoundError:
             raise self.directory.missing(partition, path) from None
-        return path, self._decompress(path, data)
+        return path, self._decompress(path, data, version)
 
-    def _decompress(self, path: Location, data: bytes) -> bytes:
-        if self.codec not in LZ4_CODECS:
-            raise UnsupportedCheckpoint(
-                f"{path}: {COMPRESSION_CODEC_CONF}={self.codec}; only lz4 is readable"
-            )
+    def _decompress(self, path: Location, data: bytes, version: int) -> bytes:
+        codec = self.codec(version)
+        if codec not in LZ4_CODECS:
+            raise UnsupportedCheckpoint(f"{path}: {COMPRESSION_CODEC_CONF}={codec}; only lz4 is readable")
         return read_lz4_block_stream(data, str(path))
 
     def _check_header(self, path: Location, header: ChangelogHeader) -> None:
