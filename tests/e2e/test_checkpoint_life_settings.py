@@ -22,7 +22,7 @@ Each checkpoint shape is one Spark workload shared by the tests of this module.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -278,3 +278,32 @@ def test_hdfs_compression_codec_is_pinned_by_the_checkpoint(hdfs_life: Life) -> 
 
 def test_hdfs_snapshot_interval_changed_is_followed(hdfs_life: Life) -> None:
     assert_served_as_spark(hdfs_life, _around(hdfs_life, "snapshot after every delta", "rare snapshots"))
+
+
+# -- codecs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lzf", "snappy"])
+def test_a_checkpoint_started_with_another_codec_is_read(
+    codec: str, spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    """The codec is fixed when a checkpoint starts, so each is its own checkpoint: the
+    RocksDB changelogs it compresses read as Spark's reader has them."""
+    conf = {**ROCKSDB_BASE, CODEC: codec}
+    session = Provider(codec, conf).session(spark, no_data_batches=False)
+    checkpoint = tmp_path / "cp"
+    stream = FileStream(session, tmp_path / "in", checkpoint, windowed_counts, SCHEMA).start()
+    try:
+        for batch in range(3):
+            stream.feed(rows(batch))
+    finally:
+        stream.stop()
+    assert Checkpoint(str(checkpoint)).epoch_log(2).conf[CODEC] == codec
+    changelog = (checkpoint / "state" / "0" / "0" / "3.changelog").read_bytes()
+    assert not changelog.startswith(LZ4_MAGIC)
+    daemon = daemon_factory({JOB: str(checkpoint)})
+    daemon.wait_for_epoch(JOB, 2)
+    oracle = spark_store(spark, checkpoint, range(3))
+    with daemon.client() as client:
+        assert not client.describe(JOB, refresh=True).problems
+        assert_store_equals_oracle(client, JOB, oracle)

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.spark
 ROW_CHECKSUM = "spark.sql.streaming.stateStore.rowChecksum.enabled"
 ENCODING = "spark.sql.streaming.stateStore.encodingFormat"
 CODEC = "spark.sql.streaming.stateStore.compression.codec"
+UNKNOWN_CODEC = "com.example.StateCodec"  # Spark takes any CompressionCodec class
 
 CASES = [
     "window-changelog",
@@ -310,13 +311,13 @@ def test_factory_picks_the_reader_of_the_provider(
     )
     with pytest.raises(UnsupportedCheckpoint, match=r"encodingFormat=avro"):
         list(RocksDBStoreReader.open(avro, 0).full_state(1))
-    zstd = _with_conf(
+    unknown_codec = _with_conf(
         rocksdb_checkpoints["dedup-changelog"],
-        tmp_path / "zstd",
-        **{"spark.sql.streaming.stateStore.compression.codec": "zstd"},
+        tmp_path / "codec",
+        **{"spark.sql.streaming.stateStore.compression.codec": UNKNOWN_CODEC},
     )
-    reader = RocksDBStoreReader.open(zstd, 0)
-    with pytest.raises(UnsupportedCheckpoint, match=r"codec=zstd"):
+    reader = RocksDBStoreReader.open(unknown_codec, 0)
+    with pytest.raises(UnsupportedCheckpoint, match=rf"codec={UNKNOWN_CODEC}; readable: lz4, lzf, snappy"):
         list(reader.changes(1))
     checksums = {"spark.sql.streaming.stateStore.rowChecksum.enabled": "true"}
     for root, kind in (
@@ -347,7 +348,7 @@ def test_settings_are_judged_per_epoch(
     root = checkpoints["dedup"] if name == "hdfs" else rocksdb_checkpoints[name]
     epochs = Checkpoint(root).committed_epochs()
     changed = epochs[len(epochs) // 2]
-    value = {ROW_CHECKSUM: "true", ENCODING: "avro", CODEC: "zstd"}[conf]
+    value = {ROW_CHECKSUM: "true", ENCODING: "avro", CODEC: UNKNOWN_CODEC}[conf]
     kind = HdfsStoreReader if name == "hdfs" else RocksDBStoreReader
     original = kind.open(Checkpoint(root), 0)
     reader = kind.open(_with_conf_from(root, tmp_path / "changed", changed, {conf: value}), 0)

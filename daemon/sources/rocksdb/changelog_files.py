@@ -1,6 +1,7 @@
 """Reading the changelogs of one store of Spark's RocksDB provider, whole and checked:
-LZ4-compressed (the only codec read), with a header that fits the store (no typed
-records without column families, no lineage in a file named without a unique id).
+compressed with the codec of the epoch that wrote them (see :mod:`codecs`), with a
+header that fits the store (no typed records without column families, no lineage in
+a file named without a unique id).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from epochstate.core.storage.location import Location
-from epochstate.daemon.sources.checkpoint.checkpoint import CHECKPOINT_FORMAT_CONF, COMPRESSION_CODEC_CONF
+from epochstate.daemon.sources.checkpoint.checkpoint import CHECKPOINT_FORMAT_CONF
 from epochstate.daemon.sources.errors import UnsupportedCheckpoint
 from epochstate.daemon.sources.rocksdb.changelog import (
     ChangelogHeader,
@@ -16,9 +17,8 @@ from epochstate.daemon.sources.rocksdb.changelog import (
     iter_changelog,
     iter_changelog_ops,
 )
-from epochstate.daemon.sources.rocksdb.conf import LZ4_CODECS
 from epochstate.daemon.sources.rocksdb.store_dir import CHANGELOG, StoreDirectory
-from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream
+from epochstate.daemon.sources.rows.codecs import decompress
 
 
 class ChangelogFiles:
@@ -47,8 +47,8 @@ class ChangelogFiles:
 
         Raises:
             MissingStateFile: no such file.
-            UnsupportedCheckpoint: not lz4, a lineage in a file without a unique id,
-                or typed records (merges) in a store without column families.
+            UnsupportedCheckpoint: a codec :mod:`codecs` does not read, a lineage in a
+                file without a unique id, or typed records (merges) in a store without column families.
             CorruptStateFile: the file is damaged.
         """
         path, content = self._changelog_content(partition, version, unique_id)
@@ -120,10 +120,7 @@ class ChangelogFiles:
         return path, self._decompress(path, data, version)
 
     def _decompress(self, path: Location, data: bytes, version: int) -> bytes:
-        codec = self.codec(version)
-        if codec not in LZ4_CODECS:
-            raise UnsupportedCheckpoint(f"{path}: {COMPRESSION_CODEC_CONF}={codec}; only lz4 is readable")
-        return read_lz4_block_stream(data, str(path))
+        return decompress(self.codec(version), data, str(path))
 
     def _check_header(self, path: Location, header: ChangelogHeader) -> None:
         if header.typed and not self.column_families:

@@ -33,7 +33,6 @@ from epochstate.daemon.sources.errors import MissingCheckpointFile, UnsupportedC
 ENCODING_FORMAT_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 MERGE_OPERATOR_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
 _MERGE_DELIMITERS = {"1": b",", "2": b""}
-LZ4_CODECS = frozenset({"lz4", "org.apache.spark.io.LZ4CompressionCodec"})
 
 
 def epoch_conf(checkpoint: Checkpoint, epoch: int | None = None) -> dict[str, str]:
