@@ -277,6 +277,11 @@ def test_hdfs_compression_codec_is_pinned_by_the_checkpoint(hdfs_life: Life) -> 
 
 
 def test_hdfs_snapshot_interval_changed_is_followed(hdfs_life: Life) -> None:
+    # Fifty deltas between snapshots: that run's versions are deltas only, read on top
+    # of the snapshots the runs before left.
+    snapshots = {p.name for p in (hdfs_life.checkpoint / "state" / "0").glob("*/*.snapshot")}
+    assert snapshots, "the runs before left no snapshot"
+    assert not {f"{e + 1}.snapshot" for e in hdfs_life.epochs["rare snapshots"]} & snapshots
     assert_served_as_spark(hdfs_life, _around(hdfs_life, "snapshot after every delta", "rare snapshots"))
 
 
