@@ -5,6 +5,11 @@ holds ``<v>.delta`` (the puts and removals of version ``v``) for every version
 that has not been purged, and now and then ``<v>.snapshot`` (the whole state at
 ``v``, written by background maintenance). Both are lz4 block streams of state
 file records (see :mod:`lz4stream` and :mod:`statefile`).
+
+The state format (:meth:`Checkpoint.ensure_hdfs_backed`) is checked per version,
+against the offset log of the epoch that wrote it (or, that entry purged, the
+oldest one left: Spark pins these settings for the checkpoint's life), so a later
+run's settings never decide how an earlier epoch is read.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from epochstate.daemon.sources.checkpoint.operators import DEFAULT_STORE
 from epochstate.daemon.sources.errors import (
     MissingCheckpointFile,
     MissingStateFile,
+    UnsupportedCheckpoint,
 )
 from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream
 from epochstate.daemon.sources.rows.statefile import iter_records
@@ -51,14 +57,8 @@ class HdfsStoreReader:
         *,
         partitions: Sequence[int] | None = None,
     ) -> None:
-        """Check the checkpoint's state format and compile the schemas.
-
-        Raises:
-            UnsupportedCheckpoint: the checkpoint is not written by the HDFS-backed
-                provider with lz4 (names ``spark.sql.streaming.stateStore.providerClass``).
-            MissingCheckpointFile: the checkpoint has no epoch yet to read its conf from.
-        """
-        checkpoint.ensure_hdfs_backed()
+        """Compile the schemas. The state format is checked by each read, for the
+        version read (see the module docstring)."""
         self.checkpoint = checkpoint
         self.operator_id = operator_id
         self.store_name = store_name
@@ -72,6 +72,7 @@ class HdfsStoreReader:
         self.framing = RowFraming()
         self.decode_key = self._keys.decode
         self.decode_value = self._values.decode
+        self._checked: set[int] = set()  # store versions whose epoch's settings passed
 
     @classmethod
     def open(
@@ -81,7 +82,7 @@ class HdfsStoreReader:
 
         Raises:
             MissingCheckpointFile: unknown operator or store (or no schema file).
-            UnsupportedCheckpoint, CorruptCheckpointFile: as for the constructor and
+            UnsupportedCheckpoint, CorruptCheckpointFile: as for
                 :meth:`Checkpoint.store_schema`.
         """
         for op in checkpoint.operators():
@@ -92,6 +93,30 @@ class HdfsStoreReader:
                     key, value = checkpoint.store_schema(operator_id, store_name)
                     return cls(checkpoint, operator_id, store_name, store.num_partitions, key, value)
         raise MissingCheckpointFile(f"{checkpoint.root}: no store {store_name!r} of operator {operator_id}")
+
+    def _check(self, version: int) -> None:
+        """Check the settings store version ``version`` was written with.
+
+        Raises:
+            UnsupportedCheckpoint: not the HDFS-backed provider with lz4 (names
+                ``spark.sql.streaming.stateStore.providerClass``), or row checksums.
+            MissingCheckpointFile: the checkpoint has no offset log entry at all.
+        """
+        if version < 1 or version in self._checked:
+            return
+        epoch = version - 1
+        try:
+            try:
+                self.checkpoint.ensure_hdfs_backed(epoch)
+            except MissingCheckpointFile:
+                planned = self.checkpoint.planned_epochs()
+                if not planned:
+                    raise
+                epoch = planned[0]
+                self.checkpoint.ensure_hdfs_backed(epoch)
+        except UnsupportedCheckpoint as error:
+            raise UnsupportedCheckpoint(f"{error} (the settings of epoch {epoch})") from error
+        self._checked.add(version)
 
     def _path(self, partition: int, version: int, kind: str) -> Location:
         return self.checkpoint.store_dir(self.operator_id, partition, self.store_name) / (f"{version}.{kind}")
@@ -138,10 +163,13 @@ class HdfsStoreReader:
         Raises:
             MissingStateFile: no ``<version>.delta`` (purged, or not written yet).
             CorruptStateFile: the delta is damaged or does not match the schemas.
+            UnsupportedCheckpoint: the epoch that wrote ``version`` ran with a state
+                format this reader refuses (see :meth:`_check`).
         """
         return self._decode(*self._raw_partition_changes(partition, version))
 
     def _raw_partition_changes(self, partition: int, version: int) -> RawRows:
+        self._check(version)
         path = self._path(partition, version, DELTA)
         # The last record of a key wins.
         return RawRows(partition, dict(self._records(path, allow_removals=True)).items(), path)
@@ -150,7 +178,7 @@ class HdfsStoreReader:
         """:meth:`partition_changes` of each partition read, partition by partition.
 
         Raises:
-            MissingStateFile, CorruptStateFile: as for :meth:`partition_changes`.
+            MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as for :meth:`partition_changes`.
         """
         for partition in self.partitions:
             yield from self.partition_changes(partition, version)
@@ -160,7 +188,7 @@ class HdfsStoreReader:
         before this returns.
 
         Raises:
-            MissingStateFile, CorruptStateFile: as for :meth:`partition_changes`.
+            MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as for :meth:`partition_changes`.
         """
         return [self._raw_partition_changes(p, version) for p in self.partitions]
 
@@ -168,7 +196,8 @@ class HdfsStoreReader:
         """:meth:`full_state`, undecoded, partition by partition.
 
         Raises:
-            ValueError, MissingStateFile, CorruptStateFile: as for :meth:`partition_state`.
+            ValueError, MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as for
+                :meth:`partition_state`.
         """
         for partition in self.partitions:
             yield self._raw_partition_state(partition, version)
@@ -192,12 +221,14 @@ class HdfsStoreReader:
             ValueError: a negative version.
             MissingStateFile: a delta needed after the snapshot does not exist.
             CorruptStateFile: a snapshot or delta is damaged or does not match the schemas.
+            UnsupportedCheckpoint: as for :meth:`partition_changes`.
         """
         return self._decode(*self._raw_partition_state(partition, version))
 
     def _raw_partition_state(self, partition: int, version: int) -> RawRows:
         if version < 0:
             raise ValueError(f"negative store version {version}")
+        self._check(version)
         names = self._names(partition)  # one listing decides which files exist
         deltas = set(self._versions_in(names, DELTA))
         state: dict[bytes, bytes | None] = {}
@@ -262,7 +293,8 @@ class HdfsStoreReader:
         """:meth:`partition_state` of each partition read, partition by partition.
 
         Raises:
-            ValueError, MissingStateFile, CorruptStateFile: as for :meth:`partition_state`.
+            ValueError, MissingStateFile, CorruptStateFile, UnsupportedCheckpoint: as for
+                :meth:`partition_state`.
         """
         for partition in self.partitions:
             yield from self.partition_state(partition, version)

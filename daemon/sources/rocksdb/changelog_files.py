@@ -1,12 +1,15 @@
 """Reading the changelogs of one store of Spark's RocksDB provider, whole and checked:
-LZ4-compressed (the only codec read), with a header that fits the store (no typed
-records without column families, no lineage in a file named without a unique id).
+compressed with the codec of the epoch that wrote them (see :mod:`codecs`), with a
+header that fits the store (no typed records without column families, no lineage in
+a file named without a unique id).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from epochstate.core.storage.location import Location
-from epochstate.daemon.sources.checkpoint.checkpoint import CHECKPOINT_FORMAT_CONF, COMPRESSION_CODEC_CONF
+from epochstate.daemon.sources.checkpoint.checkpoint import CHECKPOINT_FORMAT_CONF
 from epochstate.daemon.sources.errors import UnsupportedCheckpoint
 from epochstate.daemon.sources.rocksdb.changelog import (
     ChangelogHeader,
@@ -14,19 +17,26 @@ from epochstate.daemon.sources.rocksdb.changelog import (
     iter_changelog,
     iter_changelog_ops,
 )
-from epochstate.daemon.sources.rocksdb.conf import LZ4_CODECS
 from epochstate.daemon.sources.rocksdb.store_dir import CHANGELOG, StoreDirectory
-from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream
+from epochstate.daemon.sources.rows.codecs import decompress
 
 
 class ChangelogFiles:
-    """The changelogs in ``directory``, compressed with ``codec``. ``column_families``:
-    whether the store may use them (typed records are refused otherwise)."""
+    """The changelogs in ``directory``, compressed with ``codec`` (one for every version,
+    or a function of the version: the codec of the epoch that wrote it).
+    ``column_families``: whether the store may use them (typed records are refused
+    otherwise)."""
 
-    def __init__(self, directory: StoreDirectory, codec: str, *, column_families: bool) -> None:
+    def __init__(
+        self, directory: StoreDirectory, codec: str | Callable[[int], str], *, column_families: bool
+    ) -> None:
         self.directory = directory
-        self.codec = codec
+        self._codec = codec
         self.column_families = column_families
+
+    def codec(self, version: int) -> str:
+        """The compression codec of ``version``'s changelog."""
+        return self._codec if isinstance(self._codec, str) else self._codec(version)
 
     def changelog(
         self, partition: int, version: int, unique_id: str | None = None
@@ -37,8 +47,8 @@ class ChangelogFiles:
 
         Raises:
             MissingStateFile: no such file.
-            UnsupportedCheckpoint: not lz4, a lineage in a file without a unique id,
-                or typed records (merges) in a store without column families.
+            UnsupportedCheckpoint: a codec :mod:`codecs` does not read, a lineage in a
+                file without a unique id, or typed records (merges) in a store without column families.
             CorruptStateFile: the file is damaged.
         """
         path, content = self._changelog_content(partition, version, unique_id)
@@ -97,7 +107,7 @@ class ChangelogFiles:
             data = path.read_bytes()
         except FileNotFoundError:
             return None
-        return path, self._decompress(path, data)
+        return path, self._decompress(path, data, version)
 
     def _changelog_content(
         self, partition: int, version: int, unique_id: str | None = None
@@ -107,14 +117,10 @@ class ChangelogFiles:
             data = path.read_bytes()
         except FileNotFoundError:
             raise self.directory.missing(partition, path) from None
-        return path, self._decompress(path, data)
+        return path, self._decompress(path, data, version)
 
-    def _decompress(self, path: Location, data: bytes) -> bytes:
-        if self.codec not in LZ4_CODECS:
-            raise UnsupportedCheckpoint(
-                f"{path}: {COMPRESSION_CODEC_CONF}={self.codec}; only lz4 is readable"
-            )
-        return read_lz4_block_stream(data, str(path))
+    def _decompress(self, path: Location, data: bytes, version: int) -> bytes:
+        return decompress(self.codec(version), data, str(path))
 
     def _check_header(self, path: Location, header: ChangelogHeader) -> None:
         if header.typed and not self.column_families:

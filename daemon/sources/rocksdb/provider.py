@@ -6,10 +6,11 @@ without one (changelog checkpointing off) they are the difference between the
 states at ``v - 1`` and ``v``, which costs two snapshot reads. Keys and values are
 encoded as in :mod:`rocksdb_rows`.
 
-State checkpoint format version 2 (``spark.sql.streaming.stateStore.checkpointFormatVersion``),
-which names files ``<v>_<uniqueId>.changelog|zip`` and records the ids in the commit
-log, is refused. Stores with column families (transformWithState) are read by
-:mod:`tws_reader`; this reader refuses them.
+The settings of :mod:`conf` are checked per version, against the offset log of the
+epoch that wrote it: a later run's settings never decide how an earlier epoch is
+read. State checkpoint format version 2 is resolved per version (:mod:`unique_ids`).
+Stores with column families (transformWithState) are read by :mod:`tws_reader`;
+this reader refuses them.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from epochstate.daemon.sources.changes import RawRows, RowFraming, StateChange, 
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.checkpoint.operators import DEFAULT_STORE, StoreInfo
 from epochstate.daemon.sources.errors import MissingCheckpointFile, MissingStateFile, SourceError
-from epochstate.daemon.sources.rocksdb.conf import check_rocksdb_conf
+from epochstate.daemon.sources.rocksdb.conf import check_version_conf
 from epochstate.daemon.sources.rocksdb.rows import StateRowDecoder
 from epochstate.daemon.sources.rocksdb.snapshot_diff import (
     PreviousZips,
@@ -59,19 +60,14 @@ class RocksDBStoreReader:
         scratch_dir: Path | None = None,
         partitions: Sequence[int] | None = None,
     ) -> None:
-        """Check the checkpoint's state format and compile the schemas.
+        """Compile the schemas. The state format is checked by each read, for the
+        version read (see the module docstring).
 
         ``num_cols_prefix_key``: the store's, as in the operator metadata (looked up
         there when ``None``).
-
-        Raises:
-            UnsupportedCheckpoint: not the RocksDB provider (names
-                ``spark.sql.streaming.stateStore.providerClass``), a row encoding other
-                than ``unsaferow``, or state checkpoint format version 2.
-            MissingCheckpointFile: the checkpoint has no epoch yet to read its conf from.
         """
         self._files = StoreFiles(
-            checkpoint, operator_id, store_name, check_rocksdb_conf(checkpoint), scratch_dir=scratch_dir
+            checkpoint, operator_id, store_name, self._checked_codec, scratch_dir=scratch_dir
         )
         self.checkpoint = checkpoint
         self.operator_id = operator_id
@@ -111,7 +107,7 @@ class RocksDBStoreReader:
 
         Raises:
             MissingCheckpointFile: unknown operator or store (or no schema file).
-            UnsupportedCheckpoint, CorruptCheckpointFile: as for the constructor and
+            UnsupportedCheckpoint, CorruptCheckpointFile: as for
                 :meth:`Checkpoint.store_schema`.
         """
         store = _store_info(checkpoint, operator_id, store_name)
@@ -136,6 +132,17 @@ class RocksDBStoreReader:
 
     def _dir(self, partition: int) -> Location:
         return self._files.directory.dir(partition)
+
+    def _checked_codec(self, version: int) -> str:
+        """Check the settings ``version`` was written with; its changelog's codec.
+
+        Raises:
+            UnsupportedCheckpoint: not the RocksDB provider (names
+                ``spark.sql.streaming.stateStore.providerClass``), a row encoding other
+                than ``unsaferow``, or row checksums.
+            MissingCheckpointFile: the checkpoint has no offset log entry at all.
+        """
+        return check_version_conf(self._files.directory.checkpoint, version)
 
     # Reading.
 
@@ -180,6 +187,7 @@ class RocksDBStoreReader:
     def _raw_partition_changes(self, partition: int, version: int) -> RawRows:
         if version < 1:
             raise ValueError(f"store version {version} has no changes")
+        self._checked_codec(version)
         # Files are read without asking first whether they exist (on an object store,
         # a request each): the changelog, or, in a partition that had none last time,
         # the zip.
@@ -281,7 +289,12 @@ class RocksDBStoreReader:
                 for :meth:`partition_state`.
         """
         for partition in self.partitions:
-            yield RawRows(partition, self._files.raw_state(partition, version).items(), self._dir(partition))
+            yield RawRows(partition, self._raw_state(partition, version).items(), self._dir(partition))
+
+    def _raw_state(self, partition: int, version: int) -> dict[bytes, bytes]:
+        if version >= 1:
+            self._checked_codec(version)
+        return self._files.raw_state(partition, version)
 
     def partition_state(self, partition: int, version: int) -> Iterator[StateChange]:
         """The whole state of one partition at ``version`` (only puts), rebuilt from the
@@ -295,7 +308,7 @@ class RocksDBStoreReader:
             CorruptStateFile: a file is damaged or does not match the schemas.
             UnsupportedCheckpoint: see the module docstring.
         """
-        state = self._files.raw_state(partition, version)
+        state = self._raw_state(partition, version)
         return self._decode(partition, state.items(), self._dir(partition))
 
     def full_state(self, version: int) -> Iterator[StateChange]:

@@ -9,7 +9,7 @@ content, never from modification times.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from epochstate.core.storage.location import Location
@@ -60,6 +60,8 @@ class StoreFiles:
     ``column_families``: whether the store may use them (transformWithState). When
     false, a typed changelog or a snapshot with a column family mapping is refused
     rather than misread. ``merge_delimiter``: what list merges are joined with.
+    ``codec``: the changelogs' compression codec, or a function of the version (see
+    :class:`ChangelogFiles`).
     """
 
     def __init__(
@@ -67,7 +69,7 @@ class StoreFiles:
         checkpoint: Checkpoint,
         operator_id: int,
         store_name: str,
-        codec: str,
+        codec: str | Callable[[int], str],
         *,
         column_families: bool = False,
         merge_delimiter: bytes = LIST_DELIMITER,
