@@ -12,9 +12,10 @@ The contract: reasons are part of v1 and only ever added, never renamed, reused 
 removed; each names one meaning and always travels with the same status code. A
 client must treat a reason it does not know by its status code. The table
 :data:`REASONS` documents each one (what it means, what a caller should do); the
-same table is in the comments of ``proto/epochstate/v1/epochstate.proto``, and
-``tests/test_error_reasons.py`` fails when the daemon's table of status codes, the
-client's table of exceptions and this one drift apart.
+same table is in the comments of ``proto/epochstate/v1/epochstate.proto``. The
+daemon sends each error with its reason's code, read from this table
+(``daemon/server/status.py``); ``tests/test_error_reasons.py`` fails when the
+client's table of exceptions or the proto drift from it.
 
 ``ErrorInfo.metadata`` may carry details, strings under lowerCamelCase keys:
 ``job``, ``operatorId`` and ``store`` (JOB_NOT_FOUND, STORE_NOT_FOUND); ``job``,

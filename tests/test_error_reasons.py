@@ -1,9 +1,8 @@
 """The error contract cannot drift: daemon table, reason table, client table and proto agree.
 
-The daemon maps error classes to status codes (``daemon/server/status.py``), each
-class names its reason, the core documents each reason with its code
-(``core/reasons.py``), the client maps reasons back (``client/errors.py``) and
-the proto lists them. These tests hold the four together, and check the client's
+Each daemon error class names its reason, the core documents each reason with its
+code (``core/reasons.py``) and the daemon sends that code (``daemon/server/status.py``),
+the client maps reasons back (``client/errors.py``) and the proto lists them. These tests hold the four together, and check the client's
 fallback to the status code against a real loopback gRPC server; the tests against
 the real daemon (``tests/e2e/test_error_details.py``) prove what it sends.
 """
@@ -46,7 +45,8 @@ def _subclasses(root: type[EpochStateError]) -> set[type[EpochStateError]]:
 
 
 def _server_code(kind: type[EpochStateError]) -> grpc.StatusCode:
-    return next((code for k, code in status.STATUS_OF if issubclass(kind, k)), grpc.StatusCode.INTERNAL)
+    error = kind.__new__(kind)  # status_for reads the class's reason only
+    return status.status_for(error)
 
 
 def test_each_reason_is_defined_once_under_its_own_name() -> None:
@@ -63,22 +63,16 @@ def test_each_reason_is_defined_once_under_its_own_name() -> None:
         assert reason.meaning.strip() and reason.action.strip(), f"{name} is not documented"
 
 
-def test_every_error_the_daemon_maps_has_a_reason_of_its_code() -> None:
-    for kind, code in status.STATUS_OF:
-        assert kind.reason != reasons.INTERNAL, f"{kind.__qualname__} declares no reason"
-        assert kind.reason in reasons.REASONS, f"{kind.__qualname__}: undocumented reason {kind.reason}"
-        assert reasons.REASONS[kind.reason].code == code.name, (kind.__qualname__, kind.reason, code)
-
-
 def test_a_reason_means_one_status_code_wherever_it_is_declared() -> None:
-    """Any daemon-side error class with a reason would be sent with the reason's own code."""
+    """Any daemon-side error class with a reason is sent with the reason's own code:
+    the code is read from the reason's table, so no second table can drift."""
     server_side = {
         k for k in _subclasses(EpochStateError) if not k.__module__.startswith("epochstate.client")
     }
     declared = {k for k in server_side if k.reason != reasons.INTERNAL}
-    assert {k for k, _ in status.STATUS_OF} <= declared
+    assert len(declared) >= 30  # the servicers' errors are loaded (SERVICERS)
     for kind in declared:
-        assert kind.reason in reasons.REASONS, kind.__qualname__
+        assert kind.reason in reasons.REASONS, f"{kind.__qualname__}: undocumented reason {kind.reason}"
         assert _server_code(kind).name == reasons.REASONS[kind.reason].code, (kind.__qualname__, kind.reason)
 
 

@@ -1,14 +1,15 @@
-"""The one table from domain errors to gRPC status codes, and the rich status a failed call ends with.
+"""From domain errors to gRPC status codes, and the rich status a failed call ends with.
 
-Handlers raise domain errors; :func:`status_for` picks the code from
-:data:`STATUS_OF`. One code stands for several errors (FAILED_PRECONDITION: an
-epoch not ready yet, an epoch that can never exist, a refused alignment command),
-so the call also carries the error's stable reason: the status details
-(``grpc-status-details-bin``) hold a ``google.rpc.Status`` with one
+Handlers raise domain errors, and every domain error declares its stable reason
+(:mod:`epochstate.core.reasons`). The reason's table says which status code the
+reason travels with, so :func:`status_for` reads the code from there: there is
+no second table to keep in step. One code stands for several errors
+(FAILED_PRECONDITION: an epoch not ready yet, an epoch that can never exist, a
+refused alignment command), so the call also carries the reason: the status
+details (``grpc-status-details-bin``) hold a ``google.rpc.Status`` with one
 ``google.rpc.ErrorInfo`` (reason, domain ``epochstate.dev``, metadata), the
-standard any gRPC client can read. The reasons and what they mean are
-:mod:`epochstate.core.reasons`; every class in the table declares one. The Python
-client maps reasons back to typed exceptions (``epochstate.client.errors``).
+standard any gRPC client can read. The Python client maps reasons back to typed
+exceptions (``epochstate.client.errors``).
 """
 
 from __future__ import annotations
@@ -23,24 +24,8 @@ from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-unty
 from grpc_status import rpc_status
 
 from epochstate.core import reasons
-from epochstate.core.alignment import errors as alignment
 from epochstate.core.errors import BadRequest as BadRequest  # re-exported: the servicers raise it
 from epochstate.core.errors import EpochStateError
-from epochstate.core.zookeeper import errors as group
-from epochstate.core.zookeeper.errors import InvalidRecord, RegistryUnavailable
-from epochstate.daemon.server.epochs import (
-    BadSelector,
-    EpochNotReady,
-    EpochRetired,
-    EpochUnavailable,
-    EpochWaitTimedOut,
-    IncarnationChanged,
-    NoSuchEpoch,
-)
-from epochstate.daemon.server.held_partitions import PartitionNotHeld
-from epochstate.daemon.server.values import BadKey
-from epochstate.daemon.store.catalog import JobNotFound, ShuttingDown, StoreNotFound, WaitAbandoned
-from epochstate.daemon.store.errors import StoreDamaged
 
 
 class NoZooKeeper(EpochStateError):
@@ -85,53 +70,6 @@ class CheckpointNotAllowed(EpochStateError):
     reason = reasons.CHECKPOINT_NOT_ALLOWED
 
 
-STATUS_OF: tuple[tuple[type[EpochStateError], grpc.StatusCode], ...] = (
-    (JobNotFound, grpc.StatusCode.NOT_FOUND),
-    (StoreNotFound, grpc.StatusCode.NOT_FOUND),
-    (BadKey, grpc.StatusCode.INVALID_ARGUMENT),
-    (BadSelector, grpc.StatusCode.INVALID_ARGUMENT),
-    (BadRequest, grpc.StatusCode.INVALID_ARGUMENT),
-    (EpochNotReady, grpc.StatusCode.FAILED_PRECONDITION),
-    (NoSuchEpoch, grpc.StatusCode.FAILED_PRECONDITION),
-    # A read pinned to a query the recreated checkpoint no longer holds: never answered by another.
-    (IncarnationChanged, grpc.StatusCode.FAILED_PRECONDITION),
-    # A key of a partition a group replica does not hold: never answered "absent".
-    (PartitionNotHeld, grpc.StatusCode.FAILED_PRECONDITION),
-    (EpochWaitTimedOut, grpc.StatusCode.DEADLINE_EXCEEDED),
-    (EpochRetired, grpc.StatusCode.OUT_OF_RANGE),
-    (EpochUnavailable, grpc.StatusCode.DATA_LOSS),
-    # The daemon's own RocksDB failed a read: never taken for "absent".
-    (StoreDamaged, grpc.StatusCode.DATA_LOSS),
-    (ShuttingDown, grpc.StatusCode.UNAVAILABLE),
-    # Never seen by the caller (it is gone): the wait ends and frees its slot.
-    (WaitAbandoned, grpc.StatusCode.CANCELLED),
-    # Reads that consult ZooKeeper (aligned_with): the client retries UNAVAILABLE.
-    (RegistryUnavailable, grpc.StatusCode.UNAVAILABLE),
-    (InvalidRecord, grpc.StatusCode.DATA_LOSS),
-    # AlignmentAdmin.
-    (alignment.SubjectNotFound, grpc.StatusCode.NOT_FOUND),
-    (alignment.SourceNotFound, grpc.StatusCode.NOT_FOUND),
-    (alignment.InvalidTransition, grpc.StatusCode.FAILED_PRECONDITION),
-    (alignment.InvalidOption, grpc.StatusCode.INVALID_ARGUMENT),
-    (alignment.NotAnswered, grpc.StatusCode.DEADLINE_EXCEEDED),
-    (alignment.RegistryUnavailable, grpc.StatusCode.UNAVAILABLE),
-    (alignment.CorruptSubjectRecord, grpc.StatusCode.DATA_LOSS),
-    (NoZooKeeper, grpc.StatusCode.FAILED_PRECONDITION),
-    # JobsAdmin (the group's job definitions).
-    (group.JobDefined, grpc.StatusCode.ALREADY_EXISTS),
-    (group.JobNotDefined, grpc.StatusCode.NOT_FOUND),
-    (group.DefinitionChanged, grpc.StatusCode.ABORTED),
-    (NoGroup, grpc.StatusCode.FAILED_PRECONDITION),
-    # Limits (limits.py): refused before any work, or an answer over the size limit.
-    (TooManyCalls, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (ResponseTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    # Authorization (daemon/server/security): who the caller is, what it may do.
-    (NotAuthenticated, grpc.StatusCode.UNAUTHENTICATED),
-    (RoleMissing, grpc.StatusCode.PERMISSION_DENIED),
-    (CheckpointNotAllowed, grpc.StatusCode.PERMISSION_DENIED),
-)
-
-
 NO_DEADLINE = 1e9
 """Seconds left beyond which a call counts as having no deadline (gRPC reports a call
 without one as ending in the far future)."""
@@ -160,11 +98,10 @@ def wait_budget(context: grpc.ServicerContext, max_wait: float | None = None) ->
 
 
 def status_for(error: EpochStateError) -> grpc.StatusCode:
-    """The status code of ``error``: its first match in :data:`STATUS_OF`, else INTERNAL."""
-    for kind, code in STATUS_OF:
-        if isinstance(error, kind):
-            return code
-    return grpc.StatusCode.INTERNAL
+    """The status code of ``error``: the code its reason travels with (INTERNAL for an
+    error that declares no documented reason)."""
+    reason = reasons.REASONS.get(error.reason)
+    return grpc.StatusCode.INTERNAL if reason is None else grpc.StatusCode[reason.code]
 
 
 Req = TypeVar("Req")
