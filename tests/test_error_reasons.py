@@ -3,8 +3,9 @@
 Each daemon error class names its reason, the core documents each reason with its
 code (``core/reasons.py``) and the daemon sends that code (``daemon/server/status.py``),
 the client maps reasons back (``client/errors.py``) and the proto lists them. These
-tests hold the four together, and check the client's fallback to the status code against a real loopback gRPC server; the tests against
-the real daemon (``tests/e2e/test_error_details.py``) prove what it sends.
+tests hold the four together and check the client's fallback to the status code
+against a real loopback gRPC server; the tests against the real daemon
+(``tests/e2e/test_error_details.py``) prove what it sends.
 """
 
 from __future__ import annotations
