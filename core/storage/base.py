@@ -18,13 +18,6 @@ class FileStat:
     st_mtime_ns: int
     tag: str = ""
 
-    def written_after(self, other: FileStat, resolution_ns: int) -> bool:
-        """Whether this file was certainly written after ``other``: with coarse
-        times (``resolution_ns`` > 1), equal times count as not after."""
-        if resolution_ns > 1:
-            return self.st_mtime_ns > other.st_mtime_ns
-        return self.st_mtime_ns >= other.st_mtime_ns
-
 
 @dataclass(frozen=True)
 class Entry:

@@ -251,14 +251,3 @@ class KeyEncoder:
             parts = [take(v) for take, v in zip(fields, values, strict=True)] if len(values) == width else []
             out.append(b"".join(parts) if parts and None not in parts else encode(row))  # type: ignore[arg-type]
         return out
-
-
-# -- decoded values to Python objects for people (CLI, client) ---------------------
-
-
-def micros_to_datetime(micros: int) -> dt.datetime:
-    return _EPOCH_DT + dt.timedelta(microseconds=micros)
-
-
-def days_to_date(days: int) -> dt.date:
-    return _EPOCH_DATE + dt.timedelta(days=days)
