@@ -18,7 +18,7 @@ Then, with Spark stopped, on one thread of this process:
 attached; from the mtime of ``commits/<n>`` to the epoch being queryable.
 
 Ingest runs with the garbage collector tuned as in the daemon's process
-(:mod:`epochstate.daemon.collector`). Rates are wall clock (the target) and, beside
+(:mod:`epochstate.daemon.gc_tuning`). Rates are wall clock (the target) and, beside
 them, CPU time of this process (``time.process_time``), which stays comparable when
 other work loads the machine.
 ``--profile <provider>`` prints the cProfiles of (b) and (c) for that provider.
@@ -45,7 +45,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from table import print_table  # noqa: E402
 
 from epochstate.client import EpochStateClient  # noqa: E402
-from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest  # noqa: E402
+from epochstate.daemon.gc_tuning import freeze_startup_objects, tune_for_ingest  # noqa: E402
 from epochstate.daemon.ingest.follower import EpochPublisher, JobFollower  # noqa: E402
 from epochstate.daemon.runtime import NoRegistry  # noqa: E402
 from epochstate.daemon.store.versioned import VersionedStore  # noqa: E402
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
             # Ingest is measured with Spark stopped: its JVM winding down after the
             # queries stopped would take CPU (and caches) from the ingesting thread.
             spark.stop()
-        # As the daemon's process does (epochstate.daemon.collector).
+        # As the daemon's process does (epochstate.daemon.gc_tuning).
         tune_for_ingest()
         freeze_startup_objects()
         for name in names:

@@ -44,7 +44,7 @@ from table import print_table  # noqa: E402
 
 from epochstate.client import EpochStateClient  # noqa: E402
 from epochstate.core.storage.location import StorageFactory, configure  # noqa: E402
-from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest  # noqa: E402
+from epochstate.daemon.gc_tuning import freeze_startup_objects, tune_for_ingest  # noqa: E402
 from epochstate.daemon.ingest.follower import EpochPublisher, JobFollower  # noqa: E402
 from epochstate.daemon.runtime import NoRegistry  # noqa: E402
 from epochstate.daemon.store.versioned import VersionedStore  # noqa: E402

@@ -50,7 +50,7 @@ from lookup import cycle_calls, interleaved
 from table import print_table
 
 from epochstate.client import EpochStateClient
-from epochstate.daemon.collector import freeze_startup_objects, tune_for_ingest
+from epochstate.daemon.gc_tuning import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.ingest.follower import JobFollower
 from epochstate.daemon.runtime import NoRegistry
 from epochstate.daemon.store.versioned import StoreOptions, VersionedStore

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from epochstate.daemon.collector import YOUNG_GENERATION_THRESHOLD, freeze_startup_objects, tune_for_ingest
+from epochstate.daemon.gc_tuning import YOUNG_GENERATION_THRESHOLD, freeze_startup_objects, tune_for_ingest
 
 
 @pytest.fixture
