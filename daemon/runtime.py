@@ -25,8 +25,8 @@ from epochstate.core.storage.location import StorageFactory, redact
 from epochstate.core.storage.location import configure as configure_storage
 from epochstate.core.storage.objectstore import s3_options
 from epochstate.core.storage.retry import RetryPolicy
-from epochstate.daemon.gc_tuning import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.config import DaemonSettings
+from epochstate.daemon.gc_tuning import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
 from epochstate.daemon.ingest.group_replicas import GroupReplicas
 from epochstate.daemon.ingest.group_status import seconds_behind
