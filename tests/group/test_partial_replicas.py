@@ -96,7 +96,7 @@ def _check_each_daemon_holds_its_shards(group: Partial, nodes: tuple[str, ...]) 
             # DescribeJob says which partitions the daemon holds (empty: every one).
             with group.daemons[node].client(timeout=30) as client:
                 ranges = client.describe(JOB, refresh=True).held_partitions
-            described = {p for first, last in ranges for p in range(first, last + 1)}
+            described = {p for first, last in ranges for p in range(first, min(last, PARTITIONS - 1) + 1)}
             assert (described or set(range(PARTITIONS))) == held, (node, ranges)
         assert union == group.expected(epoch, set(range(PARTITIONS)))
 
