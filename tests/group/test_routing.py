@@ -166,7 +166,7 @@ def test_routed_reads_equal_spark_and_every_replica_of_a_shard(routed_group: Rou
         assert location.layouts == {(0, "default"): ((0, 2),)}
         assert [(s.first, s.last) for s in location.shards] == [(0, 0), (1, LAST_PARTITION)]
         for shard in location.shards:
-            assert len(shard.replicas) == 2 and all(r.serving for r in shard.replicas)
+            assert len(shard.replicas) == 2 and all(r.serving for r in shard.replicas), location
             assert all(r.newest_epoch == EPOCHS[-1] for r in shard.replicas)
         addresses = {r.node: r.address for s in location.shards for r in s.replicas}
         assert addresses == {n: group.daemons[n].target for n in NODES}
@@ -449,7 +449,10 @@ def test_oracle_through_the_routed_client(
     all_keys = {k: key for state in expected.values() for k, (key, _, _) in state.items()}
     with RoutedClient([daemons["n1"].target], timeout=30) as client:
         location = client.locate(name)
-        assert [(s.first, s.last, len(s.replicas)) for s in location.shards] == [(0, 0, 1), (1, 1, 1)]
+        assert [(s.first, s.last, len(s.replicas)) for s in location.shards] == [
+            (0, 0, 1),
+            (1, LAST_PARTITION, 1),
+        ]
         routed_to = {canon(key): client.route(name, key) for key in all_keys.values()}
         for epoch in committed:
             for k, (_, _, partition) in expected[epoch].items():
