@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-state-size bench-object-store bench-s3-clients bench-alignment clean soak
+.PHONY: demo demo-chain test test-fast constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-state-size bench-object-store bench-s3-clients bench-alignment clean soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ demo-chain: $(STAMP)
 	$(BIN)/epochstate demo-chain $(DEMO_ARGS)
 
 test: lint typecheck imports docs pytest
+
+# The edit loop: the static checks and the in-process tests (no JVM, server or daemon
+# of their own: tests/conftest.py marks the others "process"), in a few minutes.
+test-fast: lint typecheck imports
+	$(BIN)/python -m pytest -m "not process" -q $(PYTEST_ARGS)
 
 SOURCES := epochstate core client cli daemon spark_plugin devtools
 

@@ -54,3 +54,31 @@ def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
     yield make
     for process in started:
         process.stop()
+
+
+# Fixtures that start a process of their own (a JVM, a server, the daemon): a test that
+# uses one is not in-process. ``make test-fast`` runs the others (``-m "not process"``).
+PROCESS_FIXTURES = frozenset(
+    {
+        "spark",
+        "daemon_factory",
+        "zookeeper_server",
+        "private_zookeeper_server",
+        "zk_connect",
+        "kafka_broker",
+        "s3_server",
+        "gcs_server",
+        "azure_server",
+        "repartitioned",
+    }
+)
+# Folders whose every test drives real processes (daemons, JVMs, clusters of them).
+PROCESS_FOLDERS = ("compat", "deploy", "e2e", "group", "fuzz")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(__file__).parent
+    for item in items:
+        folder = Path(item.path).relative_to(root).parts[0]
+        if folder in PROCESS_FOLDERS or PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.process)
