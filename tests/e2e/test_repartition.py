@@ -24,15 +24,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from epochstate.client import EpochDamaged, EpochStateClient
 from epochstate.client.routed import RoutedClient
 from tests.fixtures.daemon import DaemonProcess
-from tests.fixtures.oracle import StoreOracle, assert_store_equals_oracle, canon, plain
-from tests.fixtures.repartition import JOB, LAYOUT, REPARTITIONS, Repartitioned
-from tests.fixtures.streams import copy_checkpoint
+from tests.fixtures.oracle import StoreOracle, assert_store_equals_oracle, canon, plain, spark_store
+from tests.fixtures.repartition import JOB, LAYOUT, REPARTITIONS, SCHEMA, Repartitioned, orders, totals
+from tests.fixtures.streams import HDFS, FileStream, copy_checkpoint
 from tests.fixtures.zookeeper import eventually
 
 pytestmark = pytest.mark.spark
@@ -129,3 +130,33 @@ def test_an_epoch_pinning_a_setting_this_daemon_does_not_know_is_refused_with_it
             client.get(JOB, repartitioned.oracle.keys()[0], epoch=7)
         assert client.describe(JOB).latest_epoch == 6
         assert_store_equals_oracle(client, JOB, repartitioned.oracle, range(7))
+
+
+def test_spark_refuses_to_repartition_hdfs_state_and_the_daemon_reads_only_committed_epochs(
+    spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    """The HDFS-backed provider cannot be repartitioned. Spark says so only after it wrote
+    the repartition batch's offset log entry (with the new partition count), which it
+    never commits: the query cannot restart until that entry is removed. The daemon
+    reads committed epochs only, so it keeps serving every epoch as before."""
+    session = HDFS.session(spark)
+    session.conf.set("spark.sql.shuffle.partitions", "3")
+    checkpoint = tmp_path / "cp"
+    stream = FileStream(session, tmp_path / "in", checkpoint, totals, SCHEMA).start()
+    try:
+        for batch in range(2):
+            stream.feed(orders(batch))
+    finally:
+        stream.stop()
+    daemon = daemon_factory({JOB: str(checkpoint)})
+    daemon.wait_for_epoch(JOB, 1)
+    with pytest.raises(Exception, match="UNSUPPORTED_PROVIDER"):
+        session._streamingCheckpointManager.repartition(str(checkpoint), 5)
+    assert sorted(p.name for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()) == ["0", "1", "2"]
+    assert stream.committed() == [0, 1]
+    oracle = spark_store(spark, checkpoint, [0, 1])
+    with daemon.client() as client:
+        assert_store_equals_oracle(client, JOB, oracle)
+        described = client.describe(JOB, refresh=True)
+        assert (described.latest_epoch, described.committed_epoch, described.problems) == (1, 1, ())
+        assert {e: described.store().at(e).num_partitions for e in (0, 1)} == {0: 3, 1: 3}
