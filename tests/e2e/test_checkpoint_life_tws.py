@@ -189,22 +189,12 @@ def test_followed_live_serves_each_epoch_with_its_schema_and_the_first_run_as_sp
                     assert served[key] == value, (epoch, key)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="daemon/ingest: a key untouched since a value schema change keeps the shape it was "
-    "ingested with (c at epoch 2 has no 'last'; at epoch 4 its old (n, last) is read as (last))",
-)
 def test_followed_live_resolves_untouched_values_to_the_new_schema(evolution: Evolution) -> None:
     with evolution.live.client() as client:
         for name in ("count", "events", "seen"):
             assert_store_equals_oracle(client, JOB, evolution.oracles[name])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="daemon/store: a state variable's store is served at epochs whose run does not declare "
-    "it (events after its removal with its last rows; seen before it existed as empty)",
-)
 def test_followed_live_refuses_variables_where_spark_does(evolution: Evolution) -> None:
     with evolution.live.client() as client:
         for name, epoch in evolution.refused:
@@ -212,12 +202,6 @@ def test_followed_live_refuses_variables_where_spark_does(evolution: Evolution) 
                 client.get(JOB, {"user": "a"}, epoch=epoch, store=name)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="daemon/sources + daemon/ingest: a daemon started afterwards knows only the newest run's "
-    "variables and schemas (no store events); rows of older schema ids stop epoch 0 (refused, "
-    "EPOCH_UNAVAILABLE) and leave epochs 1-5 neither served nor refused",
-)
 def test_started_afterwards_serves_or_refuses_every_epoch(
     evolution: Evolution, daemon_factory: Callable[..., DaemonProcess]
 ) -> None:
