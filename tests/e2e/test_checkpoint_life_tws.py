@@ -20,11 +20,11 @@ written in epoch 3 as ``(2, 't3')``, it reads ``(last='t3')`` at epoch 4). A
 variable not in the epoch's metadata is refused (``seen`` before epoch 2,
 ``events`` from epoch 4): ``STDS_INVALID_OPTION_VALUE``.
 
-The daemon is not there yet (see the strictly expected failures below and
-``notes/life_query_table.md``): the live daemon serves every epoch's schema as
-Spark's, but untouched keys keep the shape they were ingested with, and a
-variable's store has no end or beginning per epoch; a daemon started afterwards
-refuses epoch 0 with its reason and never serves or refuses the others.
+The daemon follows all of it. Each epoch is read with the operator metadata of
+its run; a store whose schemas change is rewritten whole at that epoch, every row
+of an older schema id resolved by field name as Spark does; a variable outside
+the runs that declare it is refused (``STORE_NOT_FOUND``), live and started
+afterwards.
 """
 
 from __future__ import annotations
@@ -208,6 +208,7 @@ def test_started_afterwards_serves_or_refuses_every_epoch(
     late = daemon_factory({JOB: str(evolution.checkpoint)}, name="late")
     with late.client() as client:
         _wait_for_settled(client)
+        refusals = {}
         for epoch in EPOCHS:
             for name, oracle in evolution.oracles.items():
                 if epoch not in oracle.states:
@@ -216,6 +217,12 @@ def test_started_afterwards_serves_or_refuses_every_epoch(
                     assert_store_equals_oracle(client, JOB, oracle, [epoch])
                 except EpochDamaged as refused:
                     assert refused.reason == "EPOCH_UNAVAILABLE", (name, epoch)
+                    refusals[(name, epoch)] = str(refused)
+            for name, epoch in evolution.refused:
+                with pytest.raises(StoreNotFound):
+                    client.get(JOB, {"user": "a"}, epoch=epoch, store=name)
+        # Every run's rows and schemas are readable, so none is refused.
+        assert refusals == {}
 
 
 def _wait_for_settled(client: EpochStateClient) -> None:
