@@ -82,6 +82,12 @@ def has_v2_metadata(operator_dir: Location) -> bool:
     return bool(numeric_entries(operator_dir / METADATA_DIR / "v2"))
 
 
+def run_of(batches: list[int], epoch: int) -> int:
+    """Of an operator's ``_metadata/v2`` entries (ascending, not empty), the one of the
+    run that planned ``epoch``: the newest at or before it."""
+    return max((b for b in batches if b <= epoch), default=batches[0])
+
+
 def read_v2_operator(operator_id: int, operator_dir: Location, epoch: int | None = None) -> OperatorInfo:
     """The operator as the run that planned ``epoch`` describes it (``None``: the newest
     run), with one store per state variable when it has any. Each run writes its own
@@ -94,7 +100,7 @@ def read_v2_operator(operator_id: int, operator_dir: Location, epoch: int | None
     batches = numeric_entries(operator_dir / METADATA_DIR / "v2")
     if not batches:
         raise MissingCheckpointFile(f"{operator_dir / METADATA_DIR}/v2: no operator metadata")
-    chosen = batches[-1] if epoch is None else max((b for b in batches if b <= epoch), default=batches[0])
+    chosen = batches[-1] if epoch is None else run_of(batches, epoch)
     path = operator_dir / METADATA_DIR / "v2" / str(chosen)
     source = str(path)
     version, _, body = _read(path).partition("\n")
