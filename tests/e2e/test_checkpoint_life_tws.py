@@ -226,12 +226,17 @@ def test_started_afterwards_serves_or_refuses_every_epoch(
 
 
 def _wait_for_settled(client: EpochStateClient) -> None:
-    """Until the daemon has ingested the newest epoch or recorded a problem."""
+    """Until the daemon has ingested the newest epoch: a problem recorded meanwhile may
+    be retried away, and a client that describes the job earlier keeps the schemas of
+    then. Fails with the problems when it does not get there."""
     import time
 
     deadline = time.monotonic() + 60
+    problems: dict[int, str] = {}
     while time.monotonic() < deadline:
         latest = {j.job: j.latest_epoch for j in client.jobs()}.get(JOB, -1)
-        if latest >= EPOCHS[-1] or client.describe(JOB, refresh=True).problems:
+        if latest >= EPOCHS[-1]:
             return
+        problems.update({p.epoch: p.reason for p in client.describe(JOB, refresh=True).problems})
         time.sleep(0.2)
+    raise AssertionError(f"the daemon started afterwards did not ingest every epoch; problems: {problems}")
