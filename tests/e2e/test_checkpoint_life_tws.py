@@ -236,6 +236,7 @@ def _wait_for_settled(client: EpochStateClient) -> None:
     while time.monotonic() < deadline:
         latest = {j.job: j.latest_epoch for j in client.jobs()}.get(JOB, -1)
         if latest >= EPOCHS[-1]:
+            client.describe(JOB, refresh=True)  # not the shapes described while it ingested
             return
         problems.update({p.epoch: p.reason for p in client.describe(JOB, refresh=True).problems})
         time.sleep(0.2)
