@@ -178,11 +178,13 @@ class JobFollower:
     def _discover_stores(self, epoch: int) -> set[tuple[int, str]]:
         """Register stores that appeared in the checkpoint since the last look; returns them."""
         found: set[tuple[int, str]] = set()
-        for operator in self.checkpoint.operators():
+        for operator in self.checkpoint.operators(epoch):
             for info in operator.stores:
                 if (operator.operator_id, info.name) in self.entry.stores:
                     continue
-                key_schema, value_schema = self.checkpoint.store_schema(operator.operator_id, info.name)
+                key_schema, value_schema = self.checkpoint.store_schema(
+                    operator.operator_id, info.name, epoch
+                )
                 # The operator metadata keeps the count the store was first written with;
                 # the epoch's own is in its offset log entry (an offline repartition).
                 partitions = self.checkpoint.state_partitions(epoch) or info.num_partitions
@@ -343,6 +345,8 @@ class JobFollower:
         return None
 
     def _loads_in_full(self, handle: StoreHandle, epoch: int) -> bool:
+        if handle.latest.version.absent:
+            return True
         return self._reader(handle, handle.latest, epoch).has_full(epoch + 1)
 
     def _metadata_due(self, epoch: int) -> bool:
@@ -419,13 +423,18 @@ class JobFollower:
                 introduced.append((handle.descriptor.store_id, shape))
             handles[key] = handle
             schema = handle.schema_at(epoch)
+            if schema.version.absent:
+                continue  # not part of this epoch's query: nothing to read, reads refused
             reader = self._reader(handle, schema, epoch)
             store_id = handle.descriptor.store_id
             # A store first seen now may have versions before this one (noticed late);
             # a store whose keys are spread over another number of partitions now has
             # no change file relative to the last layout: its epoch is a whole version.
+            # So is one whose schemas changed (every live key, untouched ones included,
+            # is then read in the new schema) or that is declared again.
             relaid = schema.num_partitions != before_shape.num_partitions
-            rebase = key in new_stores or relaid
+            reshaped = not schema.version.same_schemas(before_shape.version) or before_shape.version.absent
+            rebase = key in new_stores or relaid or reshaped
             store_mode = ReadMode.REBASE if rebase and mode is ReadMode.DELTA else mode
             changes[store_id] = store_changes(
                 reader, self._codec(handle, schema, reader), epoch + 1, store_mode, view, store_id, newest

@@ -17,6 +17,11 @@ repartition (Spark 4.2+) writes a batch with the new count and the stores' state
 in the new layout. The count is read for every epoch, so each epoch is read, and
 its keys are placed, with its own.
 
+State variables. A transformWithState operator's stores are the state variables
+its run declares (``_metadata/v2/<first batch of the run>``), read per epoch: a
+variable the run of an epoch no longer declares has a shape that says it is
+absent from that epoch on; declared again, it gets a shape of its schemas.
+
 Each shape the daemon sees is recorded as a :class:`StoreShape` keyed by the first
 epoch it is in force at, written with that epoch.
 """
@@ -41,7 +46,7 @@ def store_shape(
         MissingCheckpointFile, CorruptCheckpointFile, UnsupportedCheckpoint: see
             :meth:`Checkpoint.store_schema`.
     """
-    key, value = checkpoint.store_schema(operator_id, store)
+    key, value = checkpoint.store_schema(operator_id, store, first_epoch)
     return StoreShape(
         first_epoch, json.dumps(type_to_json(key)), json.dumps(type_to_json(value)), num_partitions
     )
@@ -65,8 +70,20 @@ class ShapeWatch:
         """
         d, latest = handle.descriptor, handle.latest.version
         partitions = self._checkpoint.state_partitions(epoch) or latest.num_partitions
+        if d.kind and not self._declared(d.operator_id, d.store_name, epoch):
+            found = StoreShape(
+                epoch, latest.key_schema_json, latest.value_schema_json, partitions, absent=True
+            )
+            return None if found.same_shape(latest) else found
         try:
             found = store_shape(self._checkpoint, d.operator_id, d.store_name, epoch, partitions)
         except MissingCheckpointFile:
             found = StoreShape(epoch, latest.key_schema_json, latest.value_schema_json, partitions)
         return None if found.same_shape(latest) else found
+
+    def _declared(self, operator_id: int, store: str, epoch: int) -> bool:
+        """Whether the run of ``epoch`` declares the state variable ``store``."""
+        for operator in self._checkpoint.operators(epoch):
+            if operator.operator_id == operator_id:
+                return any(info.name == store for info in operator.stores)
+        return False

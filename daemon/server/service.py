@@ -225,10 +225,22 @@ class EpochStateService:
         """
         if len(handle.schemas) == 1:
             encoded = self._keys(handle, handle.latest, keys)
-            return self._pin(entry, selector, context), handle.latest, encoded
+            pinned = self._pin(entry, selector, context)
+            self._declared(handle, pinned)
+            return pinned, handle.latest, encoded
         pinned = self._pin(entry, selector, context)
+        self._declared(handle, pinned)
         schema = handle.schema_at(pinned.epoch)
         return pinned, schema, self._keys(handle, schema, keys)
+
+    def _declared(self, handle: StoreHandle, pinned: epochs.Pinned) -> None:
+        """Refuse a read at an epoch whose query has no such store (see
+        :meth:`StoreHandle.check_declared`), letting go of the pinned view."""
+        try:
+            handle.check_declared(pinned.epoch)
+        except StoreNotFound:
+            self._views.done(pinned.view)
+            raise
 
     def _keys(self, handle: StoreHandle, schema: StoreSchema, keys: Sequence[pb.Row]) -> list[bytes]:
         """The store encoding of each request key, checked against ``schema``'s key."""
@@ -300,8 +312,10 @@ class EpochStateService:
         if len(handle.schemas) == 1:
             lower, upper = _scan_bounds(request, handle.latest)
             pinned = self._pin(entry, selector, context)
+            self._declared(handle, pinned)
         else:
             pinned = self._pin(entry, selector, context)
+            self._declared(handle, pinned)
             lower, upper = _scan_bounds(request, handle.schema_at(pinned.epoch))
         versions = pinned.view.scan(handle.descriptor.store_id, pinned.epoch, lower, upper, limit, after)
         self._views.done(pinned.view)

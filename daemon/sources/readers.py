@@ -88,13 +88,14 @@ def open_store_reader(
     newest planned epoch), of the store's ``partitions`` (``None``: all; the files of
     the others are never read). ``scratch_dir`` is where RocksDB snapshots are opened. A
     transformWithState state variable gets a :class:`StateVariableReader` (the
-    schemas given must be the ones :mod:`statevars` serves).
+    schemas given must be the ones :mod:`statevars` serves at ``epoch``, whose
+    settings it is read with).
 
     Raises:
         UnsupportedCheckpoint: another provider, or a format option the reader refuses.
         MissingCheckpointFile: no offset log entry to read the configuration from.
     """
-    variable = _state_variable(checkpoint, operator_id, store_name)
+    variable = _state_variable(checkpoint, operator_id, store_name, epoch)
     if variable is not None:
         if checkpoint.provider_kind(epoch) != "rocksdb":
             raise UnsupportedCheckpoint(f"{checkpoint.root}: state variables outside the RocksDB provider")
@@ -102,15 +103,15 @@ def open_store_reader(
             raise UnsupportedCheckpoint(
                 f"{checkpoint.root}: operator {operator_id}'s state variable {store_name!r} changed schema"
             )
-        codec = check_rocksdb_conf(checkpoint, avro=True)
+        codec = check_rocksdb_conf(checkpoint, epoch, avro=True)
         return StateVariableReader(
             checkpoint,
             operator_id,
             num_partitions,
             variable,
             codec,
-            state_encoding(checkpoint),
-            merge_delimiter=merge_delimiter(checkpoint),
+            state_encoding(checkpoint, epoch),
+            merge_delimiter=merge_delimiter(checkpoint, epoch),
             scratch_dir=scratch_dir,
             partitions=partitions,
         )
@@ -137,8 +138,10 @@ def open_store_reader(
     )
 
 
-def _state_variable(checkpoint: Checkpoint, operator_id: int, store_name: str) -> StateVariable | None:
-    for operator in checkpoint.operators():
+def _state_variable(
+    checkpoint: Checkpoint, operator_id: int, store_name: str, epoch: int | None
+) -> StateVariable | None:
+    for operator in checkpoint.operators(epoch):
         if operator.operator_id == operator_id:
             return next((s.variable for s in operator.stores if s.name == store_name), None)
     return None

@@ -106,6 +106,33 @@ class StoreHandle:
                 return schema
         return self.schemas[0]
 
+    def check_declared(self, epoch: int) -> None:
+        """Refuse a read of the store at ``epoch`` when the query had no such store
+        then: before the store's first epoch, or in a shape where it is absent.
+
+        Raises:
+            StoreNotFound: so.
+        """
+        d = self.descriptor
+        if epoch >= d.first_epoch and not self.schema_at(epoch).version.absent:
+            return
+        what = "state variable" if d.kind else "store"
+        when = (
+            f"it first appears at epoch {d.first_epoch}"
+            if epoch < d.first_epoch
+            else f"the run of epoch {epoch} no longer declares it"
+        )
+        raise StoreNotFound(
+            f"job {d.job!r}: {what} {d.operator_id}/{d.store_name} is not part of the query at epoch {epoch}"
+            f" ({when})",
+            metadata={
+                "job": d.job,
+                "operatorId": str(d.operator_id),
+                "store": d.store_name,
+                "epoch": str(epoch),
+            },
+        )
+
     def layouts(self) -> tuple[tuple[int, int], ...]:
         """(first epoch, number of partitions) of each partition count the store had,
         oldest first."""

@@ -86,15 +86,23 @@ class StoreShape:
     partitions its rows are spread over (Spark 4.2+ repartitions state offline, so a
     checkpoint's partition count changes at an epoch). Written with the epoch that
     introduces it; every read, route and shard plan of an epoch uses that epoch's shape.
+
+    ``absent``: the store is not part of the query from ``first_epoch`` on (a
+    transformWithState state variable its run no longer declares); reads of it there
+    are refused. Its schemas are those of the shape before.
     """
 
     first_epoch: int
     key_schema_json: str
     value_schema_json: str
     num_partitions: int
+    absent: bool = False
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
+        fields = asdict(self)
+        if not self.absent:  # as layout 4 wrote every shape before stores could be absent
+            del fields["absent"]
+        return json.dumps(fields, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw: bytes, earlier_partitions: int) -> StoreShape:
@@ -102,6 +110,7 @@ class StoreShape:
         schema change only, layout 3) has the count of the shape before it."""
         fields = json.loads(raw)
         fields.setdefault("num_partitions", earlier_partitions)
+        fields.setdefault("absent", False)
         return cls(**fields)
 
     def same_schemas(self, other: StoreShape) -> bool:
@@ -111,7 +120,11 @@ class StoreShape:
         )
 
     def same_shape(self, other: StoreShape) -> bool:
-        return self.same_schemas(other) and self.num_partitions == other.num_partitions
+        return (
+            self.same_schemas(other)
+            and self.num_partitions == other.num_partitions
+            and self.absent == other.absent
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ from epochstate.daemon.sources.checkpoint.operators import (
     parse_operator_metadata,
 )
 from epochstate.daemon.sources.checkpoint.schemafile import parse_schema_file
-from epochstate.daemon.sources.checkpoint.statevars import has_v2_metadata, read_v2_operator
+from epochstate.daemon.sources.checkpoint.statevars import read_v2_operator, run_of
 from epochstate.daemon.sources.errors import (
     MissingCheckpointFile,
     UnsupportedCheckpoint,
@@ -75,8 +75,14 @@ class Checkpoint(QueryLog):
         self._listed: dict[int, FileStat | None] = {}
         self._previous_listing: dict[int, FileStat] = {}
         self.commits_rewritten = False
-        self._operators: list[OperatorInfo] | None = None
+        # The operators as the newest runs have them (key None), and as older runs do,
+        # keyed by each transformWithState operator's run (its _metadata/v2 entry).
+        self._operators: dict[tuple[tuple[int, int], ...] | None, list[OperatorInfo]] = {}
         self._schemas: dict[tuple[int, str], tuple[StructType, StructType]] = {}
+        # Per transformWithState operator: its _metadata/v2 entries, and its state
+        # variables' schemas per (operator, variable, run).
+        self._v2_batches: dict[int, list[int]] = {}
+        self._variable_schemas: dict[tuple[int, str, int], tuple[StructType, StructType]] = {}
         # What the kept schemas were read from: a schema file's tag (once compared)
         # and MD5 (S3 tags a file written in one piece with it), and per
         # transformWithState operator its newest _metadata/v2 entry.
@@ -142,8 +148,10 @@ class Checkpoint(QueryLog):
     def forget_metadata(self) -> None:
         """Read the operators and schemas afresh next time (a new run of the query
         may have changed them)."""
-        self._operators = None
+        self._operators.clear()
         self._schemas.clear()
+        self._variable_schemas.clear()
+        self._v2_batches.clear()
         self._schema_tags.clear()
         self._schema_md5.clear()
         self._v2_newest.clear()
@@ -267,20 +275,42 @@ class Checkpoint(QueryLog):
 
     # Operators and stores.
 
-    def operators(self) -> list[OperatorInfo]:
-        """The stateful operators, by id. From each operator's metadata file (v1, or
-        v2 for transformWithState, whose stores are its state variables), else from the
-        directory layout (then names are ``None``). Kept until :meth:`forget_metadata`.
+    def operators(self, epoch: int | None = None) -> list[OperatorInfo]:
+        """The stateful operators, by id, as the run that planned ``epoch`` has them
+        (``None``: the newest run). From each operator's metadata file (v1, or v2 for
+        transformWithState, whose stores are the state variables of ``epoch``'s run),
+        else from the directory layout (then names are ``None``). Kept until
+        :meth:`forget_metadata`.
 
         Raises:
             CorruptCheckpointFile, UnsupportedCheckpoint: a malformed metadata file.
             MissingCheckpointFile: a schema file the v2 metadata names is gone.
         """
-        if self._operators is None:
-            self._operators = self._read_operators()
-        return list(self._operators)
+        newest = self._operators.get(None)
+        if newest is None:
+            newest = self._operators[None] = self._read_operators(None)
+        if epoch is None:
+            return list(newest)
+        runs = tuple(
+            (op, run_of(batches, epoch)) for op, batches in sorted(self._v2_batches.items()) if batches
+        )
+        if all(run == self._v2_batches[op][-1] for op, run in runs):
+            return list(newest)
+        found = self._operators.get(runs)
+        if found is None:
+            found = self._operators[runs] = self._read_operators(epoch)
+        return list(found)
 
-    def _read_operators(self) -> list[OperatorInfo]:
+    def _v2_listing(self, operator_id: int) -> list[int]:
+        """The operator's ``_metadata/v2`` entries (none: not transformWithState), one
+        listing until :meth:`forget_metadata`."""
+        batches = self._v2_batches.get(operator_id)
+        if batches is None:
+            op_dir = self.root / "state" / str(operator_id)
+            batches = self._v2_batches[operator_id] = numeric_entries(op_dir / METADATA_DIR / "v2")
+        return batches
+
+    def _read_operators(self, epoch: int | None) -> list[OperatorInfo]:
         state = self.root / "state"
         result = []
         for op_id in numeric_entries(state):
@@ -288,8 +318,8 @@ class Checkpoint(QueryLog):
             meta = op_dir / METADATA_DIR / "metadata"
             if meta.is_file():
                 result.append(parse_operator_metadata(op_id, self._read_text(meta), str(meta)))
-            elif has_v2_metadata(op_dir):
-                result.append(read_v2_operator(op_id, op_dir))
+            elif self._v2_listing(op_id):
+                result.append(read_v2_operator(op_id, op_dir, epoch))
             else:
                 result.append(derive_operator(op_id, op_dir))
         return result
@@ -299,10 +329,12 @@ class Checkpoint(QueryLog):
         path = self.root / "state" / str(operator_id) / str(partition)
         return path if store == DEFAULT_STORE else path / store
 
-    def store_schema(self, operator_id: int, store: str = DEFAULT_STORE) -> tuple[StructType, StructType]:
+    def store_schema(
+        self, operator_id: int, store: str = DEFAULT_STORE, epoch: int | None = None
+    ) -> tuple[StructType, StructType]:
         """``(key schema, value schema)`` of a store, from partition 0's schema file;
-        for a transformWithState state variable, as :mod:`statevars` serves it. Kept
-        until :meth:`forget_metadata`.
+        for a transformWithState state variable, as :mod:`statevars` serves it at
+        ``epoch`` (``None``: the newest run). Kept until :meth:`forget_metadata`.
 
         Raises:
             MissingCheckpointFile: no schema file (unknown operator/store, or a format
@@ -311,17 +343,23 @@ class Checkpoint(QueryLog):
         """
         known = self._schemas.get((operator_id, store))
         if known is None:
+            op_dir = self.root / "state" / str(operator_id)
+            batches = self._v2_listing(operator_id)
+            if batches:
+                self._v2_newest[operator_id] = batches[-1]
+                run = batches[-1] if epoch is None else run_of(batches, epoch)
+                variable = self._variable_schemas.get((operator_id, store, run))
+                if variable is not None:
+                    return variable
+                for info in read_v2_operator(operator_id, op_dir, run).stores:
+                    if info.name == store and info.variable is not None:
+                        variable = info.variable.key_schema, info.variable.value_schema
+                        self._variable_schemas[(operator_id, store, run)] = variable
+                        return variable
             known = self._schemas[(operator_id, store)] = self._read_store_schema(operator_id, store)
         return known
 
     def _read_store_schema(self, operator_id: int, store: str) -> tuple[StructType, StructType]:
-        op_dir = self.root / "state" / str(operator_id)
-        batches = numeric_entries(op_dir / METADATA_DIR / "v2")
-        if batches:
-            self._v2_newest[operator_id] = batches[-1]
-            for info in read_v2_operator(operator_id, op_dir).stores:
-                if info.name == store and info.variable is not None:
-                    return info.variable.key_schema, info.variable.value_schema
         path = self.store_dir(operator_id, 0, store) / METADATA_DIR / "schema"
         try:
             data = path.read_bytes()

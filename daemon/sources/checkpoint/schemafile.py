@@ -145,6 +145,10 @@ class ColumnFamilySchema:
     user_key_schema: StructType | None = None
     key_schema_id: int = 0
     value_schema_id: int = 0
+    # The schemas of other ids this family's rows may have been written with (older
+    # runs' schema files), as (schema id, schema) pairs.
+    written_keys: tuple[tuple[int, StructType], ...] = ()
+    written_values: tuple[tuple[int, StructType], ...] = ()
 
 
 def parse_column_family_schemas(data: bytes, source: str = "<bytes>") -> tuple[ColumnFamilySchema, ...]:

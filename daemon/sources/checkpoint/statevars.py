@@ -48,6 +48,8 @@ fact they hold (an expiry, a list's length) is in the variable's own rows.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from epochstate.core import jsontext
 from epochstate.core.checkpoint.log import numeric_entries
 from epochstate.core.sparktypes import ArrayType, StructField, StructType
@@ -80,9 +82,16 @@ def has_v2_metadata(operator_dir: Location) -> bool:
     return bool(numeric_entries(operator_dir / METADATA_DIR / "v2"))
 
 
-def read_v2_operator(operator_id: int, operator_dir: Location) -> OperatorInfo:
-    """The operator as its newest ``_metadata/v2/<batch>`` file describes it, with one
-    store per state variable when it has any.
+def run_of(batches: list[int], epoch: int) -> int:
+    """Of an operator's ``_metadata/v2`` entries (ascending, not empty), the one of the
+    run that planned ``epoch``: the newest at or before it."""
+    return max((b for b in batches if b <= epoch), default=batches[0])
+
+
+def read_v2_operator(operator_id: int, operator_dir: Location, epoch: int | None = None) -> OperatorInfo:
+    """The operator as the run that planned ``epoch`` describes it (``None``: the newest
+    run), with one store per state variable when it has any. Each run writes its own
+    ``_metadata/v2/<its first batch>``: the newest at or before ``epoch`` holds.
 
     Raises:
         MissingCheckpointFile: no v2 metadata, or the schema file it names is gone.
@@ -91,7 +100,8 @@ def read_v2_operator(operator_id: int, operator_dir: Location) -> OperatorInfo:
     batches = numeric_entries(operator_dir / METADATA_DIR / "v2")
     if not batches:
         raise MissingCheckpointFile(f"{operator_dir / METADATA_DIR}/v2: no operator metadata")
-    path = operator_dir / METADATA_DIR / "v2" / str(batches[-1])
+    chosen = batches[-1] if epoch is None else run_of(batches, epoch)
+    path = operator_dir / METADATA_DIR / "v2" / str(chosen)
     source = str(path)
     version, _, body = _read(path).partition("\n")
     if version != "v2":
@@ -130,7 +140,10 @@ def read_v2_operator(operator_id: int, operator_dir: Location) -> OperatorInfo:
         data = schema_path.read_bytes()
     except FileNotFoundError:
         raise MissingCheckpointFile(f"{schema_path}: named by {path}, does not exist") from None
-    families = {f.name: f for f in parse_column_family_schemas(data, str(schema_path))}
+    history = _schema_history(operator_dir / SCHEMA_DIR / store)
+    families = {
+        f.name: _with_history(f, history) for f in parse_column_family_schemas(data, str(schema_path))
+    }
     result = []
     for var_name, var_type, ttl in variables:
         variable = _variable(var_name, var_type, ttl, time_mode, families, store, source)
@@ -138,6 +151,36 @@ def read_v2_operator(operator_id: int, operator_dir: Location) -> OperatorInfo:
             store_name = TIMERS_STORE if variable.kind == TIMERS else var_name
             result.append(StoreInfo(store_name, partitions, variable.family.num_cols_prefix_key, variable))
     return OperatorInfo(operator_id, name, tuple(result))
+
+
+_History = dict[str, tuple[dict[int, StructType], dict[int, StructType]]]
+
+
+def _schema_history(directory: Location) -> _History:
+    """Per column family, the key and value schema of each schema id any run's schema
+    file names: rows written by an older run keep the id they were written with."""
+    history: _History = {}
+    for entry in sorted(directory.iterdir(), key=lambda p: p.name):
+        if entry.name.startswith(".") or ".tmp" in entry.name:
+            continue
+        try:
+            data = entry.read_bytes()
+        except FileNotFoundError:
+            continue
+        for family in parse_column_family_schemas(data, str(entry)):
+            keys, values = history.setdefault(family.name, ({}, {}))
+            keys.setdefault(family.key_schema_id, family.key_schema)
+            values.setdefault(family.value_schema_id, family.value_schema)
+    return history
+
+
+def _with_history(family: ColumnFamilySchema, history: _History) -> ColumnFamilySchema:
+    keys, values = history.get(family.name, ({}, {}))
+    return replace(
+        family,
+        written_keys=tuple(sorted((i, k) for i, k in keys.items() if i != family.key_schema_id)),
+        written_values=tuple(sorted((i, v) for i, v in values.items() if i != family.value_schema_id)),
+    )
 
 
 def _read(path: Location) -> str:

@@ -236,6 +236,51 @@ def _whole(read: Reader) -> Datum:
     return decode
 
 
+def _resolver(writer: SparkType, reader: SparkType) -> Callable[[Any], Any] | None:
+    """How a value decoded with ``writer`` becomes one of ``reader``, as Avro schema
+    resolution does: struct fields matched by name, a field the writer lacks is null,
+    one the reader lacks is dropped. None: the value stays as decoded."""
+    if isinstance(writer, StructType) and isinstance(reader, StructType):
+        positions = {f.name: i for i, f in enumerate(writer.fields)}
+        steps: list[tuple[int | None, Callable[[Any], Any] | None]] = []
+        for f in reader.fields:
+            at = positions.get(f.name)
+            steps.append((at, None if at is None else _resolver(writer.fields[at].type, f.type)))
+        if [at for at, _ in steps] == list(range(len(writer.fields))) and all(s is None for _, s in steps):
+            return None
+
+        def struct_value(value: Any) -> Any:
+            if value is None:
+                return None
+            return tuple(
+                None if at is None else (value[at] if step is None else step(value[at])) for at, step in steps
+            )
+
+        return struct_value
+    if isinstance(writer, ArrayType) and isinstance(reader, ArrayType):
+        element = _resolver(writer.element, reader.element)
+        if element is None:
+            return None
+        return lambda value: None if value is None else [element(v) for v in value]
+    if isinstance(writer, MapType) and isinstance(reader, MapType):
+        item = _resolver(writer.value, reader.value)
+        if item is None:
+            return None
+        return lambda value: (
+            None if value is None else MapValue(tuple((k, item(v)) for k, v in value.entries))
+        )
+    return None
+
+
+def resolving_datum(writer: StructType, reader: StructType, datum: Callable[[StructType], Datum]) -> Datum:
+    """The reader of a datum written with ``writer``, as a struct of ``reader``."""
+    read = datum(writer)
+    resolve = _resolver(writer, reader)
+    if resolve is None:
+        return read
+    return lambda buf, pos: tuple(resolve(read(buf, pos)))
+
+
 class AvroStateDecoder:
     """Decodes the keys (after the column family id) and values of one column family.
 
@@ -248,35 +293,57 @@ class AvroStateDecoder:
 
     Raises on construction:
         UnsupportedCheckpoint: a type whose Avro form is not read (see the module docstring).
+    A row written with another schema id of the family (``written_keys`` and
+    ``written_values``: an older run's schema) is decoded with that schema and
+    resolved to the family's by field name, as Spark's reader does.
     ``key`` and ``value`` raise CorruptRow for bytes that do not fit, and
-    UnsupportedCheckpoint for rows written with an older schema id.
+    UnsupportedCheckpoint for rows written with a schema id of no known schema.
     """
 
     def __init__(self, family: ColumnFamilySchema, datum: Callable[[StructType], Datum] = read_datum) -> None:
         self.family = family
-        self._value = datum(family.value_schema)
+        self._datum = datum
+        self._values: dict[int, Datum] = {family.value_schema_id: datum(family.value_schema)}
         fields = family.key_schema.fields
-        prefix_cols = family.num_cols_prefix_key if family.encoder == PREFIX_SCAN else 0
+        self._prefix_cols = prefix_cols = family.num_cols_prefix_key if family.encoder == PREFIX_SCAN else 0
         self._prefix = datum(StructType(fields[:prefix_cols])) if prefix_cols else None
-        self._rest = datum(StructType(fields[prefix_cols:]))
+        self._rests: dict[int, Datum] = {family.key_schema_id: datum(StructType(fields[prefix_cols:]))}
 
-    def _body(self, data: bytes, pos: int, schema_id: int, what: str) -> int:
+    def _rest_of(self, key: StructType) -> StructType:
+        return StructType(key.fields[self._prefix_cols :])
+
+    def _body(self, data: bytes, pos: int, known: dict[int, Datum], what: str) -> tuple[Datum, int]:
         if len(data) < pos + 3 or data[pos] != 0:
             raise CorruptRow(f"Avro {what} row does not start with version 0")
         (written,) = _SCHEMA_ID.unpack_from(data, pos + 1)
-        if written != schema_id:
+        read = known.get(written)
+        if read is None:
+            read = known[written] = self._older(written, what)
+        return read, pos + 3
+
+    def _older(self, written: int, what: str) -> Datum:
+        f = self.family
+        history, current = (
+            (f.written_values, f.value_schema) if what == "value" else (f.written_keys, f.key_schema)
+        )
+        writer = dict(history).get(written)
+        if writer is None:
             raise UnsupportedCheckpoint(
-                f"column family {self.family.name!r}: a {what} written with schema id {written}, "
-                f"the schema file has {schema_id} (state schema evolution is not read)"
+                f"column family {f.name!r}: a {what} written with schema id {written}, "
+                f"of which no state schema file has the schema"
             )
-        return pos + 3
+        if what == "value":
+            return resolving_datum(writer, current, self._datum)
+        return resolving_datum(self._rest_of(writer), self._rest_of(current), self._datum)
 
     def value(self, data: bytes) -> tuple[Any, ...]:
-        return self._value(data, self._body(data, 0, self.family.value_schema_id, "value"))
+        read, pos = self._body(data, 0, self._values, "value")
+        return read(data, pos)
 
     def key(self, data: bytes) -> tuple[Any, ...]:
         if self._prefix is None:
-            return self._rest(data, self._body(data, 0, self.family.key_schema_id, "key"))
+            read, pos = self._body(data, 0, self._rests, "key")
+            return read(data, pos)
         if len(data) < 5:
             raise CorruptRow(f"prefix-scan key of {len(data)} bytes")
         (size,) = _SIZE.unpack_from(data, 0)
@@ -284,4 +351,5 @@ class AvroStateDecoder:
         if size < 1 or end > len(data) or data[4] != 0:
             raise CorruptRow(f"prefix-scan key of {len(data)} bytes with a prefix of {size}")
         prefix = self._prefix(data[:end], 5)
-        return prefix + self._rest(data, self._body(data, end, self.family.key_schema_id, "key"))
+        read, pos = self._body(data, end, self._rests, "key")
+        return prefix + read(data, pos)
