@@ -89,6 +89,17 @@ class StoreSchema:
         return next((s for s in reversed(self.earlier) if s.first_epoch <= epoch), self.earlier[0])
 
 
+Answer = pb.GetResponse | pb.MultiGetResponse | pb.ScanResponse
+
+
+def shape_of(answer: Answer | None) -> tuple[int, int] | None:
+    """(epoch, first epoch of the shape its records are in) of a read response; None
+    from a daemon that does not say."""
+    if answer is None or not answer.HasField("shape_first_epoch"):
+        return None
+    return answer.epoch, answer.shape_first_epoch
+
+
 @dataclass(frozen=True)
 class JobDescription:
     job: str
@@ -277,18 +288,28 @@ class EpochStateClient:
             return self.describe(job, refresh=True).store(operator_id, store)
 
     def _answered(
-        self, job: str, operator_id: int, store: str, schema: StoreSchema, query_id: str
+        self,
+        job: str,
+        operator_id: int,
+        store: str,
+        schema: StoreSchema,
+        query_id: str,
+        answer: Answer | None = None,
     ) -> StoreSchema:
         """The schemas to decode an answer of query ``query_id`` with: ``schema`` if it is
-        that query's, else the store's as the job describes it now (its checkpoint was
-        recreated since the description was cached; the new query may have other schemas).
+        that query's and knows the shape the ``answer`` says its records are in, else the
+        store's as the job describes it now (its checkpoint was recreated since the
+        description was cached, or the store took a new shape since: the new query or
+        shape may have other schemas).
 
         Raises:
             IncarnationChanged: the job has moved on to yet another query meanwhile.
         """
         described = self._schemas.get(job)
         if not query_id or described is None or described.query_id == query_id:
-            return schema
+            shape = shape_of(answer)
+            if shape is None or schema.at(shape[0]).first_epoch == shape[1]:
+                return schema
         described = self.describe(job, refresh=True)
         if described.query_id != query_id:
             raise IncarnationChanged(
@@ -357,7 +378,7 @@ class EpochStateClient:
             epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with),
         )
         response = self._call(self._stub.Get, request, timeout)
-        schema = self._answered(job, operator_id, store, schema, response.query_id)
+        schema = self._answered(job, operator_id, store, schema, response.query_id, response)
         return _lookup(response.epoch, response.record, schema.at(response.epoch), response.query_id)
 
     def multi_get(
@@ -384,7 +405,7 @@ class EpochStateClient:
             epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with),
         )
         response = self._call(self._stub.MultiGet, request, timeout)
-        at = self._answered(job, operator_id, store, schema, response.query_id).at(response.epoch)
+        at = self._answered(job, operator_id, store, schema, response.query_id, response).at(response.epoch)
         return [_lookup(response.epoch, r, at, response.query_id) for r in response.records]
 
     def pinned_epoch(
@@ -443,7 +464,7 @@ class EpochStateClient:
         returned = 0
         while True:
             response = self._call(self._stub.Scan, request, timeout)
-            schema = self._answered(job, operator_id, store, schema, response.query_id)
+            schema = self._answered(job, operator_id, store, schema, response.query_id, response)
             for record in response.records:
                 yield _lookup(response.epoch, record, schema.at(response.epoch), response.query_id)
                 returned += 1

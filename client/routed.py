@@ -64,10 +64,12 @@ _BASE_METHODS = ("ListJobs", "DescribeJob", "ListEpochs", "FollowJob", "ReportEp
 
 @dataclass(frozen=True)
 class _Pin:
-    """What one routed read is pinned to once its first answer came: epoch and query."""
+    """What one routed read is pinned to once its first answer came: epoch and query
+    (and that answer, which says the shape its records are in)."""
 
     epoch: int
     query_id: str
+    answer: pb.MultiGetResponse | None = None
 
 
 class _Relaid(Exception):
@@ -385,7 +387,7 @@ class RoutedClient(EpochStateClient):
                 continue
             break
         self._saw(job, pin.query_id, pin.epoch)
-        at = self._answered(job, operator_id, store, schema, pin.query_id).at(pin.epoch)
+        at = self._answered(job, operator_id, store, schema, pin.query_id, pin.answer).at(pin.epoch)
         return [_lookup(pin.epoch, r, at, pin.query_id) for r in records if r is not None]
 
     def _pin_epoch(
@@ -462,7 +464,7 @@ class RoutedClient(EpochStateClient):
                 waits=self._waits(chosen) and not (derived and pin is None),
             )
             if pin is None:
-                pin = _Pin(response.epoch, response.query_id)
+                pin = _Pin(response.epoch, response.query_id, response)
                 relaid = not location.single and routed_at is None
                 if relaid and self._partitions_at(job, location, pin.epoch, operator_id, store) != used:
                     raise _Relaid(pin)
@@ -560,7 +562,7 @@ class RoutedClient(EpochStateClient):
                     self._check_covered(job, location, pin.epoch, operator_id, store)
                 elif (response.epoch, response.query_id) != (pin.epoch, pin.query_id):
                     raise Unavailable(f"replicas answered epoch {response.epoch}, not the pinned {pin.epoch}")
-                at = self._answered(job, operator_id, store, schema, pin.query_id).at(pin.epoch)
+                at = self._answered(job, operator_id, store, schema, pin.query_id, response).at(pin.epoch)
                 for record in response.records:
                     if location.single or shard.covers(record.partition):
                         yield _lookup(pin.epoch, record, at, pin.query_id)

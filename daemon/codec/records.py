@@ -50,10 +50,16 @@ class RecordEncoder:
 
 
 def response_bytes(
-    epoch: int, records: Iterable[bytes], record_field: int = 2, token: bytes = b"", query_id: str = ""
+    epoch: int,
+    records: Iterable[bytes],
+    record_field: int = 2,
+    token: bytes = b"",
+    query_id: str = "",
+    shape_first_epoch: int | None = None,
 ) -> bytes:
     """Wire bytes of ``{int64 epoch = 1; repeated Record <record_field>; bytes token = 3;
-    string query_id = 4}`` (the read responses share these field numbers)."""
+    string query_id = 4; optional int64 shape_first_epoch = 5}`` (the read responses
+    share these field numbers)."""
     tag = bytes([(record_field << 3) | 2])
     parts = [b"\x08", int64(epoch)]
     for record in records:
@@ -63,4 +69,6 @@ def response_bytes(
     if query_id:
         encoded = query_id.encode()
         parts += (b"\x22", varint(len(encoded)), encoded)
+    if shape_first_epoch is not None:
+        parts += (b"\x28", int64(shape_first_epoch))
     return b"".join(parts)

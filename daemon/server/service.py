@@ -290,7 +290,9 @@ class EpochStateService:
         self._views.done(pinned.view)
         check_held(entry, handle, schema, encoded, found)  # never "absent" for a key not held here
         records = self._records(handle, schema, keys, found)
-        return response_bytes(pinned.epoch, records, query_id=entry.descriptor.query_id)
+        return response_bytes(
+            pinned.epoch, records, query_id=entry.descriptor.query_id, shape_first_epoch=schema.first_epoch
+        )
 
     @domain_errors
     def Scan(self, request: pb.ScanRequest, context: grpc.ServicerContext) -> bytes:
@@ -324,7 +326,9 @@ class EpochStateService:
         if len(versions) == limit:
             query = query_id.encode()
             token = _TOKEN.pack(_TOKEN_FORMAT, pinned.epoch, len(query)) + query + versions[-1].encoded_key
-        return response_bytes(pinned.epoch, [v.payload for v in versions], token=token, query_id=query_id)
+        shape = handle.schema_at(pinned.epoch).first_epoch
+        payloads = [v.payload for v in versions]
+        return response_bytes(pinned.epoch, payloads, token=token, query_id=query_id, shape_first_epoch=shape)
 
     # -- discovery -------------------------------------------------------------
 

@@ -227,8 +227,9 @@ def test_started_afterwards_serves_or_refuses_every_epoch(
 
 def _wait_for_settled(client: EpochStateClient) -> None:
     """Until the daemon has ingested the newest epoch: a problem recorded meanwhile may
-    be retried away, and a client that describes the job earlier keeps the schemas of
-    then. Fails with the problems when it does not get there."""
+    be retried away. The job is described while it ingests: later reads are of shapes
+    that description does not know, which the client learns from the answers' shape
+    and describes again. Fails with the problems when it does not get there."""
     import time
 
     deadline = time.monotonic() + 60
@@ -236,7 +237,6 @@ def _wait_for_settled(client: EpochStateClient) -> None:
     while time.monotonic() < deadline:
         latest = {j.job: j.latest_epoch for j in client.jobs()}.get(JOB, -1)
         if latest >= EPOCHS[-1]:
-            client.describe(JOB, refresh=True)  # not the shapes described while it ingested
             return
         problems.update({p.epoch: p.reason for p in client.describe(JOB, refresh=True).problems})
         time.sleep(0.2)

@@ -435,9 +435,16 @@ class GetResponse(_message.Message):
     EPOCH_FIELD_NUMBER: _builtins.int
     RECORD_FIELD_NUMBER: _builtins.int
     QUERY_ID_FIELD_NUMBER: _builtins.int
+    SHAPE_FIRST_EPOCH_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     query_id: _builtins.str
     """The query (the job's incarnation, see StoreRef.query_id) whose epoch answered."""
+    shape_first_epoch: _builtins.int
+    """The first epoch of the store shape the records are in (DescribeJob's
+    schema_first_epoch, or an earlier_schemas first_epoch): a client whose
+    description of the store predates that shape describes it again before it
+    decodes them. Unset from a daemon that predates it.
+    """
     @_builtins.property
     def record(self) -> Global___Record: ...
     def __init__(
@@ -446,12 +453,15 @@ class GetResponse(_message.Message):
         epoch: _builtins.int = ...,
         record: Global___Record | None = ...,
         query_id: _builtins.str = ...,
+        shape_first_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch", "record", b"record", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "query_id", b"query_id", "record", b"record"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch", "epoch", b"epoch", "query_id", b"query_id", "record", b"record", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__shape_first_epoch: _TypeAlias = _typing.Literal["shape_first_epoch"]  # noqa: Y015
+    _WhichOneofArgType__shape_first_epoch: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__shape_first_epoch) -> _WhichOneofReturnType__shape_first_epoch | None: ...
 
 Global___GetResponse: _TypeAlias = GetResponse  # noqa: Y015
 
@@ -490,9 +500,16 @@ class MultiGetResponse(_message.Message):
     EPOCH_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
     QUERY_ID_FIELD_NUMBER: _builtins.int
+    SHAPE_FIRST_EPOCH_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     query_id: _builtins.str
     """The query (the job's incarnation, see StoreRef.query_id) whose epoch answered."""
+    shape_first_epoch: _builtins.int
+    """The first epoch of the store shape the records are in (DescribeJob's
+    schema_first_epoch, or an earlier_schemas first_epoch): a client whose
+    description of the store predates that shape describes it again before it
+    decodes them. Unset from a daemon that predates it.
+    """
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]:
         """One record per requested key, in request order."""
@@ -503,12 +520,15 @@ class MultiGetResponse(_message.Message):
         epoch: _builtins.int = ...,
         records: _abc.Iterable[Global___Record] | None = ...,
         query_id: _builtins.str = ...,
+        shape_first_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "query_id", b"query_id", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch", "epoch", b"epoch", "query_id", b"query_id", "records", b"records", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__shape_first_epoch: _TypeAlias = _typing.Literal["shape_first_epoch"]  # noqa: Y015
+    _WhichOneofArgType__shape_first_epoch: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__shape_first_epoch) -> _WhichOneofReturnType__shape_first_epoch | None: ...
 
 Global___MultiGetResponse: _TypeAlias = MultiGetResponse  # noqa: Y015
 
@@ -571,12 +591,19 @@ class ScanResponse(_message.Message):
     RECORDS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     QUERY_ID_FIELD_NUMBER: _builtins.int
+    SHAPE_FIRST_EPOCH_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     next_page_token: _builtins.bytes
     """Empty when there are no more records."""
     query_id: _builtins.str
     """The query (the job's incarnation, see StoreRef.query_id) whose epoch answered;
     the same on every page.
+    """
+    shape_first_epoch: _builtins.int
+    """The first epoch of the store shape the records are in (DescribeJob's
+    schema_first_epoch, or an earlier_schemas first_epoch): a client whose
+    description of the store predates that shape describes it again before it
+    decodes them. Unset from a daemon that predates it.
     """
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]: ...
@@ -587,12 +614,15 @@ class ScanResponse(_message.Message):
         records: _abc.Iterable[Global___Record] | None = ...,
         next_page_token: _builtins.bytes = ...,
         query_id: _builtins.str = ...,
+        shape_first_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "next_page_token", b"next_page_token", "query_id", b"query_id", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch", "epoch", b"epoch", "next_page_token", b"next_page_token", "query_id", b"query_id", "records", b"records", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__shape_first_epoch: _TypeAlias = _typing.Literal["shape_first_epoch"]  # noqa: Y015
+    _WhichOneofArgType__shape_first_epoch: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__shape_first_epoch) -> _WhichOneofReturnType__shape_first_epoch | None: ...
 
 Global___ScanResponse: _TypeAlias = ScanResponse  # noqa: Y015
 
