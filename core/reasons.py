@@ -63,7 +63,8 @@ JOB_NOT_FOUND: Final = _reason(
 STORE_NOT_FOUND: Final = _reason(
     "STORE_NOT_FOUND",
     "NOT_FOUND",
-    "The job has no state store with that operator id and store name.",
+    "The job has no state store with that operator id and store name, or none at the epoch read"
+    " (a transformWithState variable outside the runs that declare it).",
     "Pick a store DescribeJob lists; a store new in the query appears with its first epoch.",
 )
 BAD_KEY: Final = _reason(
