@@ -47,7 +47,7 @@ from epochstate.daemon.ingest.epoch_record import epoch_record
 from epochstate.daemon.ingest.shapes import ShapeWatch
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.checkpoint.settings import check_settings
-from epochstate.daemon.sources.errors import SourceError
+from epochstate.daemon.sources.errors import SourceError, UnsupportedCheckpoint
 from epochstate.daemon.sources.readers import ReadsAhead, StoreReader, open_store_reader
 from epochstate.daemon.store.catalog import JobEntry, StoreHandle, StoreSchema
 from epochstate.daemon.store.descriptors import EpochRecord, JobProgress, StoreShape
@@ -328,7 +328,10 @@ class JobFollower:
         """Give up on ``blocked`` (failing with ``reason``): ingest the first later
         committed epoch whose version loads in full from its own snapshot, and record
         every epoch in between as unavailable. None when no later epoch can be loaded
-        in full yet (ingest then keeps retrying ``blocked``).
+        in full yet (ingest then keeps retrying ``blocked``). A later epoch refused
+        for what it is (``UnsupportedCheckpoint``: a setting or format this daemon
+        does not read) is recorded as a problem with its reason, so that a read pinned
+        to it is refused with that reason rather than left waiting.
         """
         later = [e for e in self.checkpoint.committed_epochs() if e > blocked]
         for candidate in later:
@@ -342,6 +345,8 @@ class JobFollower:
                 return self._ingest_checked(candidate, mode, gap)
             except (SourceError, UnreadableFile) as error:
                 log.warning("job %s: cannot load epoch %d in full either: %s", self.name, candidate, error)
+                if isinstance(error, UnsupportedCheckpoint):
+                    self.entry.problems[candidate] = str(error)
         return None
 
     def _loads_in_full(self, handle: StoreHandle, epoch: int) -> bool:
