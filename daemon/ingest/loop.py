@@ -180,9 +180,6 @@ class IngestLoop:
             self._paused.discard(job)
             self.poke(job)
 
-    def is_paused(self, job: str) -> bool:
-        return job in self._paused
-
     def start(self) -> None:
         self._thread.start()
 

@@ -191,10 +191,6 @@ def unavailable_key(job_id: int, epoch: int) -> bytes:
     return UNAVAILABLE + _ID.pack(job_id) + _EPOCH.pack(epoch)
 
 
-def live_value(payload: bytes) -> bytes:
-    return LIVE + payload
-
-
 def parse_version(raw: bytes) -> bytes | None:
     """The payload of a live version, or None for a tombstone."""
     if raw[:1] == TOMBSTONE:
