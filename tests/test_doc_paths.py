@@ -9,7 +9,7 @@ What counts as a repository path: a run of name characters (letters, digits,
 component is a top-level folder of the repository or the name of a package
 folder (a tracked folder with an ``__init__.py``, e.g. ``store``, ``server``,
 ``ingest``), and whose last component has a file extension or is followed by
-``/`` (``daemon/store/view.py``, ``sources/hdfs/``). So ``read/write``,
+``/`` (``daemon/store/view.py``, ``sources/hdfs_backed/``). So ``read/write``,
 ``hdfs/rocksdb`` or ``TCP/Unix`` are words, not paths. Not paths either:
 absolute paths and URIs (``/var/lib/...``, ``s3a://bucket/path``), and patterns:
 a run next to ``<``, ``{``, ``*`` or ``$`` (``bench/*.py``, ``state/<operatorId>/``).
@@ -18,8 +18,8 @@ How a relative path resolves: it names something that exists when, joined to the
 repository root, to a folder that holds the mentioning file, or to a package
 folder, it is a tracked file or a folder of tracked files (a folder when it ends
 with ``/``). So ``store/view.py`` in ``daemon/server/service.py`` is
-``daemon/store/view.py``, and ``sources/hdfs/`` in docs/architecture.md is
-``daemon/sources/hdfs/``.
+``daemon/store/view.py``, and ``sources/hdfs_backed/`` in docs/architecture.md is
+``daemon/sources/hdfs_backed/``.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def test_the_rule_tells_paths_from_words() -> None:
         bases=("daemon", "daemon/store", "docs"),
     )
     text = (
-        "see store/view.py, daemon/store/, docs/groups.md#routing and server/views.py; "
+        "see store/view.py, daemon/store/, docs/groups.md#routing and server/view_pool.py; "
         "read/write, store/<job>/x.md, docs/*.md, s3a://docs/x.md, /daemon/x.py, store/view"
     )
     assert [p for _, p in paths_in(text, tree)] == [
@@ -149,5 +149,5 @@ def test_the_rule_tells_paths_from_words() -> None:
     ]
     # With no root named server here, the third name is a word; store/ resolves under daemon/.
     assert tree.exists("store/view.py", "daemon/server/service.py")
-    assert not tree.exists("store/views.py", "daemon/server/service.py")
+    assert not tree.exists("store/view_pool.py", "daemon/server/service.py")
     assert not tree.exists("daemon/store/view.py/", "README.md")

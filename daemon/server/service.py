@@ -41,7 +41,7 @@ from epochstate.daemon.store.catalog import (
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.errors import StoreDamaged
 from epochstate.daemon.store.versioned import VersionedStore
-from epochstate.daemon.store.views import ReadViews
+from epochstate.daemon.store.view_pool import ReadViews
 from epochstate.v1 import epochstate_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from epochstate.daemon.sources.changes import StateChange
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.checkpoint.operators import StateVariable
 from epochstate.daemon.sources.errors import UnsupportedCheckpoint
-from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
+from epochstate.daemon.sources.hdfs_backed.provider import HdfsStoreReader
 from epochstate.daemon.sources.rocksdb.conf import check_rocksdb_conf, merge_delimiter, state_encoding
 from epochstate.daemon.sources.rocksdb.provider import RocksDBStoreReader
 from epochstate.daemon.sources.tws.reader import StateVariableReader

@@ -37,7 +37,7 @@ class StoreView:
         # and a batch of seeks): creating one per call was a measurable part of a Get.
         self._it = self._snapshot.iter()
         # A snapshot never changes, so neither does a job's progress in it; a view
-        # reused by many reads (store/views.py) reads each job's marker once.
+        # reused by many reads (store/view_pool.py) reads each job's marker once.
         self._progress: dict[int, JobProgress] = {}
 
     def progress(self, job_id: int) -> JobProgress:

@@ -21,7 +21,7 @@ from epochstate.daemon.sources.errors import (
     MissingCheckpointFile,
     UnsupportedCheckpoint,
 )
-from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
+from epochstate.daemon.sources.hdfs_backed.provider import HdfsStoreReader
 from tests.fixtures.streams import copy_checkpoint
 
 JOIN_STORES = (

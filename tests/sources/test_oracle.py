@@ -19,7 +19,7 @@ from epochstate.core.sparktypes import (
 )
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import MissingStateFile
-from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
+from epochstate.daemon.sources.hdfs_backed.provider import HdfsStoreReader
 from tests.fixtures.streams import copy_checkpoint
 from tests.sources.spark_state import Entry, assert_matches_oracle, frozen, spark_state
 

@@ -16,7 +16,7 @@ import pytest
 from epochstate.core.storage.location import open_location
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import CorruptStateFile, MissingStateFile, UnsupportedCheckpoint
-from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
+from epochstate.daemon.sources.hdfs_backed.provider import HdfsStoreReader
 from epochstate.daemon.sources.readers import open_store_reader
 from epochstate.daemon.sources.rocksdb.attempts import as_records, sequence_disagreement
 from epochstate.daemon.sources.rocksdb.manifest import parse_manifest

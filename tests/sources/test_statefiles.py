@@ -11,7 +11,7 @@ import xxhash
 
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.daemon.sources.errors import CorruptStateFile
-from epochstate.daemon.sources.hdfs.provider import HdfsStoreReader
+from epochstate.daemon.sources.hdfs_backed.provider import HdfsStoreReader
 from epochstate.daemon.sources.rows.lz4stream import read_lz4_block_stream
 from epochstate.daemon.sources.rows.statefile import iter_records
 from tests.fixtures.streams import copy_checkpoint

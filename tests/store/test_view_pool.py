@@ -5,7 +5,7 @@ from pathlib import Path
 from epochstate.daemon.codec import keycodec
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.versioned import VersionedStore
-from epochstate.daemon.store.views import ReadViews
+from epochstate.daemon.store.view_pool import ReadViews
 
 
 def record(epoch: int) -> EpochRecord:
