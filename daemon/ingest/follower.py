@@ -163,14 +163,21 @@ class JobFollower:
             latest = self.checkpoint.latest_committed()
             provider = self.checkpoint.provider_kind(latest) if latest is not None else "unknown"
             descriptor = self._store.add_job(self.name, self._location, query_id, provider, self.partitions)
-        entry = JobEntry(descriptor)
+        stores: dict[tuple[int, str], StoreHandle] = {}
+        operator_names: dict[int, str] = {}
         for store_descriptor in self._store.stores(self.name):
             handle = StoreHandle.of(store_descriptor, self._store.shapes(store_descriptor))
-            entry.stores[(store_descriptor.operator_id, store_descriptor.store_name)] = handle
-            entry.operator_names[store_descriptor.operator_id] = store_descriptor.operator_name
-        entry.progress = self._store.progress(descriptor.job_id)
-        entry.unavailable = self._store.unavailable(descriptor.job_id)
-        entry.problems.update(entry.unavailable)
+            stores[(store_descriptor.operator_id, store_descriptor.store_name)] = handle
+            operator_names[store_descriptor.operator_id] = store_descriptor.operator_name
+        unavailable = self._store.unavailable(descriptor.job_id)
+        entry = JobEntry(
+            descriptor,
+            stores=stores,
+            operator_names=operator_names,
+            progress=self._store.progress(descriptor.job_id),
+            problems=dict(unavailable),
+            unavailable=unavailable,
+        )
         latest = self.checkpoint.latest_committed()
         entry.committed = -1 if latest is None else latest
         return entry
@@ -199,9 +206,11 @@ class JobFollower:
                     info.kind,
                     first_epoch=epoch,
                 )
-                self.entry.stores[(operator.operator_id, info.name)] = StoreHandle.of(descriptor)
-                self.entry.operator_names[operator.operator_id] = operator.name or "unknown"
-                found.add((operator.operator_id, info.name))
+                key = (operator.operator_id, info.name)
+                self.entry.stores = {**self.entry.stores, key: StoreHandle.of(descriptor)}
+                names = {**self.entry.operator_names, operator.operator_id: operator.name or "unknown"}
+                self.entry.operator_names = names
+                found.add(key)
         return found
 
     def _learn_provider(self, epoch: int) -> None:
@@ -346,7 +355,7 @@ class JobFollower:
             except (SourceError, UnreadableFile) as error:
                 log.warning("job %s: cannot load epoch %d in full either: %s", self.name, candidate, error)
                 if isinstance(error, UnsupportedCheckpoint):
-                    self.entry.problems[candidate] = str(error)
+                    self.entry.set_problem(candidate, str(error))
         return None
 
     def _loads_in_full(self, handle: StoreHandle, epoch: int) -> bool:
@@ -447,9 +456,9 @@ class JobFollower:
         record = self._record(epoch)
         # Readers must see the new schemas and the skipped epochs no later than the
         # epoch itself: publish them first, and take them back if the write fails.
-        before = dict(self.entry.stores)
-        self.entry.stores.update(handles)
-        self.entry.unavailable.update(skipped)
+        stores_before, unavailable_before = self.entry.stores, self.entry.unavailable
+        self.entry.stores = {**stores_before, **handles}
+        self.entry.unavailable = {**unavailable_before, **skipped}
         try:
             result = self._store.apply_epoch(
                 self.entry.descriptor,
@@ -461,12 +470,11 @@ class JobFollower:
                 unavailable=skipped,
             )
         except BaseException:
-            self.entry.stores.update(before)
-            for e in skipped:
-                self.entry.unavailable.pop(e, None)
+            self.entry.stores, self.entry.unavailable = stores_before, unavailable_before
             raise
-        self.entry.problems.update(skipped)
-        self.entry.problems.pop(epoch, None)
+        problems = {**self.entry.problems, **skipped}
+        problems.pop(epoch, None)
+        self.entry.problems = problems
         self.entry.progress = result.progress
         self._publisher.epoch_ingested(self.entry, record)
         self._retire(epoch, result.progress)
@@ -479,9 +487,10 @@ class JobFollower:
         if floor > progress.oldest:
             self._store.apply_retention(self.entry.descriptor, floor)
             self.entry.progress = self._store.progress(self.entry.descriptor.job_id)
-            for old in [e for e in self.entry.unavailable if e < self.entry.progress.oldest]:
-                self.entry.unavailable.pop(old)
-                self.entry.problems.pop(old, None)
+            retired = [e for e in self.entry.unavailable if e < self.entry.progress.oldest]
+            if retired:
+                self.entry.unavailable = {e: r for e, r in self.entry.unavailable.items() if e not in retired}
+                self.entry.clear_problems(retired)
             self._publisher.retention_moved(self.entry)
 
     def _record(self, epoch: int) -> EpochRecord:

@@ -304,7 +304,7 @@ class IngestLoop:
         """
         if follower.entry.problems.get(epoch) != reason:
             log.error("job %s: epoch %s cannot be ingested: %s", follower.name, epoch, reason)
-            follower.entry.problems[epoch] = reason
+            follower.entry.set_problem(epoch, reason)
             if self._on_problem is not None:
                 self._on_problem(follower.name, epoch, reason)
         failed_epoch, attempts = self._failures.get(follower.name, (epoch, 0))

@@ -19,7 +19,7 @@ the caller reads from. Errors say why no such epoch exists:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple, Protocol
 
 from epochstate.core import reasons
@@ -106,7 +106,7 @@ def _covering(
     job_id: int,
     progress: JobProgress,
     wanted: Position,
-    unavailable: dict[int, str],
+    unavailable: Mapping[int, str],
 ) -> int | None:
     """The earliest queryable epoch (within ``progress``) whose end covers ``wanted``.
 

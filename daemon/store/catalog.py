@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from epochstate.core import reasons
@@ -148,19 +148,36 @@ class StoreHandle:
 
 @dataclass
 class JobEntry:
-    """Everything a reader needs about one job."""
+    """Everything a reader needs about one job.
+
+    The ingest thread is the only writer; gRPC threads read. Every field is replaced
+    whole, never changed in place: the mappings are read-only snapshots, and a writer
+    publishes a new one in one assignment (:meth:`with_problem` and friends). So a
+    reader that takes a field once iterates a consistent snapshot while ingest goes
+    on, without a lock and without relying on how the interpreter schedules threads.
+    """
 
     descriptor: JobDescriptor
-    stores: dict[tuple[int, str], StoreHandle] = field(default_factory=dict)
-    operator_names: dict[int, str] = field(default_factory=dict)
+    stores: Mapping[tuple[int, str], StoreHandle] = field(default_factory=dict)
+    operator_names: Mapping[int, str] = field(default_factory=dict)
     progress: JobProgress = field(default_factory=lambda: JobProgress(-1, -1))
     # Epochs that could not be ingested, with the reason (shown by DescribeJob): the
     # one ingest is retrying, and those it skipped for good (also in ``unavailable``).
-    problems: dict[int, str] = field(default_factory=dict)
+    problems: Mapping[int, str] = field(default_factory=dict)
     # Committed epochs skipped because their state could not be read; never served.
-    unavailable: dict[int, str] = field(default_factory=dict)
+    unavailable: Mapping[int, str] = field(default_factory=dict)
     # Newest epoch seen committed in the checkpoint (-1: none).
     committed: int = -1
+
+    def set_problem(self, epoch: int, reason: str) -> None:
+        """Publish ``epoch``'s problem (a new snapshot of :attr:`problems`)."""
+        self.problems = {**self.problems, epoch: reason}
+
+    def clear_problems(self, epochs: Iterable[int]) -> None:
+        """Publish :attr:`problems` without ``epochs``."""
+        gone = set(epochs)
+        if gone & self.problems.keys():
+            self.problems = {e: r for e, r in self.problems.items() if e not in gone}
 
     def store(self, operator_id: int, name: str) -> StoreHandle:
         handle = self.stores.get((operator_id, name or "default"))

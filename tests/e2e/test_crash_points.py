@@ -193,9 +193,10 @@ def check_restart(tmp: Path, lines: list[str], reference: dict[tuple[str, int], 
         found = store.job("job")
         before = None
         if found is not None:  # a reader holding the job as the crash left it
-            before = JobEntry(found)
-            for desc in store.stores("job"):
-                before.stores[(desc.operator_id, desc.store_name)] = _handle(store, desc)
+            stores = {
+                (desc.operator_id, desc.store_name): _handle(store, desc) for desc in store.stores("job")
+            }
+            before = JobEntry(found, stores=stores)
             check("A" if found.job_id == 1 else "B", before)  # ids are never given twice
         follower = JobFollower("job", str(tmp / "cp"), store, NoRegistry(), RETENTION)  # the daemon's start
         if before is not None and found is not None:

@@ -48,7 +48,7 @@ def test_publisher_announces_node_job_epochs_and_retention(zk_connect: str, zk_c
         publisher.node_serving(settings.advertised)
         publisher.job_followed(entry)
         store = StoreDescriptor(1, "orders", 0, "stateStoreSave", "default", 2, SCHEMA, SCHEMA)
-        entry.stores[(0, "default")] = StoreHandle.of(store)
+        entry.stores = {(0, "default"): StoreHandle.of(store)}
         for number in (3, 4, 5):
             entry.progress = JobProgress(newest=number, oldest=3)
             publisher.epoch_ingested(entry, epoch(number))
@@ -61,7 +61,11 @@ def test_publisher_announces_node_job_epochs_and_retention(zk_connect: str, zk_c
             "checkpoint": "/checkpoints/orders",
             "query_id": "q-1",
             "operators": [
-                {"id": 0, "name": "stateStoreSave", "stores": [{"name": "default", "partitions": 2}]}
+                {
+                    "id": 0,
+                    "name": "stateStoreSave",
+                    "stores": [{"name": "default", "partitions": 2, "layouts": [[0, 2]]}],
+                }
             ],
         }
         assert registry.list_epochs("orders") == [4, 5]

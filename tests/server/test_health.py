@@ -72,14 +72,15 @@ def test_an_epoch_recorded_as_damaged_does_not_count_but_a_hung_loop_does() -> N
     loop = Loop(clock)
     watch = IngestWatch(catalog, loop, stuck_after=10, loop_slack=5, clock=clock)
     entry = _job(catalog, "a", newest=3, committed=5)
-    entry.problems[4] = "MissingStateFile: 5.delta does not exist"
-    entry.problems[1] = entry.unavailable[1] = "skipped for good"
+    entry.set_problem(4, "MissingStateFile: 5.delta does not exist")
+    entry.set_problem(1, "skipped for good")
+    entry.unavailable = {1: "skipped for good"}
     assert watch.stuck() == []
     clock.now += 60
     loop.came_round()
     assert watch.stuck() == []  # every replica has the same problem: not this pod's
 
-    del entry.problems[4]  # repaired, but nothing moves: now it is stuck
+    entry.clear_problems([4])  # repaired, but nothing moves: now it is stuck
     assert watch.stuck() == []
     clock.now += 11
     loop.came_round()
