@@ -377,7 +377,8 @@ class RoutedClient(EpochStateClient):
                 if isinstance(error, _Relaid):
                     pinned = error.pin
                 else:
-                    pinned = self._pin_epoch(job, requested, derived, operator_id, store, deadline)
+                    left = max(0.001, deadline - time.monotonic())
+                    pinned = self._pin_epoch(job, requested, derived, operator_id, store, left)
                 requested, derived, routed_at = (
                     pb.EpochSelector(exact=pinned.epoch, wait=True),
                     False,
@@ -397,9 +398,9 @@ class RoutedClient(EpochStateClient):
         derived: bool,
         operator_id: int,
         store: str,
-        deadline: float,
+        timeout: float | None,
     ) -> _Pin:
-        """The epoch (and query) any replica answers ``requested`` with, reading no key."""
+        """The epoch (and query) any serving replica answers ``requested`` with, reading no key."""
         request = pb.MultiGetRequest(
             store=pb.StoreRef(job=job, operator_id=operator_id, store=store), epoch=requested
         )
@@ -408,7 +409,7 @@ class RoutedClient(EpochStateClient):
             0,
             requested,
             functools.partial(_multi_get, request),
-            max(0.001, deadline - time.monotonic()),
+            timeout,
             waits=self._waits(requested) and not derived,
         )
         return _Pin(response.epoch, response.query_id)
@@ -500,19 +501,9 @@ class RoutedClient(EpochStateClient):
         requested, derived = self._monotonic(
             job, selector(at_least=at_least, covers=covers, aligned_with=aligned_with)
         )
-        request = pb.MultiGetRequest(
-            store=pb.StoreRef(job=job, operator_id=operator_id, store=store), epoch=requested
-        )
-        response = self._route(
-            job,
-            0,
-            requested,
-            functools.partial(_multi_get, request),
-            timeout,
-            waits=self._waits(requested) and not derived,
-        )
-        self._saw(job, response.query_id, response.epoch)
-        return int(response.epoch)
+        pin = self._pin_epoch(job, requested, derived, operator_id, store, timeout)
+        self._saw(job, pin.query_id, pin.epoch)
+        return pin.epoch
 
     def scan(
         self,

@@ -24,13 +24,20 @@ from epochstate.core.zookeeper.layout import Layout
 from epochstate.daemon.group.definitions import JobDefinitions
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import StoreOracle, canon, plain
-from tests.fixtures.repartition import JOB, LAYOUT, ROCKSDB_PROVIDERS, Repartitioned
+from tests.fixtures.repartition import (
+    GROUP,
+    GROUP_NODES,
+    JOB,
+    LAYOUT,
+    ROCKSDB_PROVIDERS,
+    Repartitioned,
+    member_args,
+)
 from tests.fixtures.zookeeper import eventually
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
-GROUP = "relaid"
-NODES = ("n1", "n2", "n3")
+NODES = GROUP_NODES
 WAIT = 120.0  # generous: a busy 2-core machine
 ZK_LAYOUT = Layout()
 
@@ -92,21 +99,7 @@ def test_a_group_started_afterwards_splits_the_job_for_its_newest_layout(
 ) -> None:
     zk = make_zk_client()
     daemons = {
-        node: daemon_factory(
-            {},
-            name=node,
-            zookeeper=zk_connect,
-            extra_args=[
-                "--group",
-                GROUP,
-                "--node",
-                node,
-                "--poll-interval",
-                "0.1",
-                "--retention-epochs",
-                "100",
-            ],
-        )
+        node: daemon_factory({}, name=node, zookeeper=zk_connect, extra_args=member_args(node))
         for node in NODES
     }
     members = ZK_LAYOUT.group_members(GROUP)
