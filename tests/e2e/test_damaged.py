@@ -19,7 +19,7 @@ from tests.e2e.test_oracle import windowed, windowed_rows
 from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain, spark_state
-from tests.fixtures.snapshots import feed_until_skippable, full_versions
+from tests.fixtures.snapshots import feed_until_skippable, full_versions, one_partition
 from tests.fixtures.streams import FileStream
 
 CHECKSUM_OFFSET = 17  # "LZ4Block", token, two lengths: the first block's checksum
@@ -93,14 +93,16 @@ def test_damaged_epoch_is_skipped_when_a_later_snapshot_loads_in_full(
     # gap must remove what the skipped epochs removed.
     checkpoint = tmp_path / "cp"
     build_schema = "k long, s string, v double, ts timestamp"
-    stream = FileStream(spark, tmp_path / "in", checkpoint, windowed, build_schema, "update").start()
+    stream = FileStream(
+        one_partition(spark), tmp_path / "in", checkpoint, windowed, build_schema, "update"
+    ).start()
     try:
         damaged_version = feed_until_skippable(stream, windowed_rows)
     finally:
         stream.stop()
     assert damaged_version is not None, "Spark wrote no snapshots to skip ahead to"
     committed = stream.committed()
-    resume = min(v for v in full_versions(checkpoint, 2) if v > damaged_version) - 1
+    resume = min(v for v in full_versions(checkpoint, 1) if v > damaged_version) - 1
     gap = list(range(damaged_version - 1, resume))
     _damage(checkpoint / "state" / "0" / "0" / f"{damaged_version}.delta")
     expected = {e: spark_state(spark, checkpoint, e) for e in committed if e not in gap}

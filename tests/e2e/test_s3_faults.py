@@ -28,7 +28,7 @@ from tests.fixtures.faulty_proxy import FAULTS, FaultyProxy
 from tests.fixtures.metrics import free_port, sample_values
 from tests.fixtures.oracle import State, canon, plain, spark_state
 from tests.fixtures.s3 import CheckpointMirror, S3Server
-from tests.fixtures.snapshots import feed_until_skippable, full_versions
+from tests.fixtures.snapshots import feed_until_skippable, full_versions, one_partition
 from tests.fixtures.streams import PROVIDERS, FileStream
 
 # Short, so that the proxy's unanswered requests cost little; still far above what
@@ -129,14 +129,14 @@ def test_a_state_file_refused_for_good_makes_its_epochs_unavailable_and_later_on
 ) -> None:
     local = tmp_path / "cp"
     schema = "k long, s string, v double, ts timestamp"
-    stream = FileStream(spark, tmp_path / "in", local, windowed, schema, "update").start()
+    stream = FileStream(one_partition(spark), tmp_path / "in", local, windowed, schema, "update").start()
     try:
         refused_version = feed_until_skippable(stream, windowed_rows)
     finally:
         stream.stop()
     assert refused_version is not None, "Spark wrote no snapshots to skip ahead to"
     committed = stream.committed()
-    resume = min(v for v in full_versions(local, 2) if v > refused_version) - 1
+    resume = min(v for v in full_versions(local, 1) if v > refused_version) - 1
     gap = list(range(refused_version - 1, resume))  # version v is written by epoch v - 1
     expected = {e: spark_state(spark, local, e) for e in committed if e not in gap}
 
