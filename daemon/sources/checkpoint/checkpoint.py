@@ -190,7 +190,13 @@ class Checkpoint(QueryLog):
 
     # Configuration.
 
-    def _conf(self, epoch: int | None) -> dict[str, str]:
+    def epoch_conf(self, epoch: int | None = None) -> dict[str, str]:
+        """The settings Spark pinned in ``epoch``'s offset log entry (``None``: the newest
+        planned epoch's).
+
+        Raises:
+            MissingCheckpointFile: no epoch planned yet, or ``epoch``'s entry is gone.
+        """
         if epoch is None:
             planned = self.planned_epochs()
             if not planned:
@@ -227,7 +233,7 @@ class Checkpoint(QueryLog):
         Raises:
             MissingCheckpointFile: no offset log entry to read it from.
         """
-        return self._conf(epoch).get(PROVIDER_CLASS_CONF, HDFS_PROVIDER_CLASS)
+        return self.epoch_conf(epoch).get(PROVIDER_CLASS_CONF, HDFS_PROVIDER_CLASS)
 
     def provider_kind(self, epoch: int | None = None) -> ProviderKind:
         """Which of the two providers we read wrote the state (``None``: the newest
@@ -256,7 +262,7 @@ class Checkpoint(QueryLog):
                 row checksums.
             MissingCheckpointFile: no offset log entry to read the configuration from.
         """
-        conf = self._conf(epoch)
+        conf = self.epoch_conf(epoch)
         provider = conf.get(PROVIDER_CLASS_CONF, HDFS_PROVIDER_CLASS)
         if provider != HDFS_PROVIDER_CLASS:
             raise UnsupportedCheckpoint(

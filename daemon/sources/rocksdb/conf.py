@@ -35,20 +35,6 @@ MERGE_OPERATOR_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOpera
 _MERGE_DELIMITERS = {"1": b",", "2": b""}
 
 
-def epoch_conf(checkpoint: Checkpoint, epoch: int | None = None) -> dict[str, str]:
-    """The offset log conf of ``epoch`` (``None``: the newest planned epoch).
-
-    Raises:
-        MissingCheckpointFile: no epoch planned yet, or ``epoch``'s entry is gone.
-    """
-    if epoch is None:
-        planned = checkpoint.planned_epochs()
-        if not planned:
-            raise MissingCheckpointFile(f"{checkpoint.root}/offsets: no epoch planned yet")
-        epoch = planned[-1]
-    return checkpoint.epoch_log(epoch).conf
-
-
 def check_rocksdb_conf(checkpoint: Checkpoint, epoch: int | None = None, *, avro: bool = False) -> str:
     """Check ``epoch``'s settings (``None``: the newest planned epoch's); return its state
     compression codec (changelogs use it; refusing another codec is left to the
@@ -64,7 +50,7 @@ def check_rocksdb_conf(checkpoint: Checkpoint, epoch: int | None = None, *, avro
         MissingCheckpointFile: no epoch planned yet, or ``epoch``'s entry is gone.
     """
     where = str(checkpoint.root) if epoch is None else f"{checkpoint.root} epoch {epoch}"
-    return _checked(epoch_conf(checkpoint, epoch), where, avro)
+    return _checked(checkpoint.epoch_conf(epoch), where, avro)
 
 
 def check_version_conf(checkpoint: Checkpoint, version: int, *, avro: bool = False) -> str:
@@ -79,13 +65,13 @@ def check_version_conf(checkpoint: Checkpoint, version: int, *, avro: bool = Fal
     """
     epoch = version - 1
     try:
-        conf = epoch_conf(checkpoint, epoch)
+        conf = checkpoint.epoch_conf(epoch)
     except MissingCheckpointFile:
         planned = checkpoint.planned_epochs()
         if not planned:
             raise
         epoch = planned[0]
-        conf = epoch_conf(checkpoint, epoch)
+        conf = checkpoint.epoch_conf(epoch)
     return _checked(conf, f"{checkpoint.root} epoch {epoch}", avro)
 
 
@@ -115,7 +101,7 @@ def merge_delimiter(checkpoint: Checkpoint, epoch: int | None = None) -> bytes:
         UnsupportedCheckpoint: a merge operator version other than 1 or 2.
         MissingCheckpointFile: no epoch planned yet, or ``epoch``'s entry is gone.
     """
-    version = epoch_conf(checkpoint, epoch).get(MERGE_OPERATOR_VERSION_CONF, "1")
+    version = checkpoint.epoch_conf(epoch).get(MERGE_OPERATOR_VERSION_CONF, "1")
     if version not in _MERGE_DELIMITERS:
         raise UnsupportedCheckpoint(f"{checkpoint.root}: {MERGE_OPERATOR_VERSION_CONF}={version}")
     return _MERGE_DELIMITERS[version]
@@ -128,4 +114,4 @@ def state_encoding(checkpoint: Checkpoint, epoch: int | None = None) -> str:
     Raises:
         MissingCheckpointFile: no epoch planned yet, or ``epoch``'s entry is gone.
     """
-    return epoch_conf(checkpoint, epoch).get(ENCODING_FORMAT_CONF, "unsaferow")
+    return checkpoint.epoch_conf(epoch).get(ENCODING_FORMAT_CONF, "unsaferow")
