@@ -7,16 +7,15 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY deploy/constraints.txt ./deploy/
-COPY epochstate ./epochstate
+# The repository's distributions the daemon needs (one folder each, a src layout), and the
+# root's, which gathers them and names the extras.
+COPY proto ./proto
 COPY core ./core
 COPY client ./client
 COPY cli ./cli
 COPY daemon ./daemon
-COPY spark_plugin ./spark_plugin
-COPY devtools ./devtools
-COPY proto ./proto
 RUN pip wheel --no-cache-dir --wheel-dir /wheels --constraint deploy/constraints.txt \
-        '.[daemon,s3,gcs,azure,hdfs]'
+        ./proto ./core ./client ./cli ./daemon '.[daemon,s3,gcs,azure,hdfs]'
 
 FROM python:3.11-slim
 # A numeric user and group, so the kubelet can check runAsNonRoot without a passwd lookup.

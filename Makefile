@@ -7,12 +7,17 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test test-fast constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-state-size bench-object-store bench-s3-clients bench-alignment clean soak
+.PHONY: demo demo-chain test test-fast constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-state-size bench-object-store bench-s3-clients bench-alignment clean soak
 
-$(STAMP): pyproject.toml
+# The repository is a monorepo of distributions sharing the namespace `epochstate`, one per
+# folder, each a src layout (core/src/epochstate/core/, ...); the root's pyproject.toml gathers
+# them. Each is installed editable, so every tool resolves epochstate.* to its file.
+DISTRIBUTIONS := proto core client cli daemon spark_plugin devtools
+
+$(STAMP): pyproject.toml $(DISTRIBUTIONS:%=%/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet $(DISTRIBUTIONS:%=-e ./%) '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -28,22 +33,18 @@ test: lint typecheck imports docs pytest
 test-fast: lint typecheck imports
 	$(BIN)/python -m pytest -m "not process" -q $(PYTEST_ARGS)
 
-SOURCES := epochstate core client cli daemon spark_plugin devtools
+SOURCES := $(filter-out proto,$(DISTRIBUTIONS))
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(SOURCES) proto/generate.py tests bench .ci
 	$(BIN)/ruff format --check $(SOURCES) proto/generate.py tests bench .ci
 
-# mypy and import-linter read the package as installed: build/view (see .ci/package_view.py).
-view: $(STAMP)
-	$(BIN)/python .ci/package_view.py >/dev/null
+# mypy reads its roots from pyproject.toml, import-linter its contracts from .importlinter.
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
-typecheck: view
-	set -o pipefail; MYPYPATH=build/view $(BIN)/mypy build/view/epochstate tests bench \
-		| $(BIN)/python .ci/package_view.py --paths
-
-imports: view
-	cd build/view && PYTHONPATH=. ../../$(BIN)/lint-imports ../../.importlinter --no-cache
+imports: $(STAMP)
+	$(BIN)/lint-imports --no-cache
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
@@ -103,31 +104,31 @@ proto: $(STAMP)
 	$(BIN)/python proto/generate.py
 
 bench: $(STAMP)
-	$(BIN)/python bench/lookup.py $(BENCH_ARGS)
+	$(BIN)/python -m bench.lookup $(BENCH_ARGS)
 
 # Routed reads over a group of 1, 2, 3 daemons, 1..64 callers, against the echo floor (a few minutes).
 bench-routing: $(STAMP)
-	$(BIN)/python bench/routing.py $(BENCH_ARGS)
+	$(BIN)/python -m bench.routing $(BENCH_ARGS)
 
 bench-ingest: $(STAMP)
-	$(BIN)/python bench/ingest.py $(BENCH_ARGS)
+	$(BIN)/python -m bench.ingest $(BENCH_ARGS)
 
 # 10M keys against 100k: ingest per epoch, Get, disk (10-16 min on 2 cores; BENCH_ARGS="--keys-large 1000000")
 bench-state-size: $(STAMP)
-	$(BIN)/python bench/state_size.py $(BENCH_ARGS)
+	$(BIN)/python -m bench.state_size $(BENCH_ARGS)
 
 bench-object-store: $(STAMP)
-	$(BIN)/python bench/object_store.py $(BENCH_ARGS)
+	$(BIN)/python -m bench.object_store $(BENCH_ARGS)
 
 bench-s3-clients: $(STAMP)
-	$(BIN)/python bench/storage_clients.py $(BENCH_ARGS)
+	$(BIN)/python -m bench.storage_clients $(BENCH_ARGS)
 
 bench-alignment: $(STAMP)
-	$(BIN)/python bench/alignment.py $(BENCH_ARGS)
+	$(BIN)/python -m bench.alignment $(BENCH_ARGS)
 
 # 30 minutes of ingest and reads; are the daemon's resources bounded? (SOAK_ARGS=--minutes 5)
 soak: $(STAMP)
-	$(BIN)/python bench/soak.py $(SOAK_ARGS)
+	$(BIN)/python -m bench.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) var build *.egg-info

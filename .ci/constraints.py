@@ -1,10 +1,12 @@
 """Write ``deploy/constraints.txt``: the image's dependencies, every one pinned (``make constraints``).
 
-pip resolves what ``pip install '.[EXTRAS]'`` would install into an empty
-environment (``--dry-run --ignore-installed --report``, nothing is installed)
-and this prints each distribution of that resolution as ``name==version``,
-the project itself left out. Run it with the image's Python (3.11, Linux): markers
-in the dependencies are evaluated for the interpreter that resolves.
+pip resolves what ``pip install ./proto ./core ... '.[EXTRAS]'`` (the image's
+distributions of this repository and the root's extras) would install into an empty
+environment (``--dry-run --ignore-installed --report``, nothing is installed) and
+this prints each distribution of that resolution as ``name==version``, the
+project's own (``epochstate``, ``epochstate-*``) left out. Run it with the image's
+Python (3.11, Linux): markers in the dependencies are evaluated for the interpreter
+that resolves.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # The extras the image installs (the Dockerfile names the same; tests/deploy checks it).
 EXTRAS = "daemon,s3,gcs,azure,hdfs"
+# The repository's distributions the image installs: the daemon and what it builds on, and
+# the client and CLI of the base install (its health check runs `epochstate health`).
+IMAGE_DISTRIBUTIONS = "proto core client cli daemon"
 IMAGE_PYTHON = (3, 11)
 
 
@@ -33,6 +38,7 @@ def resolve() -> dict[str, str]:
             "--ignore-installed",
             "--report",
             "-",
+            *(f"./{folder}" for folder in IMAGE_DISTRIBUTIONS.split()),
             f".[{EXTRAS}]",
         ],
         cwd=ROOT,
@@ -44,7 +50,7 @@ def resolve() -> dict[str, str]:
     for item in json.loads(report)["install"]:
         metadata = item["metadata"]
         name = metadata["name"].lower().replace("_", "-").replace(".", "-")
-        if name != "epochstate":
+        if name != "epochstate" and not name.startswith("epochstate-"):
             pinned[name] = metadata["version"]
     return pinned
 

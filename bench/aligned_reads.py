@@ -34,8 +34,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from kazoo.client import KazooClient
-from table import print_table
 
+from bench.table import print_table
 from epochstate.core.zookeeper.layout import Layout
 from epochstate.core.zookeeper.subject_records import SubjectEpochRecord, SubjectSourceRecord
 from epochstate.daemon.registry.subject_view import SubjectView

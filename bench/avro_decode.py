@@ -27,8 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 import fastavro
-from table import print_table
 
+from bench.table import print_table
 from epochstate.core.sparktypes import (
     ArrayType,
     AtomicType,

@@ -42,8 +42,7 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from table import print_table  # noqa: E402
-
+from bench.table import print_table  # noqa: E402
 from epochstate.client import EpochStateClient  # noqa: E402
 from epochstate.daemon.gc_tuning import freeze_startup_objects, tune_for_ingest  # noqa: E402
 from epochstate.daemon.ingest.follower import EpochPublisher, JobFollower  # noqa: E402

@@ -47,16 +47,14 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from bench import tls_lookup  # noqa: E402
+from bench.streams import run_streams  # noqa: E402
+from bench.table import print_table  # noqa: E402
 from epochstate.client import EpochStateClient  # noqa: E402
 from epochstate.client.client import CHANNEL_OPTIONS  # noqa: E402
 from epochstate.devtools.local_daemon import LocalDaemon  # noqa: E402
 from epochstate.devtools.spark_session import local_session  # noqa: E402
 from epochstate.v1 import epochstate_pb2 as pb  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-import tls_lookup  # noqa: E402
-from streams import run_streams  # noqa: E402
-from table import print_table  # noqa: E402
 
 K = TypeVar("K")
 

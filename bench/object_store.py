@@ -39,9 +39,8 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from ingest import PROVIDERS, Query, build_checkpoint, changed_users, percentiles  # noqa: E402
-from table import print_table  # noqa: E402
-
+from bench.ingest import PROVIDERS, Query, build_checkpoint, changed_users, percentiles  # noqa: E402
+from bench.table import print_table  # noqa: E402
 from epochstate.client import EpochStateClient  # noqa: E402
 from epochstate.core.storage.location import StorageFactory, configure  # noqa: E402
 from epochstate.daemon.gc_tuning import freeze_startup_objects, tune_for_ingest  # noqa: E402

@@ -40,15 +40,13 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from bench.lookup import echo_server, percentiles  # noqa: E402
+from bench.table import print_table  # noqa: E402
 from epochstate.client import EpochStateClient, JobNotFound, RoutedClient  # noqa: E402
 from epochstate.devtools.local_daemon import LocalDaemon  # noqa: E402
 from epochstate.devtools.spark_session import local_session  # noqa: E402
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper  # noqa: E402
 from epochstate.v1 import epochstate_pb2 as pb  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-from lookup import echo_server, percentiles  # noqa: E402
-from table import print_table  # noqa: E402
 
 GROUP = "bench"
 MAX_PROCESSES = 4

@@ -44,10 +44,9 @@ from typing import Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from readers import ReaderThreads
-from soak_aligned import SUBJECT, WRITER, AlignedChain, AlignedReaders
-from table import print_table
-
+from bench.readers import ReaderThreads
+from bench.soak_aligned import SUBJECT, WRITER, AlignedChain, AlignedReaders
+from bench.table import print_table
 from epochstate.client import EpochStateClient
 from epochstate.core.zookeeper.layout import Layout
 from epochstate.devtools.local_daemon import LocalDaemon

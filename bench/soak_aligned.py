@@ -14,8 +14,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from readers import ReaderThreads
-
+from bench.readers import ReaderThreads
 from epochstate.client import AlignedWith, EpochStateClient
 from epochstate.devtools.chain_demo.jobs import (
     HOT_ISSUES,

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rocksdict import Rdict, ReadOptions
-from table import print_table
 
+from bench.table import print_table
 from epochstate.daemon.codec import keycodec
 from epochstate.daemon.store import integrity
 from epochstate.daemon.store.descriptors import EpochRecord, SourceRange

@@ -33,13 +33,11 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from bench.lookup import build_state, percentiles  # noqa: E402
+from bench.table import print_table  # noqa: E402
 from epochstate.devtools.spark_session import local_session  # noqa: E402
 from epochstate.v1 import epochstate_pb2 as pb  # noqa: E402
 from epochstate.v1 import epochstate_pb2_grpc as pb_grpc  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-from lookup import build_state, percentiles  # noqa: E402
-from table import print_table  # noqa: E402
 
 JOB = "bench"
 DEADLINE = 2.0
@@ -75,8 +73,17 @@ class Served:
     def __init__(self, workdir: Path, checkpoint: Path, single_pool: bool) -> None:
         name = "single-pool" if single_pool else "limits"
         address = workdir / f"{name}.address"
-        args = [sys.executable, __file__, "--serve", str(workdir / name), str(checkpoint), str(address)]
-        self.process = subprocess.Popen([*args, *(["--single-pool"] if single_pool else [])])
+        args = [
+            sys.executable,
+            "-m",
+            "bench.starvation",
+            "--serve",
+            str(workdir / name),
+            str(checkpoint),
+            str(address),
+        ]
+        root = Path(__file__).resolve().parent.parent
+        self.process = subprocess.Popen([*args, *(["--single-pool"] if single_pool else [])], cwd=root)
         while not address.exists():
             if self.process.poll() is not None:
                 raise RuntimeError(f"the {name} daemon exited with {self.process.returncode}")

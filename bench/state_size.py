@@ -45,10 +45,9 @@ from pathlib import Path
 from typing import Any
 
 # ingest sets TZ and PYSPARK_PYTHON when imported, before Spark starts.
-from ingest import PROVIDERS, Query, percentiles
-from lookup import cycle_calls, interleaved
-from table import print_table
-
+from bench.ingest import PROVIDERS, Query, percentiles
+from bench.lookup import cycle_calls, interleaved
+from bench.table import print_table
 from epochstate.client import EpochStateClient
 from epochstate.daemon.gc_tuning import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.ingest.follower import JobFollower

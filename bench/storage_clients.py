@@ -38,8 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from table import print_table
-
+from bench.table import print_table
 from epochstate.core.storage.location import Location, StorageFactory
 from epochstate.core.storage.remote import RemoteStorage
 from epochstate.devtools.object_store import S3Server

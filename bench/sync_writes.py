@@ -25,9 +25,8 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from ingest import build_checkpoint  # noqa: E402
-from table import print_table  # noqa: E402
-
+from bench.ingest import build_checkpoint  # noqa: E402
+from bench.table import print_table  # noqa: E402
 from epochstate.daemon.gc_tuning import freeze_startup_objects, tune_for_ingest  # noqa: E402
 from epochstate.daemon.ingest.follower import JobFollower  # noqa: E402
 from epochstate.daemon.runtime import NoRegistry  # noqa: E402

@@ -24,8 +24,6 @@ from epochstate.client import EpochStateClient
 from epochstate.client.client import CHANNEL_OPTIONS
 from epochstate.client.tls import TlsOptions, open_channel
 from epochstate.devtools.local_daemon import LocalDaemon
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.fixtures.certs import Authority
 
 

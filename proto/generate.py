@@ -12,7 +12,7 @@ from pathlib import Path
 
 from grpc_tools import protoc
 
-PROTO_ROOT = Path(__file__).resolve().parent
+PROTO_ROOT = Path(__file__).resolve().parent / "src"
 PROTO_FILES = sorted(p.relative_to(PROTO_ROOT) for p in PROTO_ROOT.rglob("*.proto"))
 
 

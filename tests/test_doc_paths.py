@@ -15,11 +15,13 @@ absolute paths and URIs (``/var/lib/...``, ``s3a://bucket/path``), and patterns:
 a run next to ``<``, ``{``, ``*`` or ``$`` (``bench/*.py``, ``state/<operatorId>/``).
 
 How a relative path resolves: it names something that exists when, joined to the
-repository root, to a folder that holds the mentioning file, or to a package
-folder, it is a tracked file or a folder of tracked files (a folder when it ends
-with ``/``). So ``store/view.py`` in ``daemon/server/service.py`` is
-``daemon/store/view.py``, and ``sources/hdfs_backed/`` in docs/architecture.md is
-``daemon/sources/hdfs_backed/``.
+repository root, to a folder that holds the mentioning file, to a package folder or
+to a namespace folder that holds one (``daemon/src/epochstate``), it is a tracked
+file or a folder of tracked files (a folder when it ends with ``/``). So a path in
+the namespace, ``daemon/store/view.py``, names the module
+``epochstate.daemon.store.view``. So ``store/view.py`` in ``server/service.py`` is the daemon's
+``store/view.py`` (``daemon/src/epochstate/daemon/store/view.py``), and
+``sources/hdfs_backed/`` in docs/architecture.md is the daemon's ``sources/hdfs_backed/``.
 """
 
 from __future__ import annotations
@@ -64,7 +66,10 @@ class Tree:
         top = {f.split("/", 1)[0] for f in folders}
         packages = {str(PurePosixPath(f).parent) for f in files if f.endswith("/__init__.py")}
         roots = frozenset(top | {PurePosixPath(p).name for p in packages})
-        return cls(files, folders, roots, tuple(sorted(top | packages)))
+        # The namespace folders that hold the distributions' packages (core/src/epochstate):
+        # a path in the namespace, such as daemon/store/view.py, is one against them.
+        namespaces = {str(PurePosixPath(p).parent) for p in packages} - packages
+        return cls(files, folders, roots, tuple(sorted(top | packages | namespaces)))
 
     def exists(self, path: str, mentioned_in: str) -> bool:
         folder_only = path.endswith("/")

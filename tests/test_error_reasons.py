@@ -27,7 +27,7 @@ from epochstate.core.errors import EpochStateError
 from epochstate.daemon.server import alignment_admin, service, status
 from epochstate.daemon.store.catalog import JobNotFound
 
-PROTO = Path(__file__).resolve().parents[1] / "proto" / "epochstate" / "v1" / "epochstate.proto"
+PROTO = Path(__file__).resolve().parents[1] / "proto" / "src" / "epochstate" / "v1" / "epochstate.proto"
 
 
 # Everything the servicers can raise is loaded.

@@ -1,4 +1,5 @@
-"""The distribution as a user installs it: the package list, the wheel, a client-only install."""
+"""The distributions as a user installs them: src layouts in one namespace, the wheels, the base
+install (client and CLI), a client-only install."""
 
 from __future__ import annotations
 
@@ -9,31 +10,33 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
+from epochstate.core.version import VERSION
+from tests.distributions import ROOT, members, requirement_name, root
 
 # What the base install must not pull in: the daemon's and the Spark side's libraries.
 DAEMON_SIDE = ("kazoo", "rocksdict", "prometheus_client", "pyspark", "pydantic_settings", "lz4", "xxhash")
 
 
-def _packages_on_disk() -> set[str]:
-    found: set[str] = set()
-    for package, folder in SETUPTOOLS["package-dir"].items():
-        base = ROOT / folder
-        if package == "epochstate":
-            found.add(package)
-            continue
-        for init in base.rglob("__init__.py"):
-            relative = init.parent.relative_to(base)
-            found.add(".".join((package, *relative.parts)))
-    return found
+def test_every_distribution_is_a_src_layout_in_the_shared_namespace() -> None:
+    for member in members():
+        namespace = member.src / "epochstate"
+        assert not (namespace / "__init__.py").exists(), f"{member.name}: epochstate is a namespace"
+        packages = [p for p in namespace.iterdir() if p.is_dir() and p.name != "__pycache__"]
+        assert len(packages) == 1, f"{member.name}: one package each, not {packages}"
+        assert (packages[0] / "__init__.py").exists(), member.name
+        assert (packages[0] / "py.typed").exists(), f"{member.name}: its types are part of it"
+    assert not (ROOT / "epochstate").exists(), "nothing at the root shadows the namespace"
 
 
-def test_every_package_folder_is_listed_in_pyproject() -> None:
-    assert set(SETUPTOOLS["packages"]) == _packages_on_disk()
+def test_the_distributions_share_one_version_and_pin_each_other_to_it() -> None:
+    for distribution in (root(), *members()):
+        assert distribution.version == VERSION, distribution.name
+        everything = [*distribution.dependencies, *(r for v in distribution.extras.values() for r in v)]
+        for requirement in everything:
+            name = requirement_name(requirement)[0]
+            if name.startswith("epochstate-"):  # the root's own extras refer to it by name
+                assert requirement.endswith(f"=={VERSION}"), (distribution.name, requirement)
 
 
 def test_no_symlinks_are_tracked() -> None:
@@ -45,8 +48,9 @@ def test_no_symlinks_are_tracked() -> None:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with the wheel of every distribution of the repository."""
+    out = tmp_path_factory.mktemp("wheels")
     subprocess.run(
         [
             sys.executable,
@@ -58,35 +62,45 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--no-build-isolation",
             "--wheel-dir",
             str(out),
-            str(ROOT),
+            *(str(d.folder) for d in (root(), *members())),
         ],
         check=True,
         env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
     )
-    (built,) = out.glob("epochstate-*.whl")
-    return built
+    return out
 
 
-def test_wheel_holds_the_namespace_and_its_type_information(wheel: Path) -> None:
-    names = set(zipfile.ZipFile(wheel).namelist())
-    for package in SETUPTOOLS["packages"]:
-        assert f"{package.replace('.', '/')}/__init__.py" in names, package
-    assert "epochstate/py.typed" in names
-    assert "epochstate/v1/epochstate_pb2.pyi" in names
-    assert "epochstate/v1/epochstate.proto" in names or "epochstate/v1/epochstate_pb2.py" in names
-    # Nothing outside the namespace: no generic top-level module such as `daemon` or `client`.
-    top_level = {name.split("/", 1)[0] for name in names if not name.startswith("epochstate-")}
-    assert top_level == {"epochstate"}
+def test_each_wheel_holds_its_package_in_the_namespace(wheels: Path) -> None:
+    for member in members():
+        (built,) = wheels.glob(f"{member.name.replace('-', '_')}-{VERSION}-*.whl")
+        names = set(zipfile.ZipFile(built).namelist())
+        (package,) = {n.split("/")[1] for n in names if n.startswith("epochstate/")}
+        assert f"epochstate/{package}/__init__.py" in names
+        assert f"epochstate/{package}/py.typed" in names
+        # The namespace stays open: no wheel owns epochstate/__init__.py.
+        assert "epochstate/__init__.py" not in names
+        # Nothing outside the namespace: no generic top-level module such as `daemon` or `client`.
+        top_level = {n.split("/", 1)[0] for n in names if ".dist-info/" not in n}
+        assert top_level == {"epochstate"}, member.name
+    proto = set(zipfile.ZipFile(next(wheels.glob("epochstate_proto-*.whl"))).namelist())
+    assert {"epochstate/v1/epochstate_pb2.pyi", "epochstate/v1/epochstate.proto"} <= proto
+    gathering = set(zipfile.ZipFile(next(wheels.glob(f"epochstate-{VERSION}-*.whl"))).namelist())
+    assert all(".dist-info/" in n for n in gathering), "the root distribution holds no code"
 
 
-def test_base_install_gives_the_client_and_the_cli_only(wheel: Path, tmp_path: Path) -> None:
+def _venv(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
-    python = bin_dir / "python"
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PYTHONPATH", None)
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(wheel)], check=True, env=env)
+    return venv / ("Scripts" if os.name == "nt" else "bin"), env
+
+
+def test_base_install_gives_the_client_and_the_cli_only(wheels: Path, tmp_path: Path) -> None:
+    bin_dir, env = _venv(tmp_path)
+    python = bin_dir / "python"
+    install = [str(python), "-m", "pip", "install", "--quiet", "--find-links", str(wheels), "epochstate"]
+    subprocess.run(install, check=True, env=env)
 
     probe = (
         "import importlib.util, epochstate.client, epochstate.core.errors\n"
@@ -94,10 +108,12 @@ def test_base_install_gives_the_client_and_the_cli_only(wheel: Path, tmp_path: P
         f"missing = [m for m in {DAEMON_SIDE!r} if importlib.util.find_spec(m) is None]\n"
         "print(','.join(missing))\n"
     )
-    result = subprocess.run(
-        [str(python), "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
-    )
-    assert result.stdout.strip().split(",") == list(DAEMON_SIDE)
+    # From the repository's root too: no folder there shadows the installed namespace.
+    for where in (tmp_path, ROOT):
+        result = subprocess.run(
+            [str(python), "-c", probe], capture_output=True, text=True, env=env, cwd=where, check=True
+        )
+        assert result.stdout.strip().split(",") == list(DAEMON_SIDE), where
 
     cli = subprocess.run(
         [str(bin_dir / "epochstate"), "--help"], capture_output=True, text=True, env=env, cwd=tmp_path
@@ -113,3 +129,26 @@ def test_base_install_gives_the_client_and_the_cli_only(wheel: Path, tmp_path: P
     assert daemon.returncode != 0
     assert "epochstate[daemon]" in daemon.stderr
     assert len(daemon.stderr.strip().splitlines()) == 1, daemon.stderr
+
+
+def test_the_client_alone_installs_without_the_cli(wheels: Path, tmp_path: Path) -> None:
+    bin_dir, env = _venv(tmp_path)
+    python = bin_dir / "python"
+    install = [
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--find-links",
+        str(wheels),
+        "epochstate-client",
+    ]
+    subprocess.run(install, check=True, env=env)
+    probe = (
+        "import importlib.util as u\n"
+        "from epochstate.client import EpochStateClient\n"
+        "print(u.find_spec('typer') is None, u.find_spec('epochstate.cli') is None)\n"
+    )
+    result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert result.stdout.split() == ["True", "True"], result.stdout

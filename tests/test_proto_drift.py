@@ -15,7 +15,7 @@ def test_generated_code_matches_proto(tmp_path: Path) -> None:
     generated = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
     assert generated, "protoc produced nothing"
     for relative in generated:
-        checked_in = ROOT / "proto" / relative
+        checked_in = ROOT / "proto" / "src" / relative
         assert checked_in.exists(), f"{relative} is not checked in: run `make proto`"
         assert checked_in.read_bytes() == (tmp_path / relative).read_bytes(), (
             f"{relative} differs from the .proto: run `make proto`"

@@ -14,7 +14,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -23,7 +22,6 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from kazoo.client import KazooClient
 from typer.testing import CliRunner
 
-import epochstate
 from epochstate.cli.app import app
 from epochstate.client import EpochStateClient
 from epochstate.client.errors import CommandRefused, EpochStateClientError, Unavailable, from_rpc_error
@@ -256,8 +254,6 @@ def test_the_daemon_serves_alignment_without_importing_spark_or_the_plugin() -> 
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'confluent_kafka')"
         " or m.startswith('epochstate.spark_plugin')))"
     )
-    # The epochstate under test, whatever the environment's path says.
-    env = {**os.environ, "PYTHONPATH": str(Path(epochstate.__file__).resolve().parents[1])}
     command = [sys.executable, "-c", probe]
-    loaded = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    loaded = subprocess.run(command, capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]"

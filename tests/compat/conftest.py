@@ -13,7 +13,7 @@ import pytest
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from tests.compat.continuation import Continuations
 from tests.compat.releases import UNDER_TEST
-from tests.compat.runner import ReleaseRunner, Say, package_view
+from tests.compat.runner import ReleaseRunner, Say, release_path
 from tests.compat.venvs import warm_up
 from tests.fixtures.kafka import KafkaBroker
 
@@ -41,7 +41,7 @@ def releases(
     """Each release's workload run, made on first use and kept for the session."""
     base = tmp_path_factory.mktemp("compat")
     yield ReleaseRunner(
-        base / "runs", package_view(base / "view"), spark, zookeeper_server, kafka_broker, say
+        base / "runs", release_path(base / "path"), spark, zookeeper_server, kafka_broker, say
     )
 
 

@@ -27,8 +27,9 @@ from epochstate.core.zookeeper.layout import Layout, parse_epoch_name
 from epochstate.devtools.local_daemon import LocalDaemon
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from tests.compat.releases import READER_OF_LAST_RESORT, SparkRelease
-from tests.compat.venvs import ROOT, VenvUnavailable, ensure_venv
+from tests.compat.venvs import VenvUnavailable, ensure_venv
 from tests.compat.workload.oracle import dump_job, unread
+from tests.distributions import ROOT, members
 from tests.fixtures.kafka import KafkaBroker
 from tests.fixtures.zookeeper import new_test_client
 
@@ -41,16 +42,12 @@ PUSH_SETTLE_SECONDS = 15.0
 Say = Callable[[str], None]
 
 
-def package_view(directory: Path) -> Path:
-    """A folder to put on a release's ``PYTHONPATH``: this clone's ``epochstate``
-    packages (``.ci/package_view.py``) and the workload as ``epochstate_compat_workload``."""
-    subprocess.run(
-        [sys.executable, str(ROOT / ".ci" / "package_view.py"), "--into", str(directory)],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+def release_path(directory: Path) -> str:
+    """The ``PYTHONPATH`` of a release's workload: this clone's distributions' src folders
+    and ``directory``, which holds the workload as ``epochstate_compat_workload``."""
+    directory.mkdir(parents=True, exist_ok=True)
     (directory / WORKLOAD).symlink_to(ROOT / "tests" / "compat" / "workload", target_is_directory=True)
-    return directory
+    return os.pathsep.join([str(directory), *(str(d.src) for d in members())])
 
 
 @dataclass(frozen=True)
@@ -97,11 +94,11 @@ class ReleaseRun:
         assert self.failure is None, f"{self.release}: {self.failure}\n{self.log_tail()}"
 
 
-def _environment(python: Path, view: Path) -> dict[str, str]:
+def _environment(python: Path, path: str) -> dict[str, str]:
     # Nothing of this session's Spark may leak into another release's driver.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_", "PY4J"))}
     env.update(
-        PYTHONPATH=str(view),
+        PYTHONPATH=path,
         PYSPARK_PYTHON=str(python),
         PYSPARK_DRIVER_PYTHON=str(python),
         TZ="UTC",
@@ -114,13 +111,13 @@ class ReleaseRunner:
     """Runs each release's workload on first request and keeps the outcome for the session."""
 
     def __init__(
-        self, base: Path, view: Path, spark: Any, zookeeper: EmbeddedZooKeeper, broker: KafkaBroker, say: Say
+        self, base: Path, path: str, spark: Any, zookeeper: EmbeddedZooKeeper, broker: KafkaBroker, say: Say
     ) -> None:
         """``spark``: this session's SparkSession, of the pin, whose reader is the last resort."""
         import pyspark
 
         assert pyspark.__version__ == READER_OF_LAST_RESORT.pyspark, "the test session runs the pin"
-        self.base, self.view, self.spark, self.zookeeper = base, view, spark, zookeeper
+        self.base, self.path, self.spark, self.zookeeper = base, path, spark, zookeeper
         self.broker, self.say = broker, say
         self._runs: dict[str, ReleaseRun] = {}
 
@@ -179,7 +176,7 @@ class ReleaseRunner:
                     stdin=subprocess.DEVNULL,
                     stdout=output,
                     stderr=subprocess.STDOUT,
-                    env=_environment(python, self.view),
+                    env=_environment(python, self.path),
                     cwd=self.base,
                     timeout=WORKLOAD_TIMEOUT,
                     check=False,

@@ -6,8 +6,8 @@ machine reuse it.
 and the Spark side of epochstate need (taken from ``pyproject.toml``: the client's
 dependencies, the ``zookeeper`` extra, the ``spark`` extra but pyspark, and for
 releases with Python data sources pandas and pyarrow). epochstate itself is not
-installed there: the workload runs with a view of this clone's packages on its
-path (``.ci/package_view.py --into``), so the venv never holds stale code.
+installed there: the workload runs with this clone's distributions' src folders on
+its path, so the venv never holds stale code.
 
 Creation holds a file lock (``pyspark-<version>.lock``), so two test processes
 racing for the same venv make it once; a venv is complete only once its stamp
@@ -36,15 +36,13 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomllib
-
 from tests.compat.releases import RELEASES, SparkRelease
+from tests.distributions import root, third_party
 
 HOME_VARIABLE = "EPOCHSTATE_COMPAT_HOME"
-ROOT = Path(__file__).resolve().parents[2]
 STAMP = ".epochstate-compat.json"
-# The spark extra's requirements that are the release's own choice, not ours.
-RELEASE_SPECIFIC = ("pyspark", "pandas", "pyarrow", "epochstate")
+# The Spark side's requirements that are the release's own choice, not ours.
+RELEASE_SPECIFIC = ("pyspark", "pandas", "pyarrow")
 PIP_TIMEOUT = 1800.0
 WAIT_NOTE_SECONDS = 15.0
 
@@ -68,13 +66,12 @@ def _name(requirement: str) -> str:
 
 
 def requirements(release: SparkRelease) -> list[str]:
-    """What ``release``'s venv installs, derived from this clone's ``pyproject.toml``."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extras = project["optional-dependencies"]
-    wanted = [*project["dependencies"], *extras["zookeeper"]]
-    wanted += [r for r in extras["spark"] if _name(r) not in RELEASE_SPECIFIC]
+    """What ``release``'s venv installs: the third-party requirements of the Spark side
+    (``epochstate-spark`` and the distributions it builds on, read from this clone), the
+    release's own pyspark, and pandas and pyarrow where the release has a pandas API."""
+    wanted = [r for r in third_party(["epochstate-spark"]) if _name(r) not in RELEASE_SPECIFIC]
     if release.pandas:
-        wanted += [r for r in extras["spark"] if _name(r) in ("pandas", "pyarrow")]
+        wanted += [r for r in root().extras["spark"] if _name(r) in ("pandas", "pyarrow")]
     return [f"pyspark=={release.pyspark}", *wanted]
 
 

@@ -1,25 +1,20 @@
 """The Dockerfile offline: hadolint passes with no rule ignored; the user is numeric and owns the
 data directory; only the daemon's extras are installed, every dependency pinned by
-deploy/constraints.txt, and the pins agree with what pyproject.toml asks for."""
+deploy/constraints.txt, and the pins agree with what the distributions' pyproject.toml files ask for."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import re
 import subprocess
-import sys
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from tests import distributions
 from tests.deploy.manifests import DOCKERFILE, ROOT, image, tool
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - the dev extra installs tomli there
-    import tomli as tomllib
 
 CONSTRAINTS = ROOT / "deploy" / "constraints.txt"
 
@@ -77,30 +72,30 @@ def test_only_the_daemon_and_filesystem_extras_are_installed_with_the_constraint
     assert "[spark" not in text and "[dev" not in text
 
 
-def _wanted(project: dict[str, object], extras: list[str]) -> list[Requirement]:
-    """The project's own requirements with ``extras``, self-references followed."""
-    optional = project["optional-dependencies"]
-    assert isinstance(optional, dict)
-    found = [Requirement(r) for r in project["dependencies"]]  # type: ignore[attr-defined]
-    todo, done = list(extras), set()
-    while todo:
-        extra = todo.pop()
-        if extra in done:
-            continue
-        done.add(extra)
-        for text in optional[extra]:
-            requirement = Requirement(text)
-            if canonicalize_name(requirement.name) == "epochstate":
-                todo += sorted(requirement.extras)
-            else:
-                found.append(requirement)
-    return found
+def test_the_image_builds_the_distributions_the_daemon_needs() -> None:
+    found = re.search(
+        r'^IMAGE_DISTRIBUTIONS = "([a-z_ ]+)"$', (ROOT / ".ci" / "constraints.py").read_text(), re.M
+    )
+    assert found
+    folders = found.group(1).split()
+    text = DOCKERFILE.read_text()
+    assert folders == re.findall(r"^COPY (\S+) \./", text, re.M)[-len(folders) :]
+    assert " ".join(f"./{f}" for f in folders) + " '.[" in text
+    # Exactly the distributions the extras reach: the daemon's side and the base install.
+    built = {d.name for d in distributions.members() if d.folder.name in folders}
+    reached = set(_image().ours) - {"epochstate"}
+    assert built == reached
+    assert not reached & {"epochstate-spark", "epochstate-devtools"}
+
+
+def _image() -> distributions.Closure:
+    """What ``epochstate[EXTRAS]`` comes to, through this repository's distributions."""
+    return distributions.closure([f"epochstate[{_extras_script()}]"])
 
 
 def test_every_requirement_is_pinned_to_a_version_it_allows() -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pinned = pins()
-    wanted = _wanted(project, _extras_script().split(","))
+    wanted = [Requirement(r) for r in _image().third_party]
     assert wanted
     for requirement in wanted:
         name = canonicalize_name(requirement.name)

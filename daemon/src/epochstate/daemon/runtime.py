@@ -19,12 +19,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from epochstate import __version__
 from epochstate.core.errors import EpochStateError
 from epochstate.core.storage.location import StorageFactory, redact
 from epochstate.core.storage.location import configure as configure_storage
 from epochstate.core.storage.objectstore import s3_options
 from epochstate.core.storage.retry import RetryPolicy
+from epochstate.core.version import VERSION
 from epochstate.daemon.config import DaemonSettings
 from epochstate.daemon.gc_tuning import freeze_startup_objects, tune_for_ingest
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats
@@ -152,7 +152,7 @@ class Daemon:
     def _publisher(self) -> EpochPublisher:
         if not self.settings.zookeeper:
             return NoRegistry()
-        publisher = RegistryPublisher.connect(self.settings, version=__version__)
+        publisher = RegistryPublisher.connect(self.settings, version=VERSION)
         # Aligned reads use the publisher's session: one ZooKeeper connection per daemon.
         self.subjects = SubjectView(
             publisher.registry.client,
@@ -286,7 +286,7 @@ class Daemon:
         if self.group is not None:
             self.group.start(advertised, self.settings.zookeeper_session_timeout)
         targets = " and ".join(self.targets)
-        log.info("epochstate %s serving on %s (node %s)", __version__, targets, self.settings.node)
+        log.info("epochstate %s serving on %s (node %s)", VERSION, targets, self.settings.node)
         if self.probes is not None:
             log.info("health probes (plaintext, grpc.health.v1 only) on %s", self.probes.address)
 
@@ -307,7 +307,7 @@ class Daemon:
             catalog=self.catalog,
             publisher=self.publisher,
             standalone=frozenset(job.name for job in s.jobs),
-            version=__version__,
+            version=VERSION,
             status_interval=s.group_status_interval,
         )
 

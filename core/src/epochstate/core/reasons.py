@@ -12,7 +12,7 @@ The contract: reasons are part of v1 and only ever added, never renamed, reused 
 removed; each names one meaning and always travels with the same status code. A
 client must treat a reason it does not know by its status code. The table
 :data:`REASONS` documents each one (what it means, what a caller should do); the
-same table is in the comments of ``proto/epochstate/v1/epochstate.proto``. The
+same table is in the comments of ``proto/src/epochstate/v1/epochstate.proto``. The
 daemon sends each error with its reason's code, read from this table
 (``daemon/server/status.py``); ``tests/test_error_reasons.py`` fails when the
 client's table of exceptions or the proto drift from it.
