@@ -1,13 +1,6 @@
 """The epochstate Python client library: epoch-pinned reads with typed results and errors."""
 
-from epochstate.client.client import (
-    AlignedWith,
-    EpochStateClient,
-    JobDescription,
-    Lookup,
-    StoreSchema,
-    selector,
-)
+from epochstate.client.client import EpochStateClient, JobDescription, Lookup, StoreSchema
 from epochstate.client.errors import (
     CheckpointNotAllowed,
     CommandRefused,
@@ -34,6 +27,7 @@ from epochstate.client.errors import (
     Unauthenticated,
     Unavailable,
 )
+from epochstate.client.read_options import AlignedWith, ReadOptions, selector
 from epochstate.client.routed import RoutedClient, routed
 from epochstate.client.structs import AmbiguousField, Struct
 from epochstate.client.tls import TlsOptions
@@ -61,6 +55,7 @@ __all__ = [
     "NotFound",
     "PartitionNotHeld",
     "PermissionDenied",
+    "ReadOptions",
     "ResourceExhausted",
     "ResponseTooLarge",
     "RoleMissing",

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
 from epochstate.client.alignment_admin import AlignmentAdmin
 from epochstate.client.errors import DeadlineExceeded, IncarnationChanged, InvalidArgument, from_rpc_error
 from epochstate.client.jobs_admin import JobsAdmin
+from epochstate.client.read_options import Aligned, AlignedWith, EpochArg, ReadKeywords, ReadOptions, selector
 from epochstate.client.structs import Struct
 from epochstate.client.tls import TlsOptions, open_channel
 from epochstate.client.values import from_row, to_row
@@ -28,7 +29,11 @@ from epochstate.core.sparktypes import StructType, parse_struct
 from epochstate.v1 import epochstate_pb2 as pb
 from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
 
-EpochArg = int | Literal["latest"] | None
+if TYPE_CHECKING:
+    from typing import Unpack
+
+# Defined with the read options; importable from here too.
+__all__ = ["Aligned", "AlignedWith", "EpochArg", "EpochStateClient", "selector"]
 
 # UNAVAILABLE (daemon restarting, not up yet) is retried with back-off until the
 # call's deadline; reads are idempotent, so a retry can never change an answer.
@@ -122,50 +127,7 @@ class JobDescription:
         raise InvalidArgument(f"job {self.job!r} has no store {operator_id}/{name} (known: {known})")
 
 
-@dataclass(frozen=True)
-class AlignedWith:
-    """ "The epoch aligned with ``epoch`` of job ``job``", through ``subject`` (a Kafka
-    topic) or, when it is empty, the one subject the two jobs share."""
-
-    job: str
-    epoch: int
-    subject: str = ""
-
-
-Aligned = AlignedWith | tuple[str, int]
 T = TypeVar("T")
-
-
-def selector(
-    epoch: EpochArg = "latest",
-    *,
-    at_least: int | None = None,
-    wait: bool = False,
-    covers: Mapping[tuple[str, int], int] | None = None,
-    aligned_with: Aligned | None = None,
-) -> pb.EpochSelector:
-    """The EpochSelector for an ``epoch`` argument (int, "latest"), ``at_least``,
-    ``covers`` ({(topic, partition): position}: the earliest epoch that has read that far),
-    or ``aligned_with`` (``(job, epoch)`` or :class:`AlignedWith`: the epoch aligned
-    with that epoch of that job; see docs/read-contract.md)."""
-    if aligned_with is not None:
-        if not isinstance(aligned_with, AlignedWith):
-            aligned_with = AlignedWith(*aligned_with)
-        return pb.EpochSelector(
-            aligned_with=pb.AlignedWith(
-                job=aligned_with.job, epoch=aligned_with.epoch, subject=aligned_with.subject
-            )
-        )
-    if covers is not None:
-        offsets = [pb.PartitionOffset(topic=t, partition=p, offset=o) for (t, p), o in covers.items()]
-        return pb.EpochSelector(covers=pb.Position(offsets=offsets))
-    if at_least is not None:
-        return pb.EpochSelector(at_least=at_least)
-    if epoch is None or epoch == "latest":
-        return pb.EpochSelector(latest=True, wait=wait)
-    if isinstance(epoch, int) and not isinstance(epoch, bool):
-        return pb.EpochSelector(exact=epoch, wait=wait)
-    raise InvalidArgument(f"epoch must be an int or 'latest', got {epoch!r}")
 
 
 class EpochStateClient:
@@ -354,31 +316,19 @@ class EpochStateClient:
     # -- reads -------------------------------------------------------------------
 
     def get(
-        self,
-        job: str,
-        key: Any,
-        *,
-        epoch: EpochArg = "latest",
-        at_least: int | None = None,
-        wait: bool = False,
-        covers: Mapping[tuple[str, int], int] | None = None,
-        aligned_with: Aligned | None = None,
-        operator_id: int = 0,
-        store: str = "default",
-        query_id: str | None = None,
-        timeout: float | None = None,
+        self, job: str, key: Any, *, options: ReadOptions | None = None, **read: Unpack[ReadKeywords]
     ) -> Lookup:
-        """One key pinned to one epoch. ``query_id`` (from an earlier result's ``query_id``)
-        pins the job's incarnation too: if the checkpoint holds another query now, the
-        read raises :class:`IncarnationChanged` instead of being answered by it."""
-        schema = self._store(job, operator_id, store, query_id)
+        """One key pinned to one epoch (:class:`ReadOptions` says which, and which store).
+        ``query_id`` (from an earlier result's ``query_id``) pins the job's incarnation
+        too: if the checkpoint holds another query now, the read raises
+        :class:`IncarnationChanged` instead of being answered by it."""
+        o = ReadOptions.of(options, read)
+        schema = self._store(job, o.operator_id, o.store, o.query_id)
         request = pb.GetRequest(
-            store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
-            key=to_row(key, schema.at(_exact(epoch)).key),
-            epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with),
+            store=o.store_ref(job), key=to_row(key, schema.at(o.exact).key), epoch=o.selector()
         )
-        response = self._call(self._stub.Get, request, timeout)
-        schema = self._answered(job, operator_id, store, schema, response.query_id, response)
+        response = self._call(self._stub.Get, request, o.timeout)
+        schema = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
         return _lookup(response.epoch, response.record, schema.at(response.epoch), response.query_id)
 
     def multi_get(
@@ -386,65 +336,44 @@ class EpochStateClient:
         job: str,
         keys: Sequence[Any],
         *,
-        epoch: EpochArg = "latest",
-        at_least: int | None = None,
-        wait: bool = False,
-        covers: Mapping[tuple[str, int], int] | None = None,
-        aligned_with: Aligned | None = None,
-        operator_id: int = 0,
-        store: str = "default",
-        query_id: str | None = None,
-        timeout: float | None = None,
+        options: ReadOptions | None = None,
+        **read: Unpack[ReadKeywords],
     ) -> list[Lookup]:
         """Look up many keys pinned to one epoch; results in request order. ``query_id``
         pins the job's incarnation as for :meth:`get`."""
-        schema = self._store(job, operator_id, store, query_id)
+        o = ReadOptions.of(options, read)
+        schema = self._store(job, o.operator_id, o.store, o.query_id)
+        key_schema = schema.at(o.exact).key
         request = pb.MultiGetRequest(
-            store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
-            keys=[to_row(k, schema.at(_exact(epoch)).key) for k in keys],
-            epoch=selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with),
+            store=o.store_ref(job), keys=[to_row(k, key_schema) for k in keys], epoch=o.selector()
         )
-        response = self._call(self._stub.MultiGet, request, timeout)
-        at = self._answered(job, operator_id, store, schema, response.query_id, response).at(response.epoch)
+        response = self._call(self._stub.MultiGet, request, o.timeout)
+        answered = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
+        at = answered.at(response.epoch)
         return [_lookup(response.epoch, r, at, response.query_id) for r in response.records]
 
     def pinned_epoch(
-        self,
-        job: str,
-        *,
-        aligned_with: Aligned | None = None,
-        covers: Mapping[tuple[str, int], int] | None = None,
-        at_least: int | None = None,
-        operator_id: int = 0,
-        store: str = "default",
-        timeout: float | None = None,
+        self, job: str, *, options: ReadOptions | None = None, **read: Unpack[ReadKeywords]
     ) -> int:
-        """The queryable epoch of ``job`` a read with this selector would be pinned to.
+        """The queryable epoch of ``job`` a read with these options would be pinned to.
 
         Waits like the read would; raises what it would raise. Reads with
         ``epoch=`` the returned epoch then give the same answers as reads with
         the selector itself, and need no second resolution.
         """
-        request = pb.MultiGetRequest(
-            store=pb.StoreRef(job=job, operator_id=operator_id, store=store),
-            epoch=selector(at_least=at_least, covers=covers, aligned_with=aligned_with),
-        )
-        return int(self._call(self._stub.MultiGet, request, timeout).epoch)
+        o = ReadOptions.of(options, read)
+        request = pb.MultiGetRequest(store=o.store_ref(job, ""), epoch=o.selector())
+        return int(self._call(self._stub.MultiGet, request, o.timeout).epoch)
 
     def scan(
         self,
         job: str,
         *,
         prefix: Any = (),
-        epoch: EpochArg = "latest",
-        operator_id: int = 0,
-        store: str = "default",
         page_size: int = 1000,
         limit: int | None = None,
-        timeout: float | None = None,
-        covers: Mapping[tuple[str, int], int] | None = None,
-        aligned_with: Aligned | None = None,
-        query_id: str | None = None,
+        options: ReadOptions | None = None,
+        **read: Unpack[ReadKeywords],
     ) -> Iterator[Lookup]:
         """Every live key (starting with ``prefix``) at one epoch, in key order.
 
@@ -454,17 +383,18 @@ class EpochStateClient:
         recreated raises :class:`IncarnationChanged`. ``query_id`` pins the first
         page's query too.
         """
-        schema = self._store(job, operator_id, store, query_id)
+        o = ReadOptions.of(options, read)
+        schema = self._store(job, o.operator_id, o.store, o.query_id)
         request = pb.ScanRequest(
-            store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
-            epoch=selector(epoch, covers=covers, aligned_with=aligned_with),
-            prefix=to_row(prefix, schema.at(_exact(epoch)).key, partial=True),
+            store=o.store_ref(job),
+            epoch=o.selector(),
+            prefix=to_row(prefix, schema.at(o.exact).key, partial=True),
             limit=page_size,
         )
         returned = 0
         while True:
-            response = self._call(self._stub.Scan, request, timeout)
-            schema = self._answered(job, operator_id, store, schema, response.query_id, response)
+            response = self._call(self._stub.Scan, request, o.timeout)
+            schema = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
             for record in response.records:
                 yield _lookup(response.epoch, record, schema.at(response.epoch), response.query_id)
                 returned += 1
@@ -479,10 +409,6 @@ class EpochStateClient:
     def follow(self, job: str, checkpoint: str, *, timeout: float | None = None) -> pb.JobSummary:
         request = pb.FollowJobRequest(job=job, checkpoint=checkpoint)
         return self._call(self._stub.FollowJob, request, timeout).summary  # type: ignore[no-any-return]
-
-
-def _exact(epoch: EpochArg) -> int | None:
-    return epoch if isinstance(epoch, int) else None
 
 
 def _struct_of(schema: pb.Schema) -> StructType:

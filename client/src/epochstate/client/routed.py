@@ -20,33 +20,28 @@ failing over never changes an answer.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from epochstate.client.client import (
-    CHANNEL_OPTIONS,
-    Aligned,
-    EpochArg,
-    EpochStateClient,
-    Lookup,
-    StoreSchema,
-    _exact,
-    _lookup,
-    selector,
-)
+from epochstate.client.client import CHANNEL_OPTIONS, EpochStateClient, Lookup, StoreSchema, _lookup
 from epochstate.client.errors import DeadlineExceeded, InvalidArgument, PartitionNotHeld, Unavailable
 from epochstate.client.failover import first_answer
 from epochstate.client.partitions import key_partition
+from epochstate.client.read_options import ReadKeywords, ReadOptions
 from epochstate.client.routing import Location, Replica, Replicas, Shard
 from epochstate.client.tls import TlsOptions
 from epochstate.client.values import to_row
 from epochstate.core.shuffle_keys import shuffle_fields
 from epochstate.v1 import epochstate_pb2 as pb
 from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 T = TypeVar("T")
 
@@ -301,49 +296,18 @@ class RoutedClient(EpochStateClient):
     # -- reads -------------------------------------------------------------------------
 
     def get(
-        self,
-        job: str,
-        key: Any,
-        *,
-        epoch: EpochArg = "latest",
-        at_least: int | None = None,
-        wait: bool = False,
-        covers: Mapping[tuple[str, int], int] | None = None,
-        aligned_with: Aligned | None = None,
-        operator_id: int = 0,
-        store: str = "default",
-        query_id: str | None = None,
-        timeout: float | None = None,
+        self, job: str, key: Any, *, options: ReadOptions | None = None, **read: Unpack[ReadKeywords]
     ) -> Lookup:
         """:meth:`EpochStateClient.get`, sent to a replica of the key's partition."""
-        return self.multi_get(
-            job,
-            [key],
-            epoch=epoch,
-            at_least=at_least,
-            wait=wait,
-            covers=covers,
-            aligned_with=aligned_with,
-            operator_id=operator_id,
-            store=store,
-            query_id=query_id,
-            timeout=timeout,
-        )[0]
+        return self.multi_get(job, [key], options=ReadOptions.of(options, read))[0]
 
     def multi_get(
         self,
         job: str,
         keys: Sequence[Any],
         *,
-        epoch: EpochArg = "latest",
-        at_least: int | None = None,
-        wait: bool = False,
-        covers: Mapping[tuple[str, int], int] | None = None,
-        aligned_with: Aligned | None = None,
-        operator_id: int = 0,
-        store: str = "default",
-        query_id: str | None = None,
-        timeout: float | None = None,
+        options: ReadOptions | None = None,
+        **read: Unpack[ReadKeywords],
     ) -> list[Lookup]:
         """:meth:`EpochStateClient.multi_get`, split by the replicas of the keys' partitions;
         results in request order, all of one epoch (the first answer's).
@@ -355,21 +319,19 @@ class RoutedClient(EpochStateClient):
         layout. A replica refuses a key of a partition it does not hold, so a key routed
         by the wrong layout is never answered "absent".
         """
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        schema = self._store(job, operator_id, store, query_id)
-        requested, derived = self._monotonic(
-            job, selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with)
-        )
-        routed_at = _exact(epoch)
+        o = ReadOptions.of(options, read)
+        deadline = time.monotonic() + (self.timeout if o.timeout is None else o.timeout)
+        schema = self._store(job, o.operator_id, o.store, o.query_id)
+        requested, derived = self._monotonic(job, o.selector())
+        routed_at = o.exact
         while True:
             location = self.locate(job)
             if routed_at is not None and routed_at > location.newest_epoch:
                 location = self.locate(job, refresh=True)  # its layouts may not reach the epoch
             try:
                 pin, records = self._multi_get_routed(
-                    job, keys, schema, location, routed_at, requested, derived, operator_id, store,
-                    query_id, deadline,
-                )  # fmt: skip
+                    job, keys, schema, location, routed_at, requested, derived, o, deadline
+                )
             except (_Relaid, PartitionNotHeld) as error:
                 if routed_at is not None and not isinstance(error, _Relaid):
                     raise
@@ -378,17 +340,17 @@ class RoutedClient(EpochStateClient):
                     pinned = error.pin
                 else:
                     left = max(0.001, deadline - time.monotonic())
-                    pinned = self._pin_epoch(job, requested, derived, operator_id, store, left)
+                    pinned = self._pin_epoch(job, requested, derived, o, left)
                 requested, derived, routed_at = (
                     pb.EpochSelector(exact=pinned.epoch, wait=True),
                     False,
                     pinned.epoch,
                 )
-                query_id = query_id or pinned.query_id
+                o = dataclasses.replace(o, query_id=o.query_id or pinned.query_id)
                 continue
             break
         self._saw(job, pin.query_id, pin.epoch)
-        at = self._answered(job, operator_id, store, schema, pin.query_id, pin.answer).at(pin.epoch)
+        at = self._answered(job, o.operator_id, o.store, schema, pin.query_id, pin.answer).at(pin.epoch)
         return [_lookup(pin.epoch, r, at, pin.query_id) for r in records if r is not None]
 
     def _pin_epoch(
@@ -396,14 +358,11 @@ class RoutedClient(EpochStateClient):
         job: str,
         requested: pb.EpochSelector,
         derived: bool,
-        operator_id: int,
-        store: str,
+        o: ReadOptions,
         timeout: float | None,
     ) -> _Pin:
         """The epoch (and query) any serving replica answers ``requested`` with, reading no key."""
-        request = pb.MultiGetRequest(
-            store=pb.StoreRef(job=job, operator_id=operator_id, store=store), epoch=requested
-        )
+        request = pb.MultiGetRequest(store=o.store_ref(job, ""), epoch=requested)
         response = self._route(
             job,
             0,
@@ -423,9 +382,7 @@ class RoutedClient(EpochStateClient):
         routed_at: int | None,
         requested: pb.EpochSelector,
         derived: bool,
-        operator_id: int,
-        store: str,
-        query_id: str | None,
+        o: ReadOptions,
         deadline: float,
     ) -> tuple[_Pin, list[pb.Record | None]]:
         """One try of :meth:`multi_get`: keys grouped by their shard at ``routed_at`` (None:
@@ -436,23 +393,18 @@ class RoutedClient(EpochStateClient):
                 were grouped by.
         """
         key_schema = schema.at(routed_at)
-        used = location.partitions_at(operator_id, store, routed_at)
+        used = location.partitions_at(o.operator_id, o.store, routed_at)
         rows = [to_row(k, key_schema.key) for k in keys]
         groups: dict[int, list[int]] = {}
         for index, row in enumerate(rows):
-            shard_index = self._shard_index(location, operator_id, store, row, key_schema, routed_at)
+            shard_index = self._shard_index(location, o.operator_id, o.store, row, key_schema, routed_at)
             groups.setdefault(shard_index, []).append(index)
         if not groups:
             groups[0] = []
         pin: _Pin | None = None
         records: list[pb.Record | None] = [None] * len(rows)
         for shard, indexes in sorted(groups.items()):
-            ref = pb.StoreRef(
-                job=job,
-                operator_id=operator_id,
-                store=store,
-                query_id=query_id or (pin.query_id if pin else ""),
-            )
+            ref = o.store_ref(job, o.query_id or (pin.query_id if pin else ""))
             chosen = requested if pin is None else pb.EpochSelector(exact=pin.epoch, wait=True)
             request = pb.MultiGetRequest(store=ref, keys=[rows[i] for i in indexes], epoch=chosen)
             left = max(0.001, deadline - time.monotonic())
@@ -467,7 +419,7 @@ class RoutedClient(EpochStateClient):
             if pin is None:
                 pin = _Pin(response.epoch, response.query_id, response)
                 relaid = not location.single and routed_at is None
-                if relaid and self._partitions_at(job, location, pin.epoch, operator_id, store) != used:
+                if relaid and self._partitions_at(job, location, pin.epoch, o.operator_id, o.store) != used:
                     raise _Relaid(pin)
             elif (response.epoch, response.query_id) != (pin.epoch, pin.query_id):
                 raise Unavailable(f"replicas answered epoch {response.epoch}, not the pinned {pin.epoch}")
@@ -486,22 +438,13 @@ class RoutedClient(EpochStateClient):
         return location.partitions_at(operator_id, store, epoch)
 
     def pinned_epoch(
-        self,
-        job: str,
-        *,
-        aligned_with: Aligned | None = None,
-        covers: Mapping[tuple[str, int], int] | None = None,
-        at_least: int | None = None,
-        operator_id: int = 0,
-        store: str = "default",
-        timeout: float | None = None,
+        self, job: str, *, options: ReadOptions | None = None, **read: Unpack[ReadKeywords]
     ) -> int:
         """:meth:`EpochStateClient.pinned_epoch`, answered by any serving replica (never older
         than an epoch this client was answered with, for ``latest``)."""
-        requested, derived = self._monotonic(
-            job, selector(at_least=at_least, covers=covers, aligned_with=aligned_with)
-        )
-        pin = self._pin_epoch(job, requested, derived, operator_id, store, timeout)
+        o = ReadOptions.of(options, read)
+        requested, derived = self._monotonic(job, o.selector())
+        pin = self._pin_epoch(job, requested, derived, o, o.timeout)
         self._saw(job, pin.query_id, pin.epoch)
         return pin.epoch
 
@@ -510,15 +453,10 @@ class RoutedClient(EpochStateClient):
         job: str,
         *,
         prefix: Any = (),
-        epoch: EpochArg = "latest",
-        operator_id: int = 0,
-        store: str = "default",
         page_size: int = 1000,
         limit: int | None = None,
-        timeout: float | None = None,
-        covers: Mapping[tuple[str, int], int] | None = None,
-        aligned_with: Aligned | None = None,
-        query_id: str | None = None,
+        options: ReadOptions | None = None,
+        **read: Unpack[ReadKeywords],
     ) -> Iterator[Lookup]:
         """:meth:`EpochStateClient.scan` over every shard, each page from any of its replicas.
 
@@ -527,33 +465,30 @@ class RoutedClient(EpochStateClient):
         within a shard, shard by shard; a shard's records outside its partitions
         (a replica that holds more than its shard) are left out.
         """
-        schema = self._store(job, operator_id, store, query_id)
+        o = ReadOptions.of(options, read)
+        schema = self._store(job, o.operator_id, o.store, o.query_id)
         location = self.locate(job)
-        requested, derived = self._monotonic(job, selector(epoch, covers=covers, aligned_with=aligned_with))
-        prefix_row = to_row(prefix, schema.at(_exact(epoch)).key, partial=True)
+        requested, derived = self._monotonic(job, o.selector())
+        prefix_row = to_row(prefix, schema.at(o.exact).key, partial=True)
         pin: _Pin | None = None
         returned = 0
         for index, shard in enumerate(location.shards):
             chosen = requested if pin is None else pb.EpochSelector(exact=pin.epoch, wait=True)
-            ref = pb.StoreRef(
-                job=job,
-                operator_id=operator_id,
-                store=store,
-                query_id=query_id or (pin.query_id if pin else ""),
-            )
+            ref = o.store_ref(job, o.query_id or (pin.query_id if pin else ""))
             request = pb.ScanRequest(store=ref, epoch=chosen, prefix=prefix_row, limit=page_size)
             waits = self._waits(chosen) and not (derived and pin is None)
             while True:
                 response = self._route(
-                    job, index, chosen, functools.partial(_scan, request), timeout, waits=waits
+                    job, index, chosen, functools.partial(_scan, request), o.timeout, waits=waits
                 )
                 if pin is None:
                     pin = _Pin(response.epoch, response.query_id)
                     self._saw(job, pin.query_id, pin.epoch)
-                    self._check_covered(job, location, pin.epoch, operator_id, store)
+                    self._check_covered(job, location, pin.epoch, o.operator_id, o.store)
                 elif (response.epoch, response.query_id) != (pin.epoch, pin.query_id):
                     raise Unavailable(f"replicas answered epoch {response.epoch}, not the pinned {pin.epoch}")
-                at = self._answered(job, operator_id, store, schema, pin.query_id, response).at(pin.epoch)
+                answered = self._answered(job, o.operator_id, o.store, schema, pin.query_id, response)
+                at = answered.at(pin.epoch)
                 for record in response.records:
                     if location.single or shard.covers(record.partition):
                         yield _lookup(pin.epoch, record, at, pin.query_id)
