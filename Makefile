@@ -49,14 +49,14 @@ imports: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
-# The suite in this process (PYTEST_WORKERS=0, what CI runs), or in PYTEST_WORKERS
-# processes (pytest-xdist), each test file to one of them in the order collected (the
-# compatibility suite's first: tests/compat/conftest.py), so no module fixture (a Spark
-# checkpoint, a release's workload) is made twice. On 2 cores the suite is CPU-bound:
-# two workers took 39-41 min of pytest against 47.5 serially (docs/development.md).
+# The suite in this process (PYTEST_WORKERS=0), or in PYTEST_WORKERS processes
+# (pytest-xdist), each test file, or each set of files that read one shared workload
+# (tests/conftest.py marks their group), to one of them in the order collected (the
+# compatibility suite's first: tests/compat/conftest.py), so no module fixture or shared
+# workload (a Spark checkpoint, a release's workload) is made twice.
 PYTEST_WORKERS ?= 0
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The image's pinned dependencies (deploy/constraints.txt): what pip resolves for the
 # Dockerfile's extras, with Python 3.11 (the image's). Commit the file it writes.

@@ -76,9 +76,40 @@ PROCESS_FIXTURES = frozenset(
 PROCESS_FOLDERS = ("compat", "deploy", "e2e", "group", "fuzz")
 
 
+# Session-scoped Spark workloads (each a streaming query run once per test process) that
+# tests of several files read.
+WORKLOAD_FIXTURES = frozenset(
+    {"repartitioned", "checkpoints", "rocksdb_checkpoints", "rocksdb_checkpoint", "releases", "continuations"}
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = Path(__file__).parent
     for item in items:
         folder = Path(item.path).relative_to(root).parts[0]
         if folder in PROCESS_FOLDERS or PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.process)
+    _group_by_workload(items, root)
+
+
+def _group_by_workload(items: list[pytest.Item], root: Path) -> None:
+    """Mark each test with the pytest-xdist group its file runs in (``make pytest`` runs
+    ``--dist loadgroup``): its file's, or, for files that read a shared workload, one group
+    for all the files that read it, so that one worker makes the workload once and every
+    module fixture of a file is made once too."""
+    files: dict[str, str] = {}  # file -> the file that names its group
+
+    def group_of(file: str) -> str:
+        while files.setdefault(file, file) != file:
+            file = files[file]
+        return file
+
+    by_workload: dict[str, str] = {}
+    for item in items:
+        file = str(Path(item.path).relative_to(root))
+        group_of(file)
+        for workload in sorted(WORKLOAD_FIXTURES & set(getattr(item, "fixturenames", ()))):
+            first = by_workload.setdefault(workload, file)
+            files[group_of(file)] = group_of(first)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of(str(Path(item.path).relative_to(root)))))
