@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 
+from epochstate.client import EpochNotReady, EpochStateClient
+from epochstate.client.values import to_row
+from epochstate.v1 import epochstate_pb2 as pb
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain, spark_state
 from tests.fixtures.streams import FORMAT2_PROVIDERS, HDFS, FileStream, Provider
@@ -126,3 +129,34 @@ def test_every_epoch_and_key_equals_spark_reader(
             assert got == expected[epoch], f"epoch {epoch}"
             scanned = {canon(lk.key) for lk in client.scan(name, epoch=epoch, page_size=3)}
             assert scanned == set(expected[epoch]), f"scan at epoch {epoch}"
+        assert_local_reads_equal(client, daemon, name, list(all_keys.values()), committed)
+
+
+def assert_local_reads_equal(
+    client: EpochStateClient, daemon: DaemonProcess, job: str, keys: list[Any], committed: list[int]
+) -> None:
+    """In-process reads of the daemon's store (``local://``) answer every key of every
+    epoch with the daemon's bytes (MultiGet and every Scan page), and refuse what it refuses."""
+    schema = client.describe(job).store()
+    rows = [to_row(key, schema.key) for key in keys]
+    with EpochStateClient(f"local://{daemon.data_dir}") as local:
+        for epoch in committed:
+            request = pb.MultiGetRequest(
+                store=pb.StoreRef(job=job), keys=rows, epoch=pb.EpochSelector(exact=epoch)
+            )
+            assert local.stub.MultiGet(request) == client.stub.MultiGet(request), f"epoch {epoch}"
+            scan = pb.ScanRequest(store=pb.StoreRef(job=job), epoch=pb.EpochSelector(exact=epoch), limit=2)
+            while True:
+                page = client.stub.Scan(scan)
+                assert local.stub.Scan(scan) == page, f"scan at epoch {epoch}"
+                if not page.next_page_token:
+                    break
+                scan.page_token = page.next_page_token
+        assert local.multi_get(job, keys, epoch=committed[-1]) == client.multi_get(
+            job, keys, epoch=committed[-1]
+        )
+        with pytest.raises(EpochNotReady) as remote:
+            client.get(job, keys[0], epoch=committed[-1] + 5)
+        with pytest.raises(EpochNotReady) as here:
+            local.get(job, keys[0], epoch=committed[-1] + 5)
+        assert (here.value.code, here.value.reason) == (remote.value.code, remote.value.reason)
