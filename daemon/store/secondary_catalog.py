@@ -54,15 +54,29 @@ class _CappedView(SequencedView):
     def __init__(self, db: Rdict, published: SecondaryCatalog) -> None:
         super().__init__(db)
         self._published = published
+        # The capped progress per job, for the publication it was capped at (a view is
+        # reused by many reads: the cap is worked out once per job and publication).
+        self._capped_at: Mapping[int, JobProgress] | None = None
+        self._capped: dict[int, JobProgress] = {}
 
     def progress(self, job_id: int) -> JobProgress:
+        published = self._published.published
+        if published is self._capped_at:
+            known = self._capped.get(job_id)
+            if known is not None:
+                return known
+        else:
+            self._capped_at, self._capped = published, {}
         own = super().progress(job_id)
-        cap = self._published.published.get(job_id, _NOTHING)
+        cap = published.get(job_id, _NOTHING)
         if own.empty or cap.newest >= own.newest:
-            return own
-        if cap.newest < own.oldest:  # published long before retention moved: nothing both show
-            return _NOTHING
-        return JobProgress(cap.newest, own.oldest)
+            capped = own
+        elif cap.newest < own.oldest:  # published long before retention moved: nothing both show
+            capped = _NOTHING
+        else:
+            capped = JobProgress(cap.newest, own.oldest)
+        self._capped[job_id] = capped
+        return capped
 
 
 class _CappedViews(ReadViews):
