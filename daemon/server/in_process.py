@@ -29,7 +29,7 @@ import grpc
 
 from epochstate.core import reasons
 from epochstate.core.errors import EpochStateError
-from epochstate.daemon.server.service import EpochStateService
+from epochstate.daemon.server.secondary_service import SecondaryService
 from epochstate.daemon.server.status import rich_status
 from epochstate.daemon.store.catalog import JobEntry
 from epochstate.daemon.store.secondary import SecondaryStore
@@ -84,29 +84,8 @@ class LocalReads:
             shutil.rmtree(self._workdir, ignore_errors=True)
             raise
         self.secondary = SecondaryCatalog(store, catch_up_interval)
-        self.service = EpochStateService(
-            store, self.secondary.catalog, _NoIngest(), max_wait=max_wait, views=self.secondary.views
-        )
+        self.service = SecondaryService(self.secondary, ingest=_NoIngest(), max_wait=max_wait)
         self.secondary.start()
-
-    def ahead(self, request: Any) -> None:
-        """Catch up first when ``request`` names an epoch beyond what the reader has
-        published (the daemon may have ingested it since the last look)."""
-        store = getattr(request, "store", None)
-        selector = getattr(request, "epoch", None)
-        if store is None or selector is None:
-            return
-        kind = selector.WhichOneof("kind")
-        target = selector.exact if kind == "exact" else selector.at_least if kind == "at_least" else None
-        if target is None:
-            return
-        try:
-            entry = self.secondary.catalog.get(store.job)
-        except EpochStateError:
-            self.secondary.catch_up()
-            return
-        if entry.progress.newest < target:
-            self.secondary.catch_up()
 
     def channel(self) -> grpc.Channel:
         """A channel whose EpochState calls this reader answers (closing it closes the reader)."""
@@ -190,7 +169,6 @@ class _Status(grpc.Status):
 
 class _Unary:
     def __init__(self, channel: LocalChannel, name: str, deserialize: Callable[[bytes], Any] | None) -> None:
-        self._reads = channel.reads
         self._closed = channel.closed
         self._name = name
         self._behavior = getattr(channel.reads.service, name, None)
@@ -203,7 +181,6 @@ class _Unary:
             raise _unimplemented(self._name)
         context = _Context(timeout, self._closed)
         try:
-            self._reads.ahead(request)
             response = self._behavior(request, context)
         except EpochStateError as error:  # raised outside a handler's own error table
             raise LocalCallError(rich_status(error)) from None

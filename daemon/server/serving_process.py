@@ -39,8 +39,8 @@ from epochstate.daemon.server.limits import CallLimits, limited_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.process_metrics import METRICS_METHOD
 from epochstate.daemon.server.processes import READY, ServingPlan
+from epochstate.daemon.server.secondary_service import SecondaryService
 from epochstate.daemon.server.security import ServerSecurity
-from epochstate.daemon.server.service import EpochStateService
 from epochstate.daemon.store.catalog import JobEntry
 from epochstate.daemon.store.secondary import SecondaryStore
 from epochstate.daemon.store.secondary_catalog import SecondaryCatalog
@@ -61,7 +61,7 @@ class _NoIngest:
         raise AssertionError("ReportEpoch is forwarded to the main process")
 
 
-def _reads(service: EpochStateService, metrics: DaemonMetrics, guard: Any = None) -> dict[str, Any]:
+def _reads(service: SecondaryService, metrics: DaemonMetrics, guard: Any = None) -> dict[str, Any]:
     """The handlers of :data:`READS` (checked by ``guard`` when given)."""
     handlers = (
         method_handlers(service, metrics) if guard is None else method_handlers(service, metrics, guard=guard)
@@ -103,14 +103,7 @@ def serve(plan: ServingPlan) -> None:
     limits = CallLimits(
         **settings.call_limits, reserve=settings.grpc_workers, max_response_bytes=settings.max_response_bytes
     )
-    service = EpochStateService(
-        secondary.store,
-        secondary.catalog,
-        _NoIngest(),
-        alignment,
-        max_wait=settings.max_wait,
-        views=secondary.views,
-    )
+    service = SecondaryService(secondary, ingest=_NoIngest(), alignment=alignment, max_wait=settings.max_wait)
     main = grpc.insecure_channel(plan.internal)
     public = limited_server(limits, settings.max_request_bytes, metrics, share_port=True)
     local = _reads(service, metrics, guard=security.guard)
