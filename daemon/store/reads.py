@@ -17,6 +17,7 @@ from epochstate.daemon.store import damage, layout
 from epochstate.daemon.store.descriptors import (
     DroppedJob,
     EpochRecord,
+    IngestNotes,
     JobDescriptor,
     JobProgress,
     StoreDescriptor,
@@ -107,3 +108,8 @@ class StoreReads:
     def epoch_record(self, job_id: int, epoch: int) -> EpochRecord | None:
         raw = damage.get(self.db, layout.epoch_key(job_id, epoch), f"epoch {epoch} of job id {job_id}")
         return None if raw is None else EpochRecord.from_json(raw)
+
+    def notes(self, job_id: int) -> IngestNotes:
+        """What ingest last noted of the job (:class:`IngestNotes`; empty if nothing)."""
+        raw = damage.get(self.db, layout.notes_key(job_id), f"the ingest notes of job id {job_id}")
+        return IngestNotes() if raw is None else IngestNotes.from_json(raw)

@@ -23,10 +23,11 @@ entry does not describe. So a reader never answers an epoch it has not caught up
 and published, and a pinned answer is the daemon's byte for byte: the same stored
 records, framed by the same service code.
 
-What the store does not record reads differently: the daemon's newest committed
-epoch (a secondary knows the newest ingested one, so an epoch not ingested yet is
-"not committed yet" in its messages) and an epoch ingest is still retrying (the
-daemon refuses an exact read of it as unavailable, a secondary lets it wait).
+What ingest knows beyond the epochs (the newest epoch committed in the checkpoint,
+the epochs it is retrying and why) it records in the store as the job's notes
+(:class:`~epochstate.daemon.store.descriptors.IngestNotes`) whenever they change, so a
+reader refuses, explains and describes those epochs as the daemon does, as of its
+last catch-up.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ class SecondaryCatalog:
                 entry.operator_names = fresh.operator_names
                 entry.unavailable = fresh.unavailable
                 entry.problems = fresh.problems
-                entry.committed = max(entry.committed, newest.newest)
+                entry.committed = fresh.committed
             progress[fresh.descriptor.job_id] = newest
         # Views may show the new progress from here on: every entry describes it.
         self.published = progress
@@ -169,7 +170,6 @@ class SecondaryCatalog:
                     self.catalog.advance(name, newest)
             else:
                 fresh.progress = newest
-                fresh.committed = newest.newest
                 self.catalog.put(fresh)
         for name in current.keys() - found.keys():
             self.catalog.remove(name)
@@ -186,14 +186,17 @@ class SecondaryCatalog:
             )
             names[store_descriptor.operator_id] = store_descriptor.operator_name
         unavailable = store.unavailable(descriptor.job_id)
+        notes = store.notes(descriptor.job_id)
         entry = JobEntry(
             descriptor,
             stores=stores,
             operator_names=names,
-            problems=dict(unavailable),
+            problems={**notes.problems, **unavailable},
             unavailable=unavailable,
         )
-        return entry, store.progress(descriptor.job_id)
+        progress = store.progress(descriptor.job_id)
+        entry.committed = max(notes.committed, progress.newest)
+        return entry, progress
 
     def _handle(self, shapes: list[StoreShape], descriptor: StoreDescriptor) -> StoreHandle:
         key = (descriptor.store_id, len(shapes))

@@ -47,6 +47,7 @@ from epochstate.daemon.store import damage, integrity, layout
 from epochstate.daemon.store.descriptors import (
     DroppedJob,
     EpochRecord,
+    IngestNotes,
     JobDescriptor,
     JobProgress,
     StoreDescriptor,
@@ -354,6 +355,7 @@ class VersionedStore(StoreReads):
             ):
                 batch.delete_range(prefix, _end(prefix))
             batch.delete(layout.progress_key(job.job_id))
+            batch.delete(layout.notes_key(job.job_id))
             batch.delete(layout.job_key(job.name))
             # The ids stay given: a new incarnation never reuses them.
             batch.put(layout.IDS, layout.pack_ids(*self._given_ids()))
@@ -362,6 +364,13 @@ class VersionedStore(StoreReads):
             self._write(batch, durable=True)
         for store in stores:
             self._placer.forget_store(store.store_id)
+
+    def note(self, job: JobDescriptor, notes: IngestNotes) -> None:
+        """Record ``notes`` of ``job`` for readers in other processes (not synced: notes
+        lost to a power loss are noted again by the next pass of ingest)."""
+        batch = WriteBatch(raw_mode=True)
+        batch.put(layout.notes_key(job.job_id), notes.to_json())
+        self._write(batch)
 
     def _write(self, batch: WriteBatch, durable: bool = False) -> None:
         """Write ``batch`` atomically; ``durable``: fsync the WAL first when ``sync_writes``

@@ -240,3 +240,4 @@ def assert_local_reads_equal(
         with pytest.raises(EpochNotReady) as here:
             local.get(job, keys[0], epoch=committed[-1] + 5)
         assert (here.value.code, here.value.reason) == (remote.value.code, remote.value.reason)
+        assert str(here.value) == str(remote.value)  # the same explanation (ingest's notes)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from epochstate.client import (
+    EpochDamaged,
     EpochNotReady,
     EpochRetired,
     EpochStateClient,
@@ -19,7 +20,7 @@ from epochstate.client import (
 from epochstate.daemon.codec import keycodec
 from epochstate.daemon.codec.records import RecordEncoder
 from epochstate.daemon.store.catalog import StoreSchema
-from epochstate.daemon.store.descriptors import EpochRecord, StoreShape
+from epochstate.daemon.store.descriptors import EpochRecord, IngestNotes, StoreShape
 from epochstate.daemon.store.versioned import VersionedStore
 
 KEY = '{"type":"struct","fields":[{"name":"user","type":"string","nullable":true,"metadata":{}}]}'
@@ -86,6 +87,16 @@ def test_local_reads_answer_and_refuse_as_the_daemon(tmp_path: Path) -> None:
 
         watch = client.watch("orders", after_epoch=1)
         assert [next(watch).epoch, next(watch).epoch] == [2, 3]
+
+        # What ingest notes beyond the epochs (the newest committed, an epoch it retries)
+        # refuses and explains as the daemon does.
+        writer.store.note(writer.job, IngestNotes(6, {4: "OSError: cannot read 5.delta"}))
+        with pytest.raises(EpochDamaged, match=r"cannot read 5\.delta"):
+            client.get("orders", ["u1"], epoch=4)
+        with pytest.raises(EpochNotReady, match="committed but not ingested yet"):
+            client.get("orders", ["u1"], epoch=5)
+        assert client.describe("orders", refresh=True).committed_epoch == 6
+        writer.store.note(writer.job, IngestNotes(6, {}))
 
         writer.store.apply_retention(writer.job, 2)
         writer.epoch(4, {"u1": 4})  # read at once: the reader catches up for it
