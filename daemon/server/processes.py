@@ -16,17 +16,21 @@ import logging
 import math
 import os
 import pickle
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from epochstate.core.errors import EpochStateError
 from epochstate.daemon.config import DaemonSettings
 
 log = logging.getLogger(__name__)
+
+_LENGTH = struct.Struct(">I")
 
 READY = "serving"
 """The line a serving process prints once it serves (anything else: it failed)."""
@@ -146,8 +150,11 @@ class ServingProcesses:
             stdout=subprocess.PIPE,
         )
         assert process.stdin is not None and process.stdout is not None
-        process.stdin.write(pickle.dumps(plan))
-        process.stdin.close()
+        # The plan, then the pipe stays open: a serving process stops when it closes, so
+        # none outlives the main process, however that ends (a SIGKILL included).
+        data = pickle.dumps(plan)
+        process.stdin.write(_LENGTH.pack(len(data)) + data)
+        process.stdin.flush()
         ready = _read_line(process, timeout)
         if ready != READY:
             process.kill()
@@ -162,6 +169,8 @@ class ServingProcesses:
             with self._lock:
                 process = self._processes[index]
             code = process.wait()
+            if process.stdin is not None:
+                process.stdin.close()
             if self._stopping.is_set():
                 return
             log.error(
@@ -188,6 +197,8 @@ class ServingProcesses:
         for process in processes:
             if process.poll() is None:
                 process.terminate()
+            if process.stdin is not None:
+                process.stdin.close()
         for process in processes:
             try:
                 process.wait(grace + 5)
@@ -196,6 +207,13 @@ class ServingProcesses:
                 process.wait()
         for watcher in self._watchers:
             watcher.join()
+
+
+def read_plan(stream: BinaryIO) -> ServingPlan:
+    """The plan the main process wrote on a serving process's standard input."""
+    (length,) = _LENGTH.unpack(stream.read(_LENGTH.size))
+    plan: ServingPlan = pickle.loads(stream.read(length))
+    return plan
 
 
 def _read_line(process: subprocess.Popen[bytes], timeout: float) -> str:

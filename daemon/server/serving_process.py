@@ -11,13 +11,13 @@ the other processes (``SO_REUSEPORT``), with the daemon's TLS, roles and call li
 * every other call by forwarding it to the main process (:mod:`forwarding`).
 
 It also answers the reads, and its metrics, on a private Unix socket of its own.
-It prints :data:`READY` once it serves and stops (draining its calls) on SIGTERM.
+It prints :data:`READY` once it serves and stops (draining its calls) on SIGTERM, or
+when its standard input closes: the main process has stopped or died.
 """
 
 from __future__ import annotations
 
 import logging
-import pickle
 import shutil
 import signal
 import sys
@@ -38,7 +38,7 @@ from epochstate.daemon.server.handlers import SERVICE, method_handlers
 from epochstate.daemon.server.limits import CallLimits, limited_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.process_metrics import METRICS_METHOD
-from epochstate.daemon.server.processes import READY, ServingPlan
+from epochstate.daemon.server.processes import READY, ServingPlan, read_plan
 from epochstate.daemon.server.secondary_service import SecondaryService
 from epochstate.daemon.server.security import ServerSecurity
 from epochstate.daemon.store.catalog import JobEntry
@@ -131,6 +131,12 @@ def serve(plan: ServingPlan) -> None:
 
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
+
+    def orphaned() -> None:
+        sys.stdin.buffer.read()  # returns when the main process closes the pipe, or dies
+        stopped.set()
+
+    threading.Thread(target=orphaned, name="main-process-watch", daemon=True).start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when its children stop
     public.start()
     private.start()
@@ -147,7 +153,7 @@ def serve(plan: ServingPlan) -> None:
 
 
 def main() -> None:
-    plan: ServingPlan = pickle.loads(sys.stdin.buffer.read())
+    plan = read_plan(sys.stdin.buffer)
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s %(levelname)s serving-{plan.index} %(name)s: %(message)s"
     )
