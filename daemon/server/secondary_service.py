@@ -8,6 +8,7 @@ rather than "not ready" until its next look.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import grpc
@@ -15,8 +16,11 @@ import grpc
 from epochstate.core.errors import EpochStateError
 from epochstate.daemon.server.service import EpochStateService
 from epochstate.daemon.server.status import domain_errors
+from epochstate.daemon.store.errors import StoreDamaged
 from epochstate.daemon.store.secondary_catalog import SecondaryCatalog
 from epochstate.v1 import epochstate_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 
 class SecondaryService(EpochStateService):
@@ -36,7 +40,12 @@ class SecondaryService(EpochStateService):
             newest = -1
             target = max(target, 0)
         if target > newest:
-            self._secondary.catch_up()
+            try:
+                self._secondary.catch_up()
+            except StoreDamaged as error:
+                # A catch-up can meet a file the daemon's compaction just removed; the read
+                # goes on with what was published (never a wrong answer), the next look retries.
+                log.warning("%s", error)
 
     @domain_errors
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> bytes:
