@@ -7,12 +7,14 @@ a Unix socket at PATH, as the daemon does.
     python bench/echo_server.py --asyncio  # grpc.aio, one event loop
     python bench/echo_server.py --unix /tmp/echo.sock
     python bench/echo_server.py --tls-cert s.pem --tls-key s.key --tls-client-ca ca.pem  # (m)TLS on TCP
+    python bench/echo_server.py --processes 2  # two processes sharing the port (SO_REUSEPORT)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
 import sys
 from collections.abc import Callable
 from concurrent import futures
@@ -61,14 +63,31 @@ def _tcp_port(server: grpc.Server | grpc.aio.Server, args: argparse.Namespace) -
 
 
 def serve_threads(unix: str | None, args: argparse.Namespace) -> None:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    shared = args.processes > 1 or args.port
+    options = [("grpc.so_reuseport", 1 if shared else 0)]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=options)
     server.add_generic_rpc_handlers((_handler(echo),))
-    port = _tcp_port(server, args)
+    port = server.add_insecure_port(f"127.0.0.1:{args.port}") if args.port else _tcp_port(server, args)
     if unix:
         server.add_insecure_port(f"unix://{unix}")
     server.start()
+    # The other processes: started, not forked (gRPC's state does not survive a fork),
+    # each its own server on the same port, as the daemon's serving processes are.
+    others = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--port", str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        for _ in range(args.processes - 1)
+    ]
+    for other in others:
+        assert other.stdout is not None
+        other.stdout.readline()
     print(port, flush=True)
     sys.stdin.read()
+    for other in others:
+        assert other.stdin is not None
+        other.stdin.close()
+        other.wait()
     server.stop(0)
 
 
@@ -93,6 +112,8 @@ if __name__ == "__main__":
     parser.add_argument("--tls-cert", help="serve TCP with TLS: this certificate (PEM)")
     parser.add_argument("--tls-key", help="the certificate's key (PEM)")
     parser.add_argument("--tls-client-ca", help="require client certificates this CA signed (mTLS)")
+    parser.add_argument("--processes", type=int, default=1, help="processes sharing the TCP port")
+    parser.add_argument("--port", type=int, default=0, help="join the processes serving this port")
     args = parser.parse_args()
     if args.asyncio:
         asyncio.run(serve_asyncio(args.unix, args))

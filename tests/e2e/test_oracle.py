@@ -8,12 +8,19 @@ version 2 (files named by unique ids), with and without changelog checkpointing.
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from epochstate.client import EpochNotReady, EpochStateClient
+from epochstate.client.values import to_row
+from epochstate.v1 import epochstate_pb2 as pb
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain, spark_state
 from tests.fixtures.streams import FORMAT2_PROVIDERS, HDFS, FileStream, Provider
@@ -98,7 +105,9 @@ def test_every_epoch_and_key_equals_spark_reader(
     schema, build, rows, mode = QUERIES[name]
     session = spark if provider is HDFS else provider.session(spark)
     stream = FileStream(session, tmp_path / "in", tmp_path / "cp", build, schema, mode).start()
-    daemon = daemon_factory({name: str(tmp_path / "cp")})
+    # One run serves from two processes: every answer of each is checked against the main one's.
+    processes = 2 if (name, provider) == ("dedup", HDFS) else 1
+    daemon = daemon_factory({name: str(tmp_path / "cp")}, serve_processes=processes)
     try:
         for batch in range(6):
             stream.feed(rows(batch))
@@ -126,3 +135,109 @@ def test_every_epoch_and_key_equals_spark_reader(
             assert got == expected[epoch], f"epoch {epoch}"
             scanned = {canon(lk.key) for lk in client.scan(name, epoch=epoch, page_size=3)}
             assert scanned == set(expected[epoch]), f"scan at epoch {epoch}"
+        assert_local_reads_equal(client, daemon, name, list(all_keys.values()), committed)
+        if processes > 1:
+            assert_serving_processes_equal(client, daemon, name, list(all_keys.values()), committed)
+
+
+def assert_same_answers(
+    main: EpochStateClient, other: EpochStateClient, job: str, rows: list[pb.Row], committed: list[int]
+) -> None:
+    """Every key of every epoch, and every Scan page, read the same bytes from both."""
+    for epoch in committed:
+        request = pb.MultiGetRequest(
+            store=pb.StoreRef(job=job), keys=rows, epoch=pb.EpochSelector(exact=epoch)
+        )
+        assert other.stub.MultiGet(request) == main.stub.MultiGet(request), f"epoch {epoch}"
+        scan = pb.ScanRequest(store=pb.StoreRef(job=job), epoch=pb.EpochSelector(exact=epoch), limit=2)
+        while True:
+            page = main.stub.Scan(scan)
+            assert other.stub.Scan(scan) == page, f"scan at epoch {epoch}"
+            if not page.next_page_token:
+                break
+            scan.page_token = page.next_page_token
+
+
+def serving_sockets(daemon: DaemonProcess) -> list[Path]:
+    """The private sockets of the daemon's serving processes (beyond the main one)."""
+    return sorted(p for p in (daemon.data_dir / "serving").glob("*.sock") if p.stem.isdigit())
+
+
+def serving_pids(daemon: DaemonProcess) -> set[int]:
+    assert daemon.process is not None
+    tasks = Path(f"/proc/{daemon.process.pid}/task")  # each thread lists the children it started
+    return {int(c) for task in tasks.iterdir() for c in (task / "children").read_text().split()}
+
+
+def assert_serving_processes_equal(
+    client: EpochStateClient, daemon: DaemonProcess, job: str, keys: list[Any], committed: list[int]
+) -> None:
+    """Each serving process answers every key of every epoch with the main process's bytes;
+    one killed (-9) is started again, and calls to the port meanwhile are all answered."""
+    schema = client.describe(job).store()
+    rows = [to_row(key, schema.key) for key in keys]
+    (private,) = serving_sockets(daemon)
+    with EpochStateClient(daemon.unix_target) as main, EpochStateClient(f"unix://{private}") as other:
+        assert_same_answers(main, other, job, rows, committed)
+    (killed,) = serving_pids(daemon)
+    answers: list[int] = []
+    failures: list[Exception] = []
+    stop = threading.Event()
+
+    def read_on() -> None:
+        while not stop.is_set():
+            try:
+                with EpochStateClient(daemon.target, timeout=30) as caller:  # a new connection each time
+                    answers.append(caller.get(job, keys[0], epoch=committed[-1]).epoch)
+            except Exception as error:
+                failures.append(error)
+
+    reader = threading.Thread(target=read_on)
+    reader.start()
+    os.kill(killed, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while not (serving_pids(daemon) - {killed}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    reader.join()
+    assert not failures
+    assert answers and set(answers) == {committed[-1]}
+    (restarted,) = serving_pids(daemon)
+    assert restarted != killed
+    with (
+        EpochStateClient(daemon.unix_target) as main,
+        EpochStateClient(f"unix://{private}", timeout=30) as other,
+    ):
+        other.jobs()  # retried until the restarted process serves
+        assert_same_answers(main, other, job, rows, committed)
+
+
+def assert_local_reads_equal(
+    client: EpochStateClient, daemon: DaemonProcess, job: str, keys: list[Any], committed: list[int]
+) -> None:
+    """In-process reads of the daemon's store (``local://``) answer every key of every
+    epoch with the daemon's bytes (MultiGet and every Scan page), and refuse what it refuses."""
+    schema = client.describe(job).store()
+    rows = [to_row(key, schema.key) for key in keys]
+    with EpochStateClient(f"local://{daemon.data_dir}") as local:
+        for epoch in committed:
+            request = pb.MultiGetRequest(
+                store=pb.StoreRef(job=job), keys=rows, epoch=pb.EpochSelector(exact=epoch)
+            )
+            assert local.stub.MultiGet(request) == client.stub.MultiGet(request), f"epoch {epoch}"
+            scan = pb.ScanRequest(store=pb.StoreRef(job=job), epoch=pb.EpochSelector(exact=epoch), limit=2)
+            while True:
+                page = client.stub.Scan(scan)
+                assert local.stub.Scan(scan) == page, f"scan at epoch {epoch}"
+                if not page.next_page_token:
+                    break
+                scan.page_token = page.next_page_token
+        assert local.multi_get(job, keys, epoch=committed[-1]) == client.multi_get(
+            job, keys, epoch=committed[-1]
+        )
+        with pytest.raises(EpochNotReady) as remote:
+            client.get(job, keys[0], epoch=committed[-1] + 5)
+        with pytest.raises(EpochNotReady) as here:
+            local.get(job, keys[0], epoch=committed[-1] + 5)
+        assert (here.value.code, here.value.reason) == (remote.value.code, remote.value.reason)
+        assert str(here.value) == str(remote.value)  # the same explanation (ingest's notes)

@@ -50,6 +50,10 @@ def daemon(
     ] = None,
     poll_interval: Annotated[float | None, typer.Option(help="seconds between checkpoint looks")] = None,
     retention_epochs: Annotated[int | None, typer.Option(help="how many epochs to keep")] = None,
+    serve_processes: Annotated[
+        int | None,
+        typer.Option(help="gRPC serving processes sharing the port (0: one per CPU the daemon may use)"),
+    ] = None,
     log_level: Annotated[str, typer.Option(envvar="EPOCHSTATE_LOG_LEVEL")] = "INFO",
     log_format: Annotated[
         str,
@@ -94,6 +98,7 @@ def daemon(
             jobs=jobs_given,
             poll_interval=poll_interval,
             retention_epochs=retention_epochs,
+            serve=None if serve_processes is None else {"processes": serve_processes},
             insecure=insecure or None,
         )
     except ConfigError as error:

@@ -21,6 +21,7 @@ import grpc
 from epochstate.client.alignment_admin import AlignmentAdmin
 from epochstate.client.errors import DeadlineExceeded, IncarnationChanged, InvalidArgument, from_rpc_error
 from epochstate.client.jobs_admin import JobsAdmin
+from epochstate.client.local import is_local, open_local
 from epochstate.client.read_options import Aligned, AlignedWith, EpochArg, ReadKeywords, ReadOptions, selector
 from epochstate.client.structs import Struct
 from epochstate.client.tls import TlsOptions, open_channel
@@ -134,7 +135,9 @@ class EpochStateClient:
     """A connection to one daemon. Thread-safe; close it (or use ``with``).
 
     ``target`` is ``host:port`` or, for a daemon on the same node, its Unix socket
-    ``unix:///path/to/epochstate.sock`` (by default in the daemon's data directory).
+    ``unix:///path/to/epochstate.sock`` (by default in the daemon's data directory), or
+    ``local:///path/to/data_dir`` to read that daemon's store in this process (same
+    answers, errors and guarantees; see :mod:`epochstate.client.local`).
     ``tls`` says how to secure the connection and which credentials to present
     (None: the ``EPOCHSTATE_TLS_*`` environment variables, see
     :class:`~epochstate.client.tls.TlsOptions`). A daemon that refuses the caller
@@ -145,7 +148,7 @@ class EpochStateClient:
     def __init__(self, target: str, *, timeout: float = 10.0, tls: TlsOptions | None = None) -> None:
         self.target = target
         self.timeout = timeout
-        self._channel = open_channel(target, tls, CHANNEL_OPTIONS)
+        self._channel = open_local(target) if is_local(target) else open_channel(target, tls, CHANNEL_OPTIONS)
         self._stub = pb_grpc.EpochStateStub(self._channel)
         self._schemas: dict[str, JobDescription] = {}
 

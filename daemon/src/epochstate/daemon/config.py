@@ -63,6 +63,17 @@ def _call_limit(default: int, calls: str) -> Any:
     )
 
 
+class ServeSettings(BaseModel):
+    """How the daemon serves gRPC calls (docs/operations.md, "Serving processes")."""
+
+    processes: int = Field(
+        default=0,
+        ge=0,
+        description="gRPC serving processes sharing the TCP port (the main one included; the others "
+        "read through secondaries of the store); 0: as many as the CPUs the daemon may use",
+    )
+
+
 class DaemonSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="EPOCHSTATE_", extra="forbid", env_nested_delimiter="__")
 
@@ -186,6 +197,7 @@ class DaemonSettings(BaseSettings):
     )
     shutdown_grace: float = Field(default=5.0, ge=0)
     jobs: list[JobConfig] = Field(default_factory=list)
+    serve: ServeSettings = Field(default_factory=ServeSettings)
     tls: TlsSettings = Field(default_factory=TlsSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     insecure: bool = Field(

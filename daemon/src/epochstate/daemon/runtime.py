@@ -15,8 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from kazoo.client import KazooClient
 from prometheus_client import start_http_server
 
 from epochstate.core.errors import EpochStateError
@@ -36,7 +38,7 @@ from epochstate.daemon.registry.subject_view import SubjectView
 from epochstate.daemon.server import unix_socket
 from epochstate.daemon.server.aligned import SubjectAlignment
 from epochstate.daemon.server.alignment_admin import add_alignment_admin
-from epochstate.daemon.server.handlers import add_to_server
+from epochstate.daemon.server.handlers import Guard, add_to_server
 from epochstate.daemon.server.health import (
     INGEST_STUCK,
     ZOOKEEPER_LOST,
@@ -48,6 +50,13 @@ from epochstate.daemon.server.jobs_admin import JobsAdminService, add_jobs_admin
 from epochstate.daemon.server.limits import CallLimits, limited_server
 from epochstate.daemon.server.metrics import DaemonMetrics, JobLag
 from epochstate.daemon.server.probes import LIVENESS, ProbeListener
+from epochstate.daemon.server.process_metrics import ServingMetrics
+from epochstate.daemon.server.processes import (
+    ServingProcesses,
+    internal_socket,
+    serving_dir,
+    serving_processes,
+)
 from epochstate.daemon.server.reported_jobs import ReportedJobs
 from epochstate.daemon.server.routing import RoutingService, add_routing
 from epochstate.daemon.server.security import ServerSecurity
@@ -140,7 +149,12 @@ class Daemon:
             reserve=settings.grpc_workers,
             max_response_bytes=settings.max_response_bytes,
         )
-        self.server = limited_server(self.limits, settings.max_request_bytes, self.metrics)
+        self.processes = serving_processes(settings)
+        share = self.processes > 1
+        self.server = limited_server(self.limits, settings.max_request_bytes, self.metrics, share_port=share)
+        # With serving processes: where they forward what they do not serve themselves.
+        self.internal: grpc.Server | None = None
+        self.serving: ServingProcesses | None = None
         self.port = 0
         self.address = ""
         self.unix_target = ""  # "unix:///path" while the Unix socket listener serves
@@ -227,34 +241,15 @@ class Daemon:
         self.service = EpochStateService(
             self.store, self.catalog, ingest, alignment, max_wait=self.settings.max_wait, reported=reported
         )
-        add_to_server(self.service, self.server, self.metrics, guard=self.security.guard)
         self.group = self._group(ingest)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        admin = add_alignment_admin(
-            self.server, zk, self.settings.zookeeper_root, self.metrics, self.security.guard
-        )
-        jobs = JobsAdminService(zk, self.settings.zookeeper_root, self.settings.group, self.security.roots)
-        jobs_admin = add_jobs_admin(self.server, jobs, self.metrics, self.security.guard)
-        routing = RoutingService(
-            zk,
-            self.settings.zookeeper_root,
-            self.catalog,
-            node=self.settings.node,
-            group=self.settings.group,
-            address=lambda: self.settings.advertise or self.address,
-        )
-        located = add_routing(self.server, routing, self.metrics, self.security.guard)
-        reflection.enable_server_reflection(
-            (
-                SERVICE_NAME,
-                admin,
-                jobs_admin,
-                located,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ),
-            self.server,
-        )
+        guarded: tuple[grpc.Server, Guard | None] = (self.server, self.security.guard)
+        servers = [guarded]
+        if self.processes > 1:
+            # The serving processes checked each caller already: the internal socket does not.
+            self.internal = limited_server(self.limits, self.settings.max_request_bytes, self.metrics)
+            servers.append((self.internal, None))
+        for server, guard in servers:
+            self._add_services(server, guard, zk)
         self.port = self.security.add_tcp_port(self.server, self.settings.listen)
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
@@ -267,6 +262,7 @@ class Daemon:
             self.probes = ProbeListener(self.health, self.settings.health_listen)
         self.ingest.start()
         self.server.start()
+        self._start_serving_processes()
         if self.probes is not None:
             self.probes.start()
         if self.settings.metrics_port is not None:
@@ -289,6 +285,51 @@ class Daemon:
         log.info("epochstate %s serving on %s (node %s)", VERSION, targets, self.settings.node)
         if self.probes is not None:
             log.info("health probes (plaintext, grpc.health.v1 only) on %s", self.probes.address)
+
+    def _add_services(self, server: grpc.Server, guard: Guard | None, zk: KazooClient | None) -> None:
+        """Every service of the daemon on ``server``, each call checked by ``guard`` (None: not checked)."""
+        assert self.service is not None
+        if guard is None:
+            add_to_server(self.service, server, self.metrics)
+        else:
+            add_to_server(self.service, server, self.metrics, guard=guard)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        admin = add_alignment_admin(server, zk, self.settings.zookeeper_root, self.metrics, guard)
+        jobs = JobsAdminService(zk, self.settings.zookeeper_root, self.settings.group, self.security.roots)
+        jobs_admin = add_jobs_admin(server, jobs, self.metrics, guard)
+        routing = RoutingService(
+            zk,
+            self.settings.zookeeper_root,
+            self.catalog,
+            node=self.settings.node,
+            group=self.settings.group,
+            address=lambda: self.settings.advertise or self.address,
+        )
+        located = add_routing(server, routing, self.metrics, guard)
+        reflection.enable_server_reflection(
+            (
+                SERVICE_NAME,
+                admin,
+                jobs_admin,
+                located,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
+
+    def _start_serving_processes(self) -> None:
+        """The serving processes beyond this one, on the TCP port this one bound."""
+        if self.internal is None:
+            return
+        directory = serving_dir(self.settings)
+        socket = internal_socket(directory)
+        socket.unlink(missing_ok=True)
+        self.internal.add_insecure_port(f"unix://{socket}")
+        self.internal.start()
+        self.serving = ServingProcesses(self.settings, self.processes - 1, self.port, directory)
+        self.serving.start()
+        self.metrics.registry.register(ServingMetrics(self.serving))
 
     def _group(self, ingest: PartitionedIngest) -> GroupReplicas | None:
         """This daemon's part in ``settings.group`` (None: no group)."""
@@ -340,6 +381,10 @@ class Daemon:
             self.catalog.close()  # wakes waiting reads; they fail UNAVAILABLE
             if self.subjects is not None:
                 self.subjects.close()  # so do reads waiting for an aligned epoch
+            if self.serving is not None:
+                self.serving.stop(self.settings.shutdown_grace)
+            if self.internal is not None:
+                self.internal.stop(0).wait()
             self.server.stop(self.settings.shutdown_grace).wait()
             if self.probes is not None:  # answered NOT_SERVING while the calls drained
                 self.probes.stop()

@@ -38,8 +38,12 @@ class LocalDaemon:
         log_path: Path | None = None,
         tls: TlsOptions | None = None,
         prefix: list[str] | None = None,
+        serve_processes: int = 1,
     ) -> None:
         self.listen = listen
+        # One serving process unless asked (the daemon's default is one per CPU): most
+        # tests are about one process, and a second one per daemon would cost the suite.
+        self.serve_processes = serve_processes
         # A command the daemon runs under (``ip netns exec NS``: in a test's network namespace).
         self.prefix = prefix or []
         self.data_dir = data_dir
@@ -72,6 +76,7 @@ class LocalDaemon:
             "--address-file",
             str(address_file),
             *self._short_socket(),
+            *self._serving(),
             *self.extra_args,
         ]
         for name, checkpoint in self.jobs.items():
@@ -94,6 +99,15 @@ class LocalDaemon:
         self.target = targets[0]
         self.unix_target = next((t for t in targets[1:] if t.startswith("unix:")), "")
         return self
+
+    def _serving(self) -> list[str]:
+        """``--serve-processes`` unless the arguments or the environment set it."""
+        if "--serve-processes" in self.extra_args or "EPOCHSTATE_SERVE__PROCESSES" in {
+            **os.environ,
+            **self.env,
+        }:
+            return []
+        return ["--serve-processes", str(self.serve_processes)]
 
     def _short_socket(self) -> list[str]:
         """``--listen-unix`` to a short path when the default (in the data directory)

@@ -27,6 +27,7 @@ from epochstate.core.storage.location import redact
 from epochstate.daemon.ingest.follower import EpochPublisher, IngestStats, JobFollower
 from epochstate.daemon.sources.errors import SourceError
 from epochstate.daemon.store.catalog import Catalog, JobEntry
+from epochstate.daemon.store.descriptors import IngestNotes
 from epochstate.daemon.store.versioned import VersionedStore
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ class IngestLoop:
         self._skip_after = skip_after_failures
         # Per job: the epoch that keeps failing and how many attempts failed.
         self._failures: dict[str, tuple[int, int]] = {}
+        # The notes last recorded per (job, job id): written again only when they change.
+        self._noted: dict[tuple[str, int], IngestNotes] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -203,8 +206,24 @@ class IngestLoop:
                 if self._stopping.is_set():
                     return
                 busy |= self._step(follower)
+                self._note(follower)
             if not busy:
                 self._wake.wait(self._until_next_look())
+
+    def _note(self, follower: JobFollower) -> None:
+        """Record in the store what readers in other processes cannot learn from it otherwise
+        (the newest committed epoch, the epochs being retried), when it changed."""
+        entry = follower.entry
+        notes = IngestNotes(-1 if entry.committed is None else entry.committed, dict(entry.problems))
+        key = (follower.name, entry.descriptor.job_id)
+        if self._noted.get(key) == notes:
+            return
+        try:
+            self._store.note(entry.descriptor, notes)
+        except EpochStateError as error:  # the store is damaged or closing: reads say so
+            log.warning("job %s: cannot record its ingest notes: %s", follower.name, error)
+            return
+        self._noted[key] = notes
 
     def _run_calls(self) -> None:
         with self._lock:

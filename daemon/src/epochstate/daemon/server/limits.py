@@ -243,18 +243,20 @@ def limited_server(
     max_request_bytes: int,
     metrics: DaemonMetrics,
     interceptors: Sequence[_Interceptor] = (),
+    share_port: bool = False,
 ) -> grpc.Server:
     """A gRPC server whose calls pass :class:`CallLimiter` (after ``interceptors``), on a
     pool of :attr:`CallLimits.threads` threads. gRPC itself refuses a request over
     ``max_request_bytes`` (RESOURCE_EXHAUSTED, "larger than max"); responses are capped
     a little above ``limits.max_response_bytes``, whose own check answers first with a
-    reason."""
+    reason. ``share_port``: other processes of this daemon bind the same TCP port
+    (SO_REUSEPORT; otherwise a port another process holds is refused)."""
     return grpc.server(
         futures.ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="grpc"),
         interceptors=[*interceptors, CallLimiter(limits, metrics)],
         options=[
             ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", limits.max_response_bytes + (64 << 10)),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", int(share_port)),
         ],
     )

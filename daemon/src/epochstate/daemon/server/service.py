@@ -40,7 +40,7 @@ from epochstate.daemon.store.catalog import (
 )
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.errors import StoreDamaged
-from epochstate.daemon.store.versioned import VersionedStore
+from epochstate.daemon.store.reads import StoreReads
 from epochstate.daemon.store.view_pool import ReadViews
 from epochstate.v1 import epochstate_pb2 as pb
 
@@ -141,20 +141,23 @@ class EpochStateService:
 
     def __init__(
         self,
-        store: VersionedStore,
+        store: StoreReads,
         catalog: Catalog,
         ingest: IngestControl,
         alignment: epochs.AlignedEpochs | None = None,
         max_wait: float | None = None,
         reported: ReportedJobs | None = None,
+        views: ReadViews | None = None,
     ) -> None:
         """``max_wait``: seconds a read without a deadline may wait for its epoch (None: for ever).
         ``reported``: the daemon's group, where a report naming a checkpoint defines its job
-        (None: no group; such a report makes this daemon follow the job itself)."""
+        (None: no group; such a report makes this daemon follow the job itself).
+        ``views``: where reads take their views of ``store`` (None: fresh ones of it; a
+        reader of a secondary passes its catalog's, capped at what the catalog published)."""
         self._reported = reported
         self._max_wait = max_wait
         self._store = store
-        self._views = ReadViews(store)
+        self._views = ReadViews(store) if views is None else views
         self._catalog = catalog
         self._ingest = ingest
         self._alignment = alignment

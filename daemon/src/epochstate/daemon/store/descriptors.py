@@ -187,3 +187,22 @@ class JobProgress:
     @property
     def empty(self) -> bool:
         return self.newest < 0
+
+
+@dataclass(frozen=True, slots=True)
+class IngestNotes:
+    """What ingest knows of a job beyond its ingested epochs, for readers in other
+    processes: the newest epoch seen committed in its checkpoint (-1: none) and the
+    epochs ingest could not read yet, with why (an exact read of one is refused)."""
+
+    committed: int = -1
+    problems: dict[int, str] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        problems = {str(epoch): reason for epoch, reason in sorted(self.problems.items())}
+        return json.dumps({"committed": self.committed, "problems": problems}, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> IngestNotes:
+        fields = json.loads(raw)
+        return cls(int(fields["committed"]), {int(e): str(r) for e, r in fields["problems"].items()})

@@ -19,6 +19,9 @@ key                                        value
 ``s`` store_id first_epoch                 a later shape of the store (JSON)
 ``u`` job_id epoch                         an epoch that will never be served: why
 ``x`` job_id                               a dropped job (JSON): reads of it are refused
+``n`` job_id                               what ingest knows of the job beyond its
+                                           epochs (JSON): the newest committed epoch
+                                           seen, the epochs it is retrying and why
 ``I``                                      the highest job and store ids ever given
 ``V``                                      the layout's version (:data:`LAYOUT_VERSION`)
 =========================================  =======================================
@@ -44,12 +47,14 @@ SCHEMA = b"s"
 UNAVAILABLE = b"u"
 LAYOUT = b"V"
 DROPPED = b"x"
+NOTES = b"n"
 IDS = b"I"
 
 LAYOUT_VERSION = 4
 """Bumped whenever a key or value above changes meaning. 1: one garbage entry per
 superseded data key (no ``V`` key); 2: garbage keys packed into chunks. The ``x``
-and ``I`` keys came later within 2: a daemon that does not know them ignores them.
+and ``I`` keys came later within 2, the ``n`` key within 4: a daemon that does not
+know them ignores them.
 3: a job descriptor may name the partitions its data covers (a daemon of layout 2
 would take such a job's data for the whole job, and answer "absent" for keys of
 the partitions it lacks). 4: a store's later shapes (``s``) name their number of
@@ -134,6 +139,10 @@ def epoch_prefix(job_id: int) -> bytes:
 
 def epoch_of_epoch_key(raw: bytes) -> int:
     return int(_EPOCH.unpack(raw[-EPOCH_WIDTH:])[0])
+
+
+def notes_key(job_id: int) -> bytes:
+    return NOTES + _ID.pack(job_id)
 
 
 def progress_key(job_id: int) -> bytes:

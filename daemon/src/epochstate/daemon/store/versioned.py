@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,15 +47,16 @@ from epochstate.daemon.store import damage, integrity, layout
 from epochstate.daemon.store.descriptors import (
     DroppedJob,
     EpochRecord,
+    IngestNotes,
     JobDescriptor,
     JobProgress,
     StoreDescriptor,
     StoreShape,
 )
-from epochstate.daemon.store.errors import LayoutMismatch, StoreClosed, StoreDamaged, UnknownJob
+from epochstate.daemon.store.errors import LayoutMismatch, StoreDamaged
 from epochstate.daemon.store.newest import KeyDigest, key_digest
 from epochstate.daemon.store.placement import StoreChanges, VersionPlacer
-from epochstate.daemon.store.view import StoreView
+from epochstate.daemon.store.reads import StoreReads
 
 # Data keys per garbage index value (a few MB at most).
 _GARBAGE_CHUNK = 50_000
@@ -105,7 +106,7 @@ class ApplyResult:
     versions_written: int
 
 
-class VersionedStore:
+class VersionedStore(StoreReads):
     """The daemon's RocksDB. One writer (the ingest loop) per job; many readers."""
 
     def __init__(
@@ -164,46 +165,13 @@ class VersionedStore:
 
     # -- lifecycle ---------------------------------------------------------
 
-    @property
-    def db(self) -> Rdict:
-        if self._db is None:
-            raise StoreClosed("the store is closed")
-        return self._db
-
     def close(self) -> None:
         if self._db is not None:
             self._db.flush()
             self._db.close()
             self._db = None
 
-    def view(self) -> StoreView:
-        return StoreView(self.db)
-
     # -- descriptors ---------------------------------------------------------
-
-    def _scan_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        it = self.db.iter()
-        it.seek(prefix)
-        while it.valid():
-            key = it.key()
-            if not key.startswith(prefix):
-                return
-            yield key, it.value()
-            it.next()
-        damage.ended(it, f"keys under {prefix!r}")
-
-    def jobs(self) -> list[JobDescriptor]:
-        return [JobDescriptor.from_json(v) for _, v in self._scan_prefix(layout.JOB)]
-
-    def job(self, name: str) -> JobDescriptor | None:
-        raw = damage.get(self.db, layout.job_key(name), f"job {name!r}")
-        return None if raw is None else JobDescriptor.from_json(raw)
-
-    def require_job(self, name: str) -> JobDescriptor:
-        found = self.job(name)
-        if found is None:
-            raise UnknownJob(f"job {name!r} is not followed by this daemon")
-        return found
 
     def _given_ids(self) -> tuple[int, int]:
         """The highest job id and store id ever given (ids of dropped jobs included)."""
@@ -245,10 +213,6 @@ class VersionedStore:
             self._write(batch)
             return descriptor
 
-    def stores(self, job: str) -> list[StoreDescriptor]:
-        found = [StoreDescriptor.from_json(v) for _, v in self._scan_prefix(layout.STORE)]
-        return [s for s in found if s.job == job]
-
     def add_store(
         self,
         job: str,
@@ -282,46 +246,6 @@ class VersionedStore:
             self._write(batch)
             self._placer.new_store(descriptor.store_id)
             return descriptor
-
-    def shapes(self, store: StoreDescriptor) -> list[StoreShape]:
-        """Every shape of ``store``, oldest first (the first is the descriptor's)."""
-        shapes = [store.first_shape]
-        for _, raw in self._scan_prefix(layout.schema_prefix(store.store_id)):
-            shapes.append(StoreShape.from_json(raw, shapes[-1].num_partitions))
-        return shapes
-
-    def unavailable(self, job_id: int) -> dict[int, str]:
-        """Committed epochs that were skipped because their state could not be read, with why."""
-        return {
-            layout.epoch_of_epoch_key(k): v.decode("utf-8", "replace")
-            for k, v in self._scan_prefix(layout.unavailable_prefix(job_id))
-        }
-
-    def progress(self, job_id: int) -> JobProgress:
-        return self.view().progress(job_id)
-
-    def epochs(self, job_id: int, from_epoch: int = 0, limit: int = 0) -> list[EpochRecord]:
-        out: list[EpochRecord] = []
-        prefix = layout.epoch_prefix(job_id)
-        it = self.db.iter()
-        it.seek(layout.epoch_key(job_id, max(from_epoch, 0)))
-        while it.valid() and it.key().startswith(prefix):
-            out.append(EpochRecord.from_json(it.value()))
-            if limit and len(out) >= limit:
-                return out
-            it.next()
-        if not it.valid():
-            damage.ended(it, f"epoch records of job id {job_id}")
-        return out
-
-    def dropped(self, job_id: int) -> DroppedJob | None:
-        """What a dropped job was (None: ``job_id`` was not dropped)."""
-        raw = damage.get(self.db, layout.dropped_key(job_id), f"dropped job id {job_id}")
-        return None if raw is None else DroppedJob.from_json(raw)
-
-    def epoch_record(self, job_id: int, epoch: int) -> EpochRecord | None:
-        raw = damage.get(self.db, layout.epoch_key(job_id, epoch), f"epoch {epoch} of job id {job_id}")
-        return None if raw is None else EpochRecord.from_json(raw)
 
     # -- writes ----------------------------------------------------------------
 
@@ -431,6 +355,7 @@ class VersionedStore:
             ):
                 batch.delete_range(prefix, _end(prefix))
             batch.delete(layout.progress_key(job.job_id))
+            batch.delete(layout.notes_key(job.job_id))
             batch.delete(layout.job_key(job.name))
             # The ids stay given: a new incarnation never reuses them.
             batch.put(layout.IDS, layout.pack_ids(*self._given_ids()))
@@ -439,6 +364,13 @@ class VersionedStore:
             self._write(batch, durable=True)
         for store in stores:
             self._placer.forget_store(store.store_id)
+
+    def note(self, job: JobDescriptor, notes: IngestNotes) -> None:
+        """Record ``notes`` of ``job`` for readers in other processes (not synced: notes
+        lost to a power loss are noted again by the next pass of ingest)."""
+        batch = WriteBatch(raw_mode=True)
+        batch.put(layout.notes_key(job.job_id), notes.to_json())
+        self._write(batch)
 
     def _write(self, batch: WriteBatch, durable: bool = False) -> None:
         """Write ``batch`` atomically; ``durable``: fsync the WAL first when ``sync_writes``

@@ -19,11 +19,11 @@ from rocksdict import Rdict
 
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.errors import StoreClosed
-from epochstate.daemon.store.versioned import VersionedStore
+from epochstate.daemon.store.reads import StoreReads
 from epochstate.daemon.store.view import StoreView
 
 
-class _SequencedView(StoreView):
+class SequencedView(StoreView):
     """A view that knows the store's write sequence number it shows."""
 
     def __init__(self, db: Rdict) -> None:
@@ -36,9 +36,13 @@ class _SequencedView(StoreView):
 class ReadViews:
     """Views of ``store`` for reads; give each back with :meth:`done` after the read."""
 
-    def __init__(self, store: VersionedStore) -> None:
+    def __init__(self, store: StoreReads) -> None:
         self._store = store
-        self._idle: list[_SequencedView] = []  # list.pop/append are atomic: no lock
+        self._idle: list[SequencedView] = []  # list.pop/append are atomic: no lock
+
+    def _fresh(self, db: Rdict) -> SequencedView:
+        """A new view of ``db`` (a subclass may show less of it)."""
+        return SequencedView(db)
 
     def view(self) -> StoreView:
         """A view showing the store's current state (StoreClosed once it is closed)."""
@@ -46,10 +50,10 @@ class ReadViews:
         try:
             view = self._idle.pop()
         except IndexError:
-            return _SequencedView(db)
+            return self._fresh(db)
         if view.sequence == db.latest_sequence_number():
             return view
-        return _SequencedView(db)
+        return self._fresh(db)
 
     def done(self, view: StoreView) -> None:
         """``view`` is free for the next read (a stale one is dropped; never raises)."""
@@ -57,7 +61,7 @@ class ReadViews:
             current = self._store.db.latest_sequence_number()
         except StoreClosed:
             return
-        if isinstance(view, _SequencedView) and view.sequence == current:
+        if isinstance(view, SequencedView) and view.sequence == current:
             self._idle.append(view)
 
     def epochs(self, job_id: int, from_epoch: int = 0, limit: int = 0) -> list[EpochRecord]:

@@ -1,0 +1,159 @@
+"""In-process reads (``local://``) against the daemon's gRPC reads, in one run.
+
+    python bench/local_reads.py [--keys 100000] [--epochs 20] [--changed 10000]
+
+Builds the state of bench/lookup.py (a real Spark aggregation, ``--keys`` keys),
+follows it with a real daemon process, then, with Spark stopped, times on one
+thread of this process: (a) Get pinned to an epoch over the daemon's Unix socket
+(gRPC, the fastest transport); (b) the same Get through ``local://`` (the client's
+stub: request in, parsed response out); (c) ``client.get`` through ``local://``
+(with the key's and value's decoding into Python values); (d) MultiGet of 100 and
+1,000 keys through ``local://``, keys/s and the share of a core the caller got
+(keys/s on one core = keys/s / that share: other processes share the machine). Every answer of (b) and (d)
+is checked equal to the daemon's before timing.
+Targets: Get p50 <= 30 µs; MultiGet >= 500,000 keys/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.lookup import build_state, cycle_calls, interleaved, percentiles, timed
+from bench.table import print_table
+from epochstate.client import EpochStateClient
+from epochstate.devtools.local_daemon import LocalDaemon
+from epochstate.devtools.spark_session import local_session
+from epochstate.v1 import epochstate_pb2 as pb
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--changed", type=int, default=10_000)
+    parser.add_argument("--calls", type=int, default=20_000)
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="epochstate-bench-local-"))
+    daemon = LocalDaemon(
+        workdir / "daemon", {}, extra_args=["--retention-epochs", str(max(100, args.epochs))]
+    )
+    daemon.start()
+    try:
+        spark = local_session("bench-local-reads")
+        print(f"building state: {args.keys} keys, {args.epochs} epochs ...", file=sys.stderr)
+        checkpoint = build_state(spark, workdir, args.keys, args.epochs, args.changed)
+        spark.stop()
+        last = args.epochs - 1
+        pinned = last - 5
+        remote = EpochStateClient(daemon.unix_target, timeout=120)
+        remote.follow("bench", str(checkpoint))
+        remote.get("bench", [0], at_least=last)
+        local = EpochStateClient(f"local://{daemon.data_dir}")
+
+        rng = random.Random(1)
+        users = [rng.randrange(args.keys) for _ in range(1000)]
+        gets = [
+            pb.GetRequest(
+                store=pb.StoreRef(job="bench"),
+                key=pb.Row(fields=[pb.Value(int=u)]),
+                epoch=pb.EpochSelector(exact=pinned),
+            )
+            for u in users
+        ]
+        multis = {
+            size: [
+                pb.MultiGetRequest(
+                    store=pb.StoreRef(job="bench"),
+                    epoch=pb.EpochSelector(exact=pinned),
+                    keys=[pb.Row(fields=[pb.Value(int=rng.randrange(args.keys))]) for _ in range(size)],
+                )
+                for _ in range(20)
+            ]
+            for size in (100, 1000)
+        }
+        for request in gets[:100]:
+            assert local.stub.Get(request) == remote.stub.Get(request)
+        for requests in multis.values():
+            for multi in requests:
+                assert local.stub.MultiGet(multi) == remote.stub.MultiGet(multi)
+
+        rows: list[tuple[str, ...]] = []
+
+        def add(
+            name: str, samples: list[float], per_call: int = 1, cpu: float | None = None
+        ) -> tuple[float, float]:
+            p50, p99 = percentiles(samples)
+            rate = per_call * len(samples) / sum(samples)
+            unit = "keys/s" if per_call > 1 else "calls/s"
+            cpu_text = "" if cpu is None else f"{cpu:.2f}"
+            rows.append((name, f"{p50 * 1e6:,.1f}", f"{p99 * 1e6:,.1f}", f"{rate:,.0f} {unit}", cpu_text))
+            return p50, rate
+
+        timings = interleaved(
+            {
+                "(a) Get, pinned epoch, gRPC over the Unix socket": cycle_calls(remote.stub.Get, gets),
+                "(b) Get, pinned epoch, local:// stub": cycle_calls(local.stub.Get, gets),
+            },
+            args.calls // 4,
+        )
+        for name, samples in timings.items():
+            add(name, samples)
+        keys = iter(users * (args.calls // len(users) + 2))
+        started = cpu_seconds()
+        samples = timed(lambda: local.get("bench", [next(keys)], epoch=pinned), args.calls, warmup=500)
+        get_p50, _ = add("(c) client.get, pinned epoch, local:// (values decoded)", samples, cpu=None)
+        stub_p50 = percentiles(timings["(b) Get, pinned epoch, local:// stub"])[0]
+        best_rate = 0.0
+        for size, requests in multis.items():
+            calls = max(50, args.calls // size * 10)
+            wall = time.perf_counter()
+            started = cpu_seconds()
+            samples = timed(cycle_calls(local.stub.MultiGet, requests), calls, warmup=20)
+            cpu_share = (cpu_seconds() - started) / (time.perf_counter() - wall)
+            rate = add(f"(d) MultiGet, {size} keys, local:// stub", samples, per_call=size, cpu=cpu_share)[1]
+            # "On one core": the rate per second of CPU this process got (others share the cores).
+            best_rate = max(best_rate, rate / max(cpu_share, 1e-9))
+        keys_list = [[u] for u in users[:1000]]
+        samples = timed(lambda: local.multi_get("bench", keys_list, epoch=pinned), 50, warmup=5)
+        add("(e) client.multi_get, 1000 keys, local:// (values decoded)", samples, per_call=1000)
+
+        print()
+        print(
+            f"state: {args.keys:,} keys, {args.epochs} epochs, {args.changed:,} changed per epoch; "
+            f"pinned epoch {pinned}; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}; "
+            "one calling thread"
+        )
+        print_table(("measurement", "p50 (µs)", "p99 (µs)", "throughput", "CPU (cores)"), rows)
+        print()
+        print("targets:")
+        for what, p50 in (("stub", stub_p50), ("client.get", get_p50)):
+            verdict = "met" if p50 <= 30e-6 else "NOT met"
+            print(f"  Get p50 <= 30 µs, local:// {what}:  {p50 * 1e6:,.1f} µs  {verdict}")
+        verdict = "met" if best_rate >= 500_000 else "NOT met"
+        print(f"  MultiGet >= 500,000 keys/s on one core, local:// stub:  {best_rate:,.0f}  {verdict}")
+        print("  (keys per CPU-second of this process: throughput / CPU (cores))")
+        local.close()
+        remote.close()
+    finally:
+        daemon.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Gets from 1 and 2 serving processes against an echo server with as many processes.
+
+    python bench/serving.py [--keys 2000] [--seconds 4] [--callers 1,16,64] [--processes 1,2]
+
+Builds the small state of bench/routing.py with Spark, then for each number of
+processes P starts a daemon with ``--serve-processes P`` and the echo server of
+bench/echo_server.py with ``--processes P`` (each P processes sharing one TCP
+port), and for each number of callers measures, in the same rounds:
+
+- ``echo``: the bare gRPC echo (the floor for any Python gRPC call), called with the
+  bytes of a Get request;
+- ``Get``: the daemon's Get of a random key pinned to one epoch, the same bytes in
+  and the daemon's response out (no client-side decoding, like the echo);
+- ``health``: the daemon's health Check from one more caller while the Gets run.
+
+Callers are threads in up to four client processes, each thread with a connection of
+its own (connections, not calls, are what the kernel spreads over processes); the
+client CPU column is the seconds of CPU the client processes used per second (the
+load generator shares the machine's cores with the servers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import random
+import resource
+import subprocess
+import tempfile
+import threading
+import time
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from bench.lookup import echo_server, percentiles
+from bench.routing import build_state
+from bench.table import print_table
+from epochstate.client import EpochStateClient
+from epochstate.devtools.local_daemon import LocalDaemon
+from epochstate.devtools.spark_session import local_session
+from epochstate.v1 import epochstate_pb2 as pb
+
+MAX_PROCESSES = 4
+GET = "/epochstate.v1.EpochState/Get"
+ECHO = "/bench.Echo/Echo"
+CHECK = "/grpc.health.v1.Health/Check"
+
+
+def _requests(keys: int) -> list[bytes]:
+    rng = random.Random(os.getpid())
+    return [
+        pb.GetRequest(
+            store=pb.StoreRef(job="bench"),
+            key=pb.Row(fields=[pb.Value(string=f"user-{rng.randrange(keys)}")]),
+            epoch=pb.EpochSelector(exact=1),
+        ).SerializeToString()
+        for _ in range(200)
+    ]
+
+
+def _caller(method: str, target: str, keys: int, threads: int, seconds: float, go: Event, out: Any) -> None:
+    """One client process: ``threads`` callers, each on a connection of its own."""
+    requests = _requests(keys)
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    calls = [
+        grpc.insecure_channel(target, options=options).unary_unary(method, None, None) for _ in range(threads)
+    ]
+    for call in calls:
+        for request in requests[:5]:
+            call(request, timeout=30)
+    out.put(None)
+    go.wait()
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+    end = time.perf_counter() + seconds
+
+    def loop(index: int) -> None:
+        mine, call = latencies[index], calls[index]
+        turn = index
+        while (before := time.perf_counter()) < end:
+            call(requests[turn % len(requests)], timeout=30)
+            turn += 1
+            mine.append(time.perf_counter() - before)
+
+    workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    out.put(("calls", [x for mine in latencies for x in mine]))
+
+
+def _health(target: str, seconds: float, go: Event, out: Any) -> None:
+    channel = grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+    check = channel.unary_unary(CHECK, None, None)
+    request = health_pb2.HealthCheckRequest().SerializeToString()
+    check(request, timeout=10)
+    out.put(None)
+    go.wait()
+    latencies = []
+    end = time.perf_counter() + seconds
+    while (before := time.perf_counter()) < end:
+        check(request, timeout=10)
+        latencies.append(time.perf_counter() - before)
+        time.sleep(0.02)  # a probe's pace, not a load
+    out.put(("health", latencies))
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(
+    method: str, target: str, keys: int, callers: int, seconds: float, health: str | None = None
+) -> tuple[list[str], list[float]]:
+    """Calls/s, p50 and p99 (ms) and client CPU of ``callers`` callers; the health Checks' latencies."""
+    ctx = mp.get_context("spawn")  # no gRPC state inherited through fork
+    processes = min(callers, MAX_PROCESSES)
+    go, out = ctx.Event(), ctx.Queue()
+    threads = [callers // processes + (1 if i < callers % processes else 0) for i in range(processes)]
+    workers = [ctx.Process(target=_caller, args=(method, target, keys, n, seconds, go, out)) for n in threads]
+    if health is not None:
+        workers.append(ctx.Process(target=_health, args=(health, seconds, go, out)))
+    for worker in workers:
+        worker.start()
+    for _ in workers:
+        out.get()
+    cpu_before = children_cpu()
+    go.set()
+    results = [out.get() for _ in workers]
+    for worker in workers:
+        worker.join()
+    cpu = (children_cpu() - cpu_before) / seconds
+    health_latencies = [x for kind, result in results if kind == "health" for x in result]
+    latencies = [x for kind, result in results if kind == "calls" for x in result]
+    p50, p99 = percentiles(latencies)
+    return [
+        f"{len(latencies) / seconds:,.0f}",
+        f"{p50 * 1e3:.2f}",
+        f"{p99 * 1e3:.2f}",
+        f"{cpu:.2f}",
+    ], health_latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--keys", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=4.0, help="per measurement")
+    parser.add_argument("--callers", default="1,16,64", help="concurrent callers, comma-separated")
+    parser.add_argument("--processes", default="1,2", help="serving processes, comma-separated")
+    args = parser.parse_args()
+    callers = [int(c) for c in args.callers.split(",")]
+    workdir = Path(tempfile.mkdtemp(prefix="bench-serving-"))
+    spark = local_session("bench-serving")
+    try:
+        checkpoint = build_state(spark, workdir, args.keys)
+    finally:
+        spark.stop()
+    rows: list[list[Any]] = []
+    verdicts: list[str] = []
+    load_before = os.getloadavg()[0]
+    for count in (int(p) for p in args.processes.split(",")):
+        daemon = LocalDaemon(workdir / f"daemon-{count}", {"bench": str(checkpoint)}, serve_processes=count)
+        daemon.start()
+        echo: subprocess.Popen[str] | None = None
+        try:
+            with EpochStateClient(daemon.target, timeout=120) as client:
+                client.wait_for("bench", 1, timeout=120)
+            echo, targets = echo_server(workdir / f"echo-{count}.sock", "--processes", str(count))
+            for n in callers:
+                echo_row, _ = measure(ECHO, targets[0], args.keys, n, args.seconds)
+                get_row, checks = measure(
+                    GET, daemon.target, args.keys, n, args.seconds, health=daemon.target
+                )
+                rows.append([count, "echo", n, *echo_row, ""])
+                health_p99 = f"{percentiles(checks)[1] * 1e3:.1f}" if checks else ""
+                rows.append([count, "Get", n, *get_row, health_p99])
+                ratio = float(get_row[0].replace(",", "")) / float(echo_row[0].replace(",", ""))
+                if n == 1:
+                    p50_ratio = float(get_row[1]) / float(echo_row[1])
+                    verdicts.append(
+                        f"  {count} process(es), 1 caller: Get p50 {p50_ratio:.2f}x echo's "
+                        f"({'met' if p50_ratio <= 1.2 else 'NOT met'}: <= 1.2x)"
+                    )
+                else:
+                    verdicts.append(
+                        f"  {count} process(es), {n} callers: Get {ratio:.2f}x echo's calls/s "
+                        f"({'met' if ratio >= 0.8 else 'NOT met'}: >= 0.8x); health p99 {health_p99} ms "
+                        f"({'met' if checks and percentiles(checks)[1] < 0.05 else 'NOT met'}: < 50 ms)"
+                    )
+        finally:
+            if echo is not None and echo.stdin is not None:
+                echo.stdin.close()
+                echo.wait(10)
+            daemon.stop()
+    print(
+        f"\nGet of one of {args.keys} keys pinned to epoch 1; {os.cpu_count()} cores; "
+        f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
+    )
+    print_table(
+        ["processes", "reads", "callers", "calls/s", "p50 ms", "p99 ms", "client CPU", "health p99 ms"], rows
+    )
+    print("\ntargets:")
+    for line in verdicts:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
