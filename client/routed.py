@@ -296,7 +296,12 @@ class RoutedClient(EpochStateClient):
 
     @staticmethod
     def _waits(request: pb.EpochSelector) -> bool:
-        return request.wait or request.WhichOneof("kind") in ("at_least", "covers", "aligned_with")
+        return request.wait or request.WhichOneof("kind") in (
+            "at_least",
+            "covers",
+            "aligned_with",
+            "as_of_time",
+        )
 
     # -- reads -------------------------------------------------------------------------
 
@@ -314,6 +319,7 @@ class RoutedClient(EpochStateClient):
         store: str = "default",
         query_id: str | None = None,
         timeout: float | None = None,
+        as_of_time: int | None = None,
     ) -> Lookup:
         """:meth:`EpochStateClient.get`, sent to a replica of the key's partition."""
         return self.multi_get(
@@ -328,6 +334,7 @@ class RoutedClient(EpochStateClient):
             store=store,
             query_id=query_id,
             timeout=timeout,
+            as_of_time=as_of_time,
         )[0]
 
     def multi_get(
@@ -344,6 +351,7 @@ class RoutedClient(EpochStateClient):
         store: str = "default",
         query_id: str | None = None,
         timeout: float | None = None,
+        as_of_time: int | None = None,
     ) -> list[Lookup]:
         """:meth:`EpochStateClient.multi_get`, split by the replicas of the keys' partitions;
         results in request order, all of one epoch (the first answer's).
@@ -358,7 +366,15 @@ class RoutedClient(EpochStateClient):
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         schema = self._store(job, operator_id, store, query_id)
         requested, derived = self._monotonic(
-            job, selector(epoch, at_least=at_least, wait=wait, covers=covers, aligned_with=aligned_with)
+            job,
+            selector(
+                epoch,
+                at_least=at_least,
+                wait=wait,
+                covers=covers,
+                aligned_with=aligned_with,
+                as_of_time=as_of_time,
+            ),
         )
         routed_at = _exact(epoch)
         while True:
@@ -495,11 +511,12 @@ class RoutedClient(EpochStateClient):
         operator_id: int = 0,
         store: str = "default",
         timeout: float | None = None,
+        as_of_time: int | None = None,
     ) -> int:
         """:meth:`EpochStateClient.pinned_epoch`, answered by any serving replica (never older
         than an epoch this client was answered with, for ``latest``)."""
         requested, derived = self._monotonic(
-            job, selector(at_least=at_least, covers=covers, aligned_with=aligned_with)
+            job, selector(at_least=at_least, covers=covers, aligned_with=aligned_with, as_of_time=as_of_time)
         )
         pin = self._pin_epoch(job, requested, derived, operator_id, store, timeout)
         self._saw(job, pin.query_id, pin.epoch)
@@ -519,6 +536,7 @@ class RoutedClient(EpochStateClient):
         covers: Mapping[tuple[str, int], int] | None = None,
         aligned_with: Aligned | None = None,
         query_id: str | None = None,
+        as_of_time: int | None = None,
     ) -> Iterator[Lookup]:
         """:meth:`EpochStateClient.scan` over every shard, each page from any of its replicas.
 
@@ -529,7 +547,9 @@ class RoutedClient(EpochStateClient):
         """
         schema = self._store(job, operator_id, store, query_id)
         location = self.locate(job)
-        requested, derived = self._monotonic(job, selector(epoch, covers=covers, aligned_with=aligned_with))
+        requested, derived = self._monotonic(
+            job, selector(epoch, covers=covers, aligned_with=aligned_with, as_of_time=as_of_time)
+        )
         prefix_row = to_row(prefix, schema.at(_exact(epoch)).key, partial=True)
         pin: _Pin | None = None
         returned = 0
