@@ -717,7 +717,8 @@ class KeyVersion(_message.Message):
     """
     deleted: _builtins.bool
     """A deletion (expiry, eviction, removal): the key is absent from
-    valid_from_epoch on. `record` then holds the key only (found = false).
+    valid_from_epoch on. `record` then holds the key and the partition it was
+    in (found = false).
     """
     @_builtins.property
     def record(self) -> Global___Record:
@@ -788,7 +789,9 @@ Global___HistoryResponse: _TypeAlias = HistoryResponse  # noqa: Y015
 @_typing.final
 class ChangesRequest(_message.Message):
     """The changes of every epoch of [from_epoch, to_epoch] of one store (and with
-    follow, of every epoch after, as each becomes queryable).
+    follow, of every epoch after, as each becomes queryable). A daemon holding some
+    Spark partitions of the job (a group replica of some shards) sends their
+    changes only; the routed client merges the shards' feeds.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
