@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from epochstate.daemon.codec import keycodec
-from epochstate.daemon.store import history
+from epochstate.daemon.store import history, layout
 from epochstate.daemon.store.descriptors import EpochRecord, JobProgress
 from epochstate.daemon.store.placement import StoreChanges
 from epochstate.daemon.store.versioned import VersionedStore
@@ -51,10 +51,23 @@ def test_versions_and_changes_match_the_model_through_retention(tmp_path: Path) 
     assert first == 15
     found = history.changes(view, sid, first, progress.newest)
     for epoch in range(first, progress.newest + 1):
-        expected = sorted((keycodec.encode_fields(k), p, before[epoch][k]) for k, p in written[epoch].items())
+        expected = sorted(
+            (keycodec.encode_fields(k), p, None if p is not None else before[epoch][k])
+            for k, p in written[epoch].items()
+        )
         assert [tuple(c) for c in found[epoch]] == expected, epoch
-    # A sub-range is the same as the slice of the whole one.
+    # A sub-range is the same as the slice of the whole one; the change index and a
+    # walk over the store agree, and an epoch without an index (written by a daemon
+    # before it) is walked.
     assert history.changes(view, sid, 18, 19) == {e: found[e] for e in (18, 19)}
+    assert history.walk(view, sid, first, progress.newest) == found
+    indexed = [bytes(k) for k in store.db.keys() if isinstance(k, bytes) and k[:1] == layout.CHANGED]  # noqa: SIM118
+    # Retention dropped the index of the epochs whose changes are not served any more.
+    assert {layout.changed_epoch(k) for k in indexed} == set(range(first, progress.newest + 1))
+    for index_key in indexed:
+        if layout.changed_epoch(index_key) in (16, 20):
+            store.db.delete(index_key)
+    assert history.changes(store.view(), sid, first, progress.newest) == found
 
     for key in keys:
         encoded = keycodec.encode_fields(key)
