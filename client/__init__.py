@@ -34,6 +34,7 @@ from epochstate.client.errors import (
     Unauthenticated,
     Unavailable,
 )
+from epochstate.client.over_time import Change, EpochChanges, KeyHistory, KeyVersion
 from epochstate.client.routed import RoutedClient, routed
 from epochstate.client.structs import AmbiguousField, Struct
 from epochstate.client.tls import TlsOptions
@@ -41,10 +42,12 @@ from epochstate.client.tls import TlsOptions
 __all__ = [
     "AlignedWith",
     "AmbiguousField",
+    "Change",
     "CheckpointNotAllowed",
     "CommandRefused",
     "DataLoss",
     "DeadlineExceeded",
+    "EpochChanges",
     "EpochDamaged",
     "EpochNotReady",
     "EpochRetired",
@@ -55,6 +58,8 @@ __all__ = [
     "InvalidArgument",
     "JobDescription",
     "JobNotFound",
+    "KeyHistory",
+    "KeyVersion",
     "Lookup",
     "NoSuchEpoch",
     "NoZooKeeper",
