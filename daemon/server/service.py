@@ -389,6 +389,8 @@ class EpochStateService:
         if last is None and not request.follow:
             last = progress.newest
         operator = (handle.descriptor.operator_id, handle.descriptor.store_name)
+        # A stream waiting for its next epoch ends as soon as its caller goes away.
+        context.add_callback(self._catalog.wake)
         return self._changes(entry, operator, first, last, limit, context)
 
     def _changes(
