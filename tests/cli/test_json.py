@@ -130,3 +130,35 @@ def test_watch_writes_each_epoch_as_it_comes(served: Served) -> None:
         if watching.poll() is None:
             watching.kill()
         watching.communicate()
+
+
+HISTORY_FIELDS = {"job", "operator", "store", "query_id", "from_epoch", "to_epoch", "key"} | {
+    "valid_from",
+    "valid_to",
+    "deleted",
+    "value",
+    "partition",
+}
+CHANGE_FIELDS = {"job", "operator", "store", "query_id", "epoch", "type", "key", "value", "partition"}
+
+
+def test_history_and_changes_print_ndjson_that_agree(served: Served) -> None:
+    target, newest = served.daemon.target, served.newest()
+    done = epochstate(target, "history", "spend", json.dumps(account(1)), "--from", "0", "--json")
+    assert done.returncode == 0, done.stderr
+    versions = json_lines(done.stdout)
+    assert versions and all(set(v) == HISTORY_FIELDS for v in versions)
+    assert all((v["key"], v["from_epoch"]) == (account(1), 0) for v in versions)
+    assert versions[-1]["valid_to"] is None and versions[-1]["to_epoch"] >= newest
+    done = epochstate(target, "changes", "spend", "--from", "0", "--to", str(newest), "--json")
+    assert done.returncode == 0, done.stderr
+    lines = json_lines(done.stdout)
+    markers = [line for line in lines if line["type"] == "epoch_complete"]
+    assert [m["epoch"] for m in markers] == list(range(newest + 1))
+    assert all(m["committed_at_ms"] > 0 for m in markers)
+    changed = [line for line in lines if line["type"] != "epoch_complete"]
+    assert all(set(c) == CHANGE_FIELDS and c["type"] in ("upsert", "delete") for c in changed)
+    # The key's versions begin exactly at the epochs its changes were made in.
+    mine = [c for c in changed if c["key"] == account(1)]
+    assert [c["epoch"] for c in mine] == [v["valid_from"] for v in versions]
+    assert [c["value"] for c in mine] == [v["value"] for v in versions]

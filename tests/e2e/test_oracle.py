@@ -4,6 +4,8 @@ For every committed epoch and every key ever seen, the daemon's answer (found or
 absent, value, partition) equals ``spark.read.format("statestore")`` at that batch,
 on the default provider (HDFS-backed) and on RocksDB with state checkpoint format
 version 2 (files named by unique ids), with and without changelog checkpointing.
+So does every key's history, and the changes of every epoch (against Spark's
+change feed too, with changelog checkpointing).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from epochstate.client import EpochNotReady, EpochStateClient
 from epochstate.client.values import to_row
 from epochstate.v1 import epochstate_pb2 as pb
 from tests.fixtures.daemon import DaemonProcess
-from tests.fixtures.oracle import canon, plain, spark_state
-from tests.fixtures.streams import FORMAT2_PROVIDERS, HDFS, FileStream, Provider
+from tests.fixtures.oracle import StoreOracle, canon, plain, spark_state
+from tests.fixtures.over_time import assert_changes_equal_change_feed, assert_history_and_changes_equal_oracle
+from tests.fixtures.streams import CHANGELOG_CHECKPOINTING, FORMAT2_PROVIDERS, HDFS, FileStream, Provider
 
 
 def windowed(frame: Any) -> Any:
@@ -138,6 +141,10 @@ def test_every_epoch_and_key_equals_spark_reader(
         assert_local_reads_equal(client, daemon, name, list(all_keys.values()), committed)
         if processes > 1:
             assert_serving_processes_equal(client, daemon, name, list(all_keys.values()), committed)
+        oracle = StoreOracle(0, "default", "", "", expected)
+        changes = assert_history_and_changes_equal_oracle(client, name, oracle)
+    if provider.conf.get(CHANGELOG_CHECKPOINTING) == "true":
+        assert_changes_equal_change_feed(session, tmp_path / "cp", oracle, changes)
 
 
 def assert_same_answers(

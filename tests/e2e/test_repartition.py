@@ -32,6 +32,7 @@ from epochstate.client import EpochDamaged, EpochStateClient
 from epochstate.client.routed import RoutedClient
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import StoreOracle, assert_store_equals_oracle, canon, plain, spark_store
+from tests.fixtures.over_time import assert_history_and_changes_equal_oracle
 from tests.fixtures.repartition import JOB, LAYOUT, REPARTITIONS, SCHEMA, Repartitioned, orders, totals
 from tests.fixtures.streams import HDFS, FileStream, copy_checkpoint
 from tests.fixtures.zookeeper import eventually
@@ -70,6 +71,10 @@ def test_every_epoch_equals_spark_reader_across_both_repartitions(
                 assert got == expected.get(canon(key)), f"Get {key} at epoch {epoch}"
                 compared += 1
         assert not client.describe(JOB, refresh=True).problems
+        # A key's history and each epoch's changes too: a repartition batch moves keys
+        # (new versions, their values unchanged) and changes no value.
+        oldest = client.describe(JOB).oldest_epoch
+        assert_history_and_changes_equal_oracle(client, JOB, oracle, first=oldest)
     assert compared == len(LAYOUT) * len(oracle.keys())
 
 

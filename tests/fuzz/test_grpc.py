@@ -50,6 +50,7 @@ JOB = "fuzzed"
 INT64 = (-(2**63), 2**63 - 1)
 INT32 = (-(2**31), 2**31 - 1)
 SCHEMA = "user string, bucket int, day date, amount long"
+IMPORTED_MS = int(time.time() * 1000)
 
 
 def buffers(frame: Any) -> Any:
@@ -196,7 +197,11 @@ positions = st.builds(
 
 @st.composite
 def selectors(draw: st.DrawFn) -> pb.EpochSelector:
-    kind = draw(st.sampled_from(["exact", "exact", "latest", "none", "at_least", "covers", "aligned_with"]))
+    kind = draw(
+        st.sampled_from(
+            ["exact", "exact", "latest", "none", "at_least", "covers", "aligned_with", "as_of_time"]
+        )
+    )
     wait = draw(st.booleans())
     if kind == "exact":
         return pb.EpochSelector(exact=draw(st.one_of(st.integers(-2, 6), int64)), wait=wait)
@@ -208,6 +213,11 @@ def selectors(draw: st.DrawFn) -> pb.EpochSelector:
         return pb.EpochSelector(at_least=draw(st.one_of(st.integers(-2, 6), int64)), wait=wait)
     if kind == "covers":
         return pb.EpochSelector(covers=draw(positions), wait=wait)
+    if kind == "as_of_time":
+        # Times around the epochs' commits (the module's workload commits within a minute
+        # of its import), and anywhere: a time after the newest commit is waited for.
+        near = st.integers(IMPORTED_MS - 120_000, IMPORTED_MS + 40_000)
+        return pb.EpochSelector(as_of_time=draw(st.one_of(near, int64)), wait=wait)
     return pb.EpochSelector(
         aligned_with=pb.AlignedWith(job=draw(names), epoch=draw(int64), subject=draw(texts)), wait=wait
     )
@@ -327,6 +337,47 @@ def test_scan(
     if end is not None:
         request.end.CopyFrom(end)
     assert_answer(lambda: served.stub.Scan(request, timeout=DEADLINE))
+
+
+@fuzz_settings()
+@given(
+    ref=store_refs,
+    key=rows,
+    from_epoch=st.one_of(st.integers(-2, 4), int64),
+    to_epoch=st.one_of(st.none(), st.integers(-2, 4), int64),
+    wait=mostly(st.just(False), st.just(True), 90),
+    follow=st.booleans(),
+    limit=st.one_of(st.integers(-2, 3), st.sampled_from([10_000, 10_001]), int32),
+)
+def test_history_and_changes(
+    served: Served,
+    ref: pb.StoreRef,
+    key: pb.Row,
+    from_epoch: int,
+    to_epoch: int | None,
+    wait: bool,
+    follow: bool,
+    limit: int,
+) -> None:
+    history = pb.HistoryRequest(store=ref, key=key, from_epoch=from_epoch, wait=wait, limit=limit)
+    changes = pb.ChangesRequest(store=ref, from_epoch=from_epoch, follow=follow, limit=limit)
+    if to_epoch is not None:
+        history.to_epoch = to_epoch
+        changes.to_epoch = to_epoch
+    assert_answer(lambda: served.stub.History(history, timeout=DEADLINE))
+
+    def first_messages() -> None:
+        stream = served.stub.Changes(changes, timeout=0.2)
+        try:
+            for _ in zip(range(8), stream, strict=False):
+                pass
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:  # a stream that waits for new epochs
+                raise
+        finally:
+            stream.cancel()  # type: ignore[no-untyped-call]
+
+    assert_answer(first_messages)
 
 
 @fuzz_settings()

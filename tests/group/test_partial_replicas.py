@@ -4,7 +4,8 @@ daemons (added through JobsAdmin, which learns the four partitions from the chec
 
 - each daemon ingests and serves only the keys of its shards' partitions (a Scan on
   each one directly), and the shards' keys together are Spark's own reader's;
-- the routed client's Get, MultiGet and Scan equal Spark's reader at every epoch;
+- the routed client's Get, MultiGet and Scan equal Spark's reader at every epoch, and
+  so do its History and its Changes, merged over the shards or shard by shard;
 - a Get or MultiGet sent directly to a daemon for a key it does not hold is refused
   with PARTITION_NOT_HELD, never answered "absent";
 - a fourth daemon joins: the leader moves one replica of the daemon holding both
@@ -32,6 +33,7 @@ from tests.cli.invoke import epochstate
 from tests.e2e.test_reads import SCHEMA, counts
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import StoreOracle, canon, plain, spark_store
+from tests.fixtures.over_time import assert_history_and_changes_equal_oracle, served_changes
 from tests.fixtures.streams import FileStream
 from tests.fixtures.zookeeper import eventually
 from tests.group.test_routing import orders
@@ -194,6 +196,18 @@ def test_replicas_hold_only_their_partitions_and_a_moved_shard_is_ingested_anew(
             assert {
                 canon(r.key): plain(r.value) for r in client.scan(JOB, epoch=epoch, page_size=7)
             } == values
+        # History, and the changes merged over the shards, as Spark's reader has them; each
+        # shard's own feed has its partitions' changes, and together they are the merged.
+        merged = assert_history_and_changes_equal_oracle(client, JOB, oracle)
+        location = client.locate(JOB)
+        feeds = [
+            served_changes(list(client.changes(JOB, from_epoch=EPOCHS[0], to_epoch=EPOCHS[-1], shard=index)))
+            for index in range(len(location.shards))
+        ]
+        for epoch in EPOCHS:
+            for shard, feed in zip(location.shards, feeds, strict=True):
+                assert all(p is not None and shard.covers(p) for _, _, p in feed[epoch].values())
+            assert {k: c for feed in feeds for k, c in feed[epoch].items()} == merged[epoch]
 
     # A fourth daemon: the one holding both shards gives one up to it (balance).
     whole = next(node for node in nodes if node not in partial)

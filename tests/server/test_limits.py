@@ -150,6 +150,13 @@ def test_reads_are_waiting_reads_when_their_selector_may_wait() -> None:
     assert kind(at_least=3) == CallKind.WAITING_READ
     assert kind(covers=pb.Position()) == CallKind.WAITING_READ
     assert kind(aligned_with=pb.AlignedWith(job="a", epoch=1)) == CallKind.WAITING_READ
+    assert kind(as_of_time=1_700_000_000_000) == CallKind.WAITING_READ
+    history = f"/{OURS}/History"
+    assert kind_of(history, False, pb.HistoryRequest(to_epoch=3)) == CallKind.UNARY_READ
+    assert kind_of(history, False, pb.HistoryRequest(wait=True)) == CallKind.UNARY_READ  # the newest
+    assert kind_of(history, False, pb.HistoryRequest(to_epoch=3, wait=True)) == CallKind.WAITING_READ
+    assert kind_of(history, False) == CallKind.UNARY_READ  # not known yet
+    assert kind_of(f"/{OURS}/Changes", True, pb.ChangesRequest(follow=True)) == CallKind.STREAM
     assert kind_of("/grpc.health.v1.Health/Check", False) is None
     assert kind_of("/grpc.health.v1.Health/Watch", True) == CallKind.STREAM
     assert kind_of(f"/{OURS}/ListEpochs", False) == CallKind.UNARY_READ

@@ -43,6 +43,8 @@ def every_rpc(followable: str) -> list[Rpc]:
         Rpc(state + "DescribeJob", "read", pb.DescribeJobRequest(job="orders")),
         Rpc(state + "ListEpochs", "read", pb.ListEpochsRequest(job="orders")),
         Rpc(state + "WatchEpochs", "read", pb.WatchEpochsRequest(job="orders", after_epoch=0), True),
+        Rpc(state + "History", "read", pb.HistoryRequest(store=store, key=key, from_epoch=0, to_epoch=1)),
+        Rpc(state + "Changes", "read", pb.ChangesRequest(store=store, from_epoch=0, to_epoch=1), True),
         Rpc(state + "ReportEpoch", "report", pb.ReportEpochRequest(job="orders", epoch=1)),
         Rpc(state + "FollowJob", "admin", pb.FollowJobRequest(job="orders", checkpoint=followable)),
         Rpc(admin + "Status", "admin", pb.AlignmentStatusRequest()),

@@ -196,7 +196,7 @@ def test_no_call_gets_through_without_the_right_token(
     passed: list[tuple[str, str, Outcome]] = []
     _run(daemon.target, allowed, rpcs, passed)
     _report("TLS daemon with tokens, the right token", passed)
-    assert [o.code for _, _, o in passed] == [grpc.StatusCode.OK] * len(passed) and len(passed) == 11
+    assert [o.code for _, _, o in passed] == [grpc.StatusCode.OK] * len(passed) and len(passed) == 13
 
     # FollowJob, or a report of a job not followed yet, outside the checkpoint roots (also by
     # way of ".."): refused, whoever asks.

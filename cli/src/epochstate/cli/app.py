@@ -2,10 +2,10 @@
 
 Output: a table on a terminal; tab-separated lines with a header when stdout is
 a pipe or a file; never truncated (see :mod:`epochstate.cli.tables`). With
-``--json``, ``get``, ``scan`` and ``watch`` print one JSON object per line
-(NDJSON), every other command exactly one JSON document; the fields are listed
-in :mod:`~epochstate.cli.reads`, :mod:`~epochstate.cli.jobs`,
-:mod:`~epochstate.cli.watch` and :mod:`~epochstate.cli.align`.
+``--json``, ``get``, ``scan``, ``history``, ``changes`` and ``watch`` print one
+JSON object per line (NDJSON), every other command exactly one JSON document; the
+fields are listed in :mod:`~epochstate.cli.reads`, :mod:`~epochstate.cli.over_time`,
+:mod:`~epochstate.cli.jobs`, :mod:`~epochstate.cli.watch` and :mod:`~epochstate.cli.align`.
 
 Errors are one line on stderr, ``error: <message>``, usage errors included;
 nothing of a failed command goes to stdout.
@@ -35,6 +35,7 @@ from epochstate.cli.dev_commands import demo, demo_chain, zookeeper
 from epochstate.cli.group_jobs import jobs_app
 from epochstate.cli.health import health
 from epochstate.cli.jobs import describe, epochs
+from epochstate.cli.over_time import changes, history
 from epochstate.cli.reads import get, scan
 from epochstate.cli.secure_zookeeper import secure_zookeeper
 from epochstate.cli.watch import watch
@@ -49,6 +50,8 @@ app = typer.Typer(
 app.callback()(tls_options)
 app.command()(get)
 app.command()(scan)
+app.command()(history)
+app.command()(changes)
 app.add_typer(jobs_app, name="jobs")
 app.command()(describe)
 app.command()(epochs)

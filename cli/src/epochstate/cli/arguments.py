@@ -40,6 +40,15 @@ EpochOpt = Annotated[str, typer.Option("--epoch", "-e", help="an epoch number, o
 AtLeastOpt = Annotated[
     int | None, typer.Option("--at-least", help="newest epoch, once it is >= this (waits)")
 ]
+AsOfTimeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--as-of-time",
+        min=0,
+        help="the newest epoch committed at or before this time, ms since the Unix epoch (waits for a"
+        " later commit)",
+    ),
+]
 WaitOpt = Annotated[bool, typer.Option("--wait", help="wait (up to --timeout) for the epoch")]
 OperatorOpt = Annotated[int, typer.Option("--operator", "-o", help="stateful operator id")]
 StoreOpt = Annotated[str, typer.Option("--store", "-s", help="store name")]

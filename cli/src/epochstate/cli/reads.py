@@ -30,6 +30,7 @@ import typer
 
 from epochstate.cli.arguments import (
     DEFAULT_TARGET,
+    AsOfTimeOpt,
     AtLeastOpt,
     EpochOpt,
     OperatorOpt,
@@ -67,6 +68,7 @@ def get(
         str | None,
         typer.Option(help="the epoch aligned with epoch M of job B: 'B:M' (or 'B:M@SUBJECT')"),
     ] = None,
+    as_of_time: AsOfTimeOpt = None,
     wait: WaitOpt = False,
     operator: OperatorOpt = 0,
     store: StoreOpt = "default",
@@ -88,6 +90,7 @@ def get(
                 at_least=at_least,
                 covers=position,
                 aligned_with=aligned,
+                as_of_time=as_of_time,
                 wait=wait,
                 operator_id=operator,
                 store=store,
@@ -102,6 +105,7 @@ def scan(
     prefix: Annotated[str, typer.Option(help="leading key fields as JSON")] = "[]",
     target: TargetOpt = DEFAULT_TARGET,
     epoch: EpochOpt = "latest",
+    as_of_time: AsOfTimeOpt = None,
     operator: OperatorOpt = 0,
     store: StoreOpt = "default",
     limit: Annotated[int, typer.Option(help="at most this many records")] = 100,
@@ -121,6 +125,7 @@ def scan(
             store=store,
             limit=limit,
             query_id=query_id,
+            as_of_time=as_of_time,
         )
         if as_json:
             # A line per record as the pages arrive: a long scan starts printing at once.

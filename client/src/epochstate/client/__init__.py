@@ -27,6 +27,7 @@ from epochstate.client.errors import (
     Unauthenticated,
     Unavailable,
 )
+from epochstate.client.over_time import Change, EpochChanges, KeyHistory, KeyVersion
 from epochstate.client.read_options import AlignedWith, ReadOptions, selector
 from epochstate.client.routed import RoutedClient, routed
 from epochstate.client.structs import AmbiguousField, Struct
@@ -35,10 +36,12 @@ from epochstate.client.tls import TlsOptions
 __all__ = [
     "AlignedWith",
     "AmbiguousField",
+    "Change",
     "CheckpointNotAllowed",
     "CommandRefused",
     "DataLoss",
     "DeadlineExceeded",
+    "EpochChanges",
     "EpochDamaged",
     "EpochNotReady",
     "EpochRetired",
@@ -49,6 +52,8 @@ __all__ = [
     "InvalidArgument",
     "JobDescription",
     "JobNotFound",
+    "KeyHistory",
+    "KeyVersion",
     "Lookup",
     "NoSuchEpoch",
     "NoZooKeeper",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -22,6 +22,14 @@ from epochstate.client.alignment_admin import AlignmentAdmin
 from epochstate.client.errors import DeadlineExceeded, IncarnationChanged, InvalidArgument, from_rpc_error
 from epochstate.client.jobs_admin import JobsAdmin
 from epochstate.client.local import is_local, open_local
+from epochstate.client.over_time import (
+    EpochChanges,
+    KeyHistory,
+    KeyVersion,
+    Schemas,
+    versions_of,
+    whole_epochs,
+)
 from epochstate.client.read_options import Aligned, AlignedWith, EpochArg, ReadKeywords, ReadOptions, selector
 from epochstate.client.structs import Struct
 from epochstate.client.tls import TlsOptions, open_channel
@@ -95,7 +103,7 @@ class StoreSchema:
         return next((s for s in reversed(self.earlier) if s.first_epoch <= epoch), self.earlier[0])
 
 
-Answer = pb.GetResponse | pb.MultiGetResponse | pb.ScanResponse
+Answer = pb.GetResponse | pb.MultiGetResponse | pb.ScanResponse | pb.ChangesResponse
 
 
 def shape_of(answer: Answer | None) -> tuple[int, int] | None:
@@ -407,11 +415,104 @@ class EpochStateClient:
                 return
             request.page_token = response.next_page_token
 
+    # -- over time ---------------------------------------------------------------
+
+    def history(
+        self,
+        job: str,
+        key: Any,
+        *,
+        from_epoch: int = 0,
+        to_epoch: int | None = None,
+        wait: bool = False,
+        operator_id: int = 0,
+        store: str = "default",
+        query_id: str | None = None,
+        page_size: int = 1000,
+        timeout: float | None = None,
+    ) -> KeyHistory:
+        """Every version of one key valid at some epoch of ``[from_epoch, to_epoch]``
+        (``to_epoch`` None: the newest queryable), oldest first, deletions included; every
+        page is pinned to the ``to_epoch`` the first resolved. ``wait``: wait (up to the
+        deadline) for a ``to_epoch`` not queryable yet. Raises :class:`EpochRetired` for a
+        ``from_epoch`` older than retention, ``InvalidArgument`` for a bad range."""
+        schema = self._store(job, operator_id, store, query_id)
+        request = pb.HistoryRequest(
+            store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
+            key=to_row(key, schema.at(to_epoch).key),
+            from_epoch=from_epoch,
+            wait=wait,
+            limit=page_size,
+        )
+        if to_epoch is not None:
+            request.to_epoch = to_epoch
+        versions: list[KeyVersion] = []
+        while True:
+            response = self._call(self._stub.History, request, timeout)
+            schema = self._answered(job, operator_id, store, schema, response.query_id)
+            versions += versions_of(response, _schemas_of(schema))
+            if not response.HasField("next_from_epoch"):
+                break
+            request.from_epoch = response.next_from_epoch
+            request.to_epoch = response.to_epoch
+        return KeyHistory(job, from_epoch, response.to_epoch, response.query_id, tuple(versions))
+
+    def changes(
+        self,
+        job: str,
+        *,
+        from_epoch: int,
+        to_epoch: int | None = None,
+        follow: bool = False,
+        operator_id: int = 0,
+        store: str = "default",
+        query_id: str | None = None,
+        page_size: int = 1000,
+        timeout: float | None = None,
+    ) -> Generator[EpochChanges, None, None]:
+        """The changes of each epoch from ``from_epoch`` to ``to_epoch`` (None: the newest
+        queryable when the call starts), one :class:`EpochChanges` per whole epoch, in
+        epoch order, each epoch's changes in key order. With ``follow`` the iterator never
+        ends: it yields each new epoch as it becomes queryable (close it to stop). A
+        consumer that stopped after epoch ``e`` resumes with ``from_epoch=e + 1``.
+        ``timeout``: the whole stream's deadline (None: none). Raises
+        :class:`EpochRetired` when ``from_epoch``'s changes are no longer known."""
+        schema = self._store(job, operator_id, store, query_id)
+        request = pb.ChangesRequest(
+            store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
+            from_epoch=from_epoch,
+            follow=follow,
+            limit=page_size,
+        )
+        if to_epoch is not None:
+            request.to_epoch = to_epoch
+
+        def schemas(message: pb.ChangesResponse) -> Schemas:
+            nonlocal schema
+            schema = self._answered(job, operator_id, store, schema, message.query_id, message)
+            return _schemas_of(schema)
+
+        stream = self._stub.Changes(request, timeout=timeout)
+        try:
+            yield from whole_epochs(stream, schemas)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        finally:
+            stream.cancel()  # type: ignore[no-untyped-call]
+
     # -- reports -----------------------------------------------------------------
 
     def follow(self, job: str, checkpoint: str, *, timeout: float | None = None) -> pb.JobSummary:
         request = pb.FollowJobRequest(job=job, checkpoint=checkpoint)
         return self._call(self._stub.FollowJob, request, timeout).summary  # type: ignore[no-any-return]
+
+
+def _schemas_of(schema: StoreSchema) -> Schemas:
+    def at(epoch: int) -> tuple[StructType, StructType]:
+        shape = schema.at(epoch)
+        return shape.key, shape.value
+
+    return at
 
 
 def _struct_of(schema: pb.Schema) -> StructType:

@@ -256,6 +256,7 @@ BY_REASON: Mapping[str, type[EpochStateClientError]] = {
     reasons.DEFINITION_CHANGED: DefinitionChanged,
     reasons.NO_GROUP: NoGroup,
     reasons.PARTITION_NOT_HELD: PartitionNotHeld,
+    reasons.BAD_RANGE: InvalidArgument,
 }
 """The one table from the daemon's reasons to exception classes; it covers every reason."""
 

@@ -8,8 +8,8 @@ as keywords (:class:`ReadKeywords`), or both (the keywords override the object's
     client.get("orders", "u1", options=pinned)
     client.get("orders", "u1", epoch=42, operator_id=1)   # the same read
 
-The epoch is chosen by at most one of ``aligned_with``, ``covers``, ``at_least`` and
-``epoch``, in that order of precedence (see :meth:`ReadOptions.selector`).
+The epoch is chosen by at most one of ``as_of_time``, ``aligned_with``, ``covers``,
+``at_least`` and ``epoch``, in that order of precedence (see :meth:`ReadOptions.selector`).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ class ReadKeywords(TypedDict, total=False):
     store: str
     query_id: str | None
     timeout: float | None
+    as_of_time: int | None
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,9 @@ class ReadOptions:
             checkpoint that holds another query now raises ``IncarnationChanged``
             rather than being answered by it.
         timeout: the call's deadline in seconds (None: the client's).
+        as_of_time: a time in ms since the Unix epoch: the newest epoch committed at or
+            before it (waits, like ``at_least``, until an epoch committed after it is
+            queryable, so the answer never changes once given).
     """
 
     epoch: EpochArg = "latest"
@@ -81,6 +85,7 @@ class ReadOptions:
     store: str = "default"
     query_id: str | None = None
     timeout: float | None = None
+    as_of_time: int | None = None
 
     @classmethod
     def of(cls, options: ReadOptions | None, keywords: ReadKeywords) -> ReadOptions:
@@ -106,6 +111,7 @@ class ReadOptions:
             wait=self.wait,
             covers=self.covers,
             aligned_with=self.aligned_with,
+            as_of_time=self.as_of_time,
         )
 
     def store_ref(self, job: str, query_id: str | None = None) -> pb.StoreRef:
@@ -125,11 +131,15 @@ def selector(
     wait: bool = False,
     covers: Mapping[tuple[str, int], int] | None = None,
     aligned_with: Aligned | None = None,
+    as_of_time: int | None = None,
 ) -> pb.EpochSelector:
     """The EpochSelector for an ``epoch`` argument (int, "latest"), ``at_least``,
     ``covers`` ({(topic, partition): position}: the earliest epoch that has read that far),
-    or ``aligned_with`` (``(job, epoch)`` or :class:`AlignedWith`: the epoch aligned
-    with that epoch of that job; see docs/read-contract.md)."""
+    ``aligned_with`` (``(job, epoch)`` or :class:`AlignedWith`: the epoch aligned
+    with that epoch of that job), or ``as_of_time`` (ms since the Unix epoch: the newest
+    epoch committed at or before it); see docs/read-contract.md."""
+    if as_of_time is not None:
+        return pb.EpochSelector(as_of_time=as_of_time)
     if aligned_with is not None:
         if not isinstance(aligned_with, AlignedWith):
             aligned_with = AlignedWith(*aligned_with)

@@ -24,15 +24,24 @@ import dataclasses
 import functools
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from epochstate.client.client import CHANNEL_OPTIONS, EpochStateClient, Lookup, StoreSchema, _lookup
+from epochstate.client.client import (
+    CHANNEL_OPTIONS,
+    EpochStateClient,
+    Lookup,
+    StoreSchema,
+    _lookup,
+    _schemas_of,
+)
 from epochstate.client.errors import DeadlineExceeded, InvalidArgument, PartitionNotHeld, Unavailable
 from epochstate.client.failover import first_answer
+from epochstate.client.over_time import EpochChanges, KeyHistory, KeyVersion, Schemas, versions_of
 from epochstate.client.partitions import key_partition
 from epochstate.client.read_options import ReadKeywords, ReadOptions
+from epochstate.client.routed_changes import merged, shard_feed
 from epochstate.client.routing import Location, Replica, Replicas, Shard
 from epochstate.client.tls import TlsOptions
 from epochstate.client.values import to_row
@@ -291,7 +300,12 @@ class RoutedClient(EpochStateClient):
 
     @staticmethod
     def _waits(request: pb.EpochSelector) -> bool:
-        return request.wait or request.WhichOneof("kind") in ("at_least", "covers", "aligned_with")
+        return request.wait or request.WhichOneof("kind") in (
+            "at_least",
+            "covers",
+            "aligned_with",
+            "as_of_time",
+        )
 
     # -- reads -------------------------------------------------------------------------
 
@@ -501,6 +515,111 @@ class RoutedClient(EpochStateClient):
                 request.page_token = response.next_page_token
                 chosen = pb.EpochSelector(exact=pin.epoch)
 
+    # -- over time ---------------------------------------------------------------------
+
+    def history(
+        self,
+        job: str,
+        key: Any,
+        *,
+        from_epoch: int = 0,
+        to_epoch: int | None = None,
+        wait: bool = False,
+        operator_id: int = 0,
+        store: str = "default",
+        query_id: str | None = None,
+        page_size: int = 1000,
+        timeout: float | None = None,
+    ) -> KeyHistory:
+        """:meth:`EpochStateClient.history`, from a replica of the key's partition (routed
+        by the layout of ``to_epoch``, or the newest); every page is pinned to the
+        ``to_epoch`` the first resolved, so failing over between pages changes nothing."""
+        schema = self._store(job, operator_id, store, query_id)
+        location = self.locate(job)
+        at = schema.at(to_epoch)
+        row = to_row(key, at.key)
+        shard = self._shard_index(location, operator_id, store, row, at, to_epoch)
+        request = pb.HistoryRequest(
+            store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
+            key=row,
+            from_epoch=from_epoch,
+            wait=wait,
+            limit=page_size,
+        )
+        if to_epoch is not None:
+            request.to_epoch = to_epoch
+        versions: list[KeyVersion] = []
+        while True:
+            chosen = (
+                pb.EpochSelector(exact=request.to_epoch, wait=wait)
+                if request.HasField("to_epoch")
+                else pb.EpochSelector(latest=True)
+            )
+            answer = self._route(
+                job,
+                shard,
+                chosen,
+                functools.partial(_history, request),
+                timeout,
+                waits=wait and request.HasField("to_epoch"),
+            )
+            response = answer.response
+            schema = self._answered(job, operator_id, store, schema, response.query_id)
+            versions += versions_of(response, _schemas_of(schema))
+            if not response.HasField("next_from_epoch"):
+                break
+            request.from_epoch = response.next_from_epoch
+            request.to_epoch = response.to_epoch
+        return KeyHistory(job, from_epoch, response.to_epoch, response.query_id, tuple(versions))
+
+    def changes(
+        self,
+        job: str,
+        *,
+        from_epoch: int,
+        to_epoch: int | None = None,
+        follow: bool = False,
+        operator_id: int = 0,
+        store: str = "default",
+        query_id: str | None = None,
+        page_size: int = 1000,
+        timeout: float | None = None,
+        shard: int | None = None,
+    ) -> Generator[EpochChanges, None, None]:
+        """:meth:`EpochStateClient.changes` of every shard merged into whole epochs of the
+        job (each epoch's changes shard by shard, in key order within a shard), or with
+        ``shard`` (an index into ``locate(job).shards``) the feed of that shard alone. A
+        shard's feed moves to another replica when its replica becomes unreachable,
+        resuming at the next whole epoch. Without ``to_epoch`` or ``follow`` the range
+        ends at the newest epoch a replica serves when the call starts (the same for
+        every shard)."""
+        schema = self._store(job, operator_id, store, query_id)
+        if to_epoch is None and not follow:
+            to_epoch = self.pinned_epoch(job, operator_id=operator_id, store=store, timeout=timeout)
+        request = pb.ChangesRequest(
+            store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
+            from_epoch=from_epoch,
+            follow=follow,
+            limit=page_size,
+        )
+        if to_epoch is not None:
+            request.to_epoch = to_epoch
+
+        def schemas(message: pb.ChangesResponse) -> Schemas:
+            nonlocal schema
+            schema = self._answered(job, operator_id, store, schema, message.query_id, message)
+            return _schemas_of(schema)
+
+        location = self.locate(job)
+        shards = range(len(location.shards)) if shard is None else [shard]
+        if shard is not None and not 0 <= shard < len(location.shards):
+            raise InvalidArgument(f"job {job!r} has {len(location.shards)} shards, not a shard {shard}")
+        feeds = [
+            shard_feed(lambda: self.locate(job), index, request, self._replicas, schemas, timeout)
+            for index in shards
+        ]
+        yield from merged(feeds, job)
+
     def _check_covered(self, job: str, location: Location, epoch: int, operator_id: int, store: str) -> None:
         """A scan lists the keys of every partition of ``epoch`` or fails: never a silently
         shorter answer when a repartition made more partitions than the shards cover.
@@ -519,6 +638,19 @@ class RoutedClient(EpochStateClient):
                 f"job {job!r}: partitions {missing[0]}-{missing[-1]} of the {count} of epoch {epoch} "
                 f"are held by no shard yet (the group re-plans its shards after a repartition)"
             )
+
+
+@dataclass(frozen=True)
+class _HistoryAnswer:
+    """A History response as :meth:`RoutedClient._route` takes answers: by the epoch it read."""
+
+    epoch: int
+    response: pb.HistoryResponse
+
+
+def _history(request: pb.HistoryRequest, stub: pb_grpc.EpochStateStub, seconds: float) -> _HistoryAnswer:
+    response: pb.HistoryResponse = stub.History(request, timeout=seconds)
+    return _HistoryAnswer(response.to_epoch, response)
 
 
 def _scan(request: pb.ScanRequest, stub: pb_grpc.EpochStateStub, seconds: float) -> pb.ScanResponse:

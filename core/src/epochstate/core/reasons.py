@@ -267,3 +267,10 @@ PARTITION_NOT_HELD: Final = _reason(
     'job, partition (the key\'s), heldPartitions (e.g. "0-3, 8").',
     "Read through the routed client, or ask a replica of the key's shard (Routing.Locate).",
 )
+BAD_RANGE: Final = _reason(
+    "BAD_RANGE",
+    "INVALID_ARGUMENT",
+    "The epoch range of History or Changes is malformed: a negative from_epoch, a to_epoch before "
+    "from_epoch, or to_epoch together with follow.",
+    "Fix the range; do not retry unchanged.",
+)

@@ -12,6 +12,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -172,6 +173,7 @@ class EpochSelector(_message.Message):
     AT_LEAST_FIELD_NUMBER: _builtins.int
     COVERS_FIELD_NUMBER: _builtins.int
     ALIGNED_WITH_FIELD_NUMBER: _builtins.int
+    AS_OF_TIME_FIELD_NUMBER: _builtins.int
     WAIT_FIELD_NUMBER: _builtins.int
     exact: _builtins.int
     """Exactly this epoch. FAILED_PRECONDITION (EPOCH_NOT_READY) if it has not
@@ -183,6 +185,16 @@ class EpochSelector(_message.Message):
     at_least: _builtins.int
     """The newest ingested epoch, provided it is at least this one; waits (up to
     the call's deadline) until such an epoch is queryable.
+    """
+    as_of_time: _builtins.int
+    """The newest epoch whose commit time (EpochInfo.committed_at_ms) is at or
+    before this time, in milliseconds since the Unix epoch. Known only once an
+    epoch committed after it is queryable (a later epoch could still commit
+    before it): until then the read waits, up to the call's deadline, like
+    `at_least` (DEADLINE_EXCEEDED, EPOCH_WAIT_TIMED_OUT, when none does).
+    OUT_OF_RANGE (EPOCH_RETIRED) when that epoch is older than retention;
+    FAILED_PRECONDITION (NO_SUCH_EPOCH) when the job's first epoch committed
+    after it. The response names the epoch.
     """
     wait: _builtins.bool
     """For `exact`: wait up to the call's deadline for the epoch to become
@@ -212,13 +224,14 @@ class EpochSelector(_message.Message):
         at_least: _builtins.int = ...,
         covers: Global___Position | None = ...,
         aligned_with: Global___AlignedWith | None = ...,
+        as_of_time: _builtins.int = ...,
         wait: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["aligned_with", b"aligned_with", "at_least", b"at_least", "covers", b"covers", "exact", b"exact", "kind", b"kind", "latest", b"latest"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["aligned_with", b"aligned_with", "as_of_time", b"as_of_time", "at_least", b"at_least", "covers", b"covers", "exact", b"exact", "kind", b"kind", "latest", b"latest"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["aligned_with", b"aligned_with", "at_least", b"at_least", "covers", b"covers", "exact", b"exact", "kind", b"kind", "latest", b"latest", "wait", b"wait"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aligned_with", b"aligned_with", "as_of_time", b"as_of_time", "at_least", b"at_least", "covers", b"covers", "exact", b"exact", "kind", b"kind", "latest", b"latest", "wait", b"wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["exact", "latest", "at_least", "covers", "aligned_with"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["exact", "latest", "at_least", "covers", "aligned_with", "as_of_time"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -625,6 +638,292 @@ class ScanResponse(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__shape_first_epoch) -> _WhichOneofReturnType__shape_first_epoch | None: ...
 
 Global___ScanResponse: _TypeAlias = ScanResponse  # noqa: Y015
+
+@_typing.final
+class HistoryRequest(_message.Message):
+    """---------------------------------------------------------------------------
+    State over time: a key's history and the changes of a range of epochs.
+    ---------------------------------------------------------------------------
+
+    Every version of one key valid at some epoch of [from_epoch, to_epoch].
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STORE_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    FROM_EPOCH_FIELD_NUMBER: _builtins.int
+    TO_EPOCH_FIELD_NUMBER: _builtins.int
+    WAIT_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    from_epoch: _builtins.int
+    """The first epoch of the range: OUT_OF_RANGE (EPOCH_RETIRED) when older than
+    retention.
+    """
+    to_epoch: _builtins.int
+    """The last epoch of the range; unset: the newest queryable epoch when the call
+    is answered (the response names it).
+    """
+    wait: _builtins.bool
+    """When to_epoch is not queryable yet: wait for it up to the call's deadline
+    (DEADLINE_EXCEEDED, EPOCH_WAIT_TIMED_OUT) instead of failing at once
+    (FAILED_PRECONDITION, EPOCH_NOT_READY).
+    """
+    limit: _builtins.int
+    """Versions per response; 0 means the server default (1000). At most 10000."""
+    @_builtins.property
+    def store(self) -> Global___StoreRef: ...
+    @_builtins.property
+    def key(self) -> Global___Row:
+        """The key: one Value per key-schema field, in schema order."""
+
+    def __init__(
+        self,
+        *,
+        store: Global___StoreRef | None = ...,
+        key: Global___Row | None = ...,
+        from_epoch: _builtins.int = ...,
+        to_epoch: _builtins.int | None = ...,
+        wait: _builtins.bool = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_to_epoch", b"_to_epoch", "key", b"key", "store", b"store", "to_epoch", b"to_epoch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_to_epoch", b"_to_epoch", "from_epoch", b"from_epoch", "key", b"key", "limit", b"limit", "store", b"store", "to_epoch", b"to_epoch", "wait", b"wait"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__to_epoch: _TypeAlias = _typing.Literal["to_epoch"]  # noqa: Y015
+    _WhichOneofArgType__to_epoch: _TypeAlias = _typing.Literal["_to_epoch", b"_to_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__to_epoch) -> _WhichOneofReturnType__to_epoch | None: ...
+
+Global___HistoryRequest: _TypeAlias = HistoryRequest  # noqa: Y015
+
+@_typing.final
+class KeyVersion(_message.Message):
+    """One version of a key."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALID_FROM_EPOCH_FIELD_NUMBER: _builtins.int
+    VALID_TO_EPOCH_FIELD_NUMBER: _builtins.int
+    DELETED_FIELD_NUMBER: _builtins.int
+    RECORD_FIELD_NUMBER: _builtins.int
+    valid_from_epoch: _builtins.int
+    """The epoch the version became valid; from_epoch when it was valid before the
+    range (the answer does not depend on what a replica retained before it).
+    """
+    valid_to_epoch: _builtins.int
+    """The first epoch at which it was no longer valid (a newer version or its
+    deletion); unset when it is still valid at the range's last epoch.
+    """
+    deleted: _builtins.bool
+    """A deletion (expiry, eviction, removal): the key is absent from
+    valid_from_epoch on. `record` then holds the key and the partition it was
+    in (found = false).
+    """
+    @_builtins.property
+    def record(self) -> Global___Record:
+        """The key and, unless deleted, its value and Spark partition, in the store's
+        shape at valid_from_epoch.
+        """
+
+    def __init__(
+        self,
+        *,
+        valid_from_epoch: _builtins.int = ...,
+        valid_to_epoch: _builtins.int | None = ...,
+        deleted: _builtins.bool = ...,
+        record: Global___Record | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_valid_to_epoch", b"_valid_to_epoch", "record", b"record", "valid_to_epoch", b"valid_to_epoch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_valid_to_epoch", b"_valid_to_epoch", "deleted", b"deleted", "record", b"record", "valid_from_epoch", b"valid_from_epoch", "valid_to_epoch", b"valid_to_epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__valid_to_epoch: _TypeAlias = _typing.Literal["valid_to_epoch"]  # noqa: Y015
+    _WhichOneofArgType__valid_to_epoch: _TypeAlias = _typing.Literal["_valid_to_epoch", b"_valid_to_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__valid_to_epoch) -> _WhichOneofReturnType__valid_to_epoch | None: ...
+
+Global___KeyVersion: _TypeAlias = KeyVersion  # noqa: Y015
+
+@_typing.final
+class HistoryResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSIONS_FIELD_NUMBER: _builtins.int
+    FROM_EPOCH_FIELD_NUMBER: _builtins.int
+    TO_EPOCH_FIELD_NUMBER: _builtins.int
+    NEXT_FROM_EPOCH_FIELD_NUMBER: _builtins.int
+    QUERY_ID_FIELD_NUMBER: _builtins.int
+    from_epoch: _builtins.int
+    """The range answered: to_epoch as resolved."""
+    to_epoch: _builtins.int
+    next_from_epoch: _builtins.int
+    """Set when the range holds more versions than `limit`: ask again with this
+    from_epoch (and the same to_epoch) for the rest.
+    """
+    query_id: _builtins.str
+    @_builtins.property
+    def versions(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyVersion]:
+        """The versions, oldest first. A deletion appears only when it happened within
+        (from_epoch, to_epoch]: a key absent at from_epoch has no version there.
+        """
+
+    def __init__(
+        self,
+        *,
+        versions: _abc.Iterable[Global___KeyVersion] | None = ...,
+        from_epoch: _builtins.int = ...,
+        to_epoch: _builtins.int = ...,
+        next_from_epoch: _builtins.int | None = ...,
+        query_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_next_from_epoch", b"_next_from_epoch", "next_from_epoch", b"next_from_epoch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_next_from_epoch", b"_next_from_epoch", "from_epoch", b"from_epoch", "next_from_epoch", b"next_from_epoch", "query_id", b"query_id", "to_epoch", b"to_epoch", "versions", b"versions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__next_from_epoch: _TypeAlias = _typing.Literal["next_from_epoch"]  # noqa: Y015
+    _WhichOneofArgType__next_from_epoch: _TypeAlias = _typing.Literal["_next_from_epoch", b"_next_from_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__next_from_epoch) -> _WhichOneofReturnType__next_from_epoch | None: ...
+
+Global___HistoryResponse: _TypeAlias = HistoryResponse  # noqa: Y015
+
+@_typing.final
+class ChangesRequest(_message.Message):
+    """The changes of every epoch of [from_epoch, to_epoch] of one store (and with
+    follow, of every epoch after, as each becomes queryable). A daemon holding some
+    Spark partitions of the job (a group replica of some shards) sends their
+    changes only; the routed client merges the shards' feeds.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STORE_FIELD_NUMBER: _builtins.int
+    FROM_EPOCH_FIELD_NUMBER: _builtins.int
+    TO_EPOCH_FIELD_NUMBER: _builtins.int
+    FOLLOW_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    from_epoch: _builtins.int
+    """The first epoch whose changes are sent. The changes of an epoch are known
+    when the state before it is retained: OUT_OF_RANGE (EPOCH_RETIRED) for an
+    older one, with the range of epochs whose changes are known.
+    """
+    to_epoch: _builtins.int
+    """The last epoch sent; unset: the newest queryable when the call starts (or,
+    with follow, none: the stream stays open). An epoch not queryable yet is
+    waited for, up to the call's deadline.
+    """
+    follow: _builtins.bool
+    """Keep the stream open and send each new epoch as it becomes queryable."""
+    limit: _builtins.int
+    """Changes per message; 0 means the server default (1000). At most 10000."""
+    @_builtins.property
+    def store(self) -> Global___StoreRef: ...
+    def __init__(
+        self,
+        *,
+        store: Global___StoreRef | None = ...,
+        from_epoch: _builtins.int = ...,
+        to_epoch: _builtins.int | None = ...,
+        follow: _builtins.bool = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_to_epoch", b"_to_epoch", "store", b"store", "to_epoch", b"to_epoch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_to_epoch", b"_to_epoch", "follow", b"follow", "from_epoch", b"from_epoch", "limit", b"limit", "store", b"store", "to_epoch", b"to_epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__to_epoch: _TypeAlias = _typing.Literal["to_epoch"]  # noqa: Y015
+    _WhichOneofArgType__to_epoch: _TypeAlias = _typing.Literal["_to_epoch", b"_to_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__to_epoch) -> _WhichOneofReturnType__to_epoch | None: ...
+
+Global___ChangesRequest: _TypeAlias = ChangesRequest  # noqa: Y015
+
+@_typing.final
+class Change(_message.Message):
+    """One key that changed in an epoch."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Type:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[Change._Type.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        TYPE_UNSPECIFIED: Change._Type.ValueType  # 0
+        UPSERT: Change._Type.ValueType  # 1
+        DELETE: Change._Type.ValueType  # 2
+
+    class Type(_Type, metaclass=_TypeEnumTypeWrapper):
+        """UPSERT: the key's new value is in `record`; DELETE: the key was removed
+        (`record` holds the key and the partition it was in, found = false).
+        """
+
+    TYPE_UNSPECIFIED: Change.Type.ValueType  # 0
+    UPSERT: Change.Type.ValueType  # 1
+    DELETE: Change.Type.ValueType  # 2
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    RECORD_FIELD_NUMBER: _builtins.int
+    type: Global___Change.Type.ValueType
+    @_builtins.property
+    def record(self) -> Global___Record: ...
+    def __init__(
+        self,
+        *,
+        type: Global___Change.Type.ValueType = ...,
+        record: Global___Record | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["record", b"record", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Change: _TypeAlias = Change  # noqa: Y015
+
+@_typing.final
+class ChangesResponse(_message.Message):
+    """Part of one epoch's changes, or the marker that ends it. An epoch's changes
+    come in key order, in one or more messages, then one message with
+    epoch_complete = true and no changes: a consumer that stops after the marker of
+    epoch e resumes with from_epoch = e + 1, losing and repeating nothing.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPOCH_FIELD_NUMBER: _builtins.int
+    CHANGES_FIELD_NUMBER: _builtins.int
+    EPOCH_COMPLETE_FIELD_NUMBER: _builtins.int
+    QUERY_ID_FIELD_NUMBER: _builtins.int
+    SHAPE_FIRST_EPOCH_FIELD_NUMBER: _builtins.int
+    COMMITTED_AT_MS_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    epoch_complete: _builtins.bool
+    query_id: _builtins.str
+    shape_first_epoch: _builtins.int
+    """The first epoch of the store shape the records are in (see GetResponse)."""
+    committed_at_ms: _builtins.int
+    """On the marker: the epoch's commit time, ms since the Unix epoch."""
+    @_builtins.property
+    def changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Change]: ...
+    def __init__(
+        self,
+        *,
+        epoch: _builtins.int = ...,
+        changes: _abc.Iterable[Global___Change] | None = ...,
+        epoch_complete: _builtins.bool = ...,
+        query_id: _builtins.str = ...,
+        shape_first_epoch: _builtins.int | None = ...,
+        committed_at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch", "changes", b"changes", "committed_at_ms", b"committed_at_ms", "epoch", b"epoch", "epoch_complete", b"epoch_complete", "query_id", b"query_id", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__shape_first_epoch: _TypeAlias = _typing.Literal["shape_first_epoch"]  # noqa: Y015
+    _WhichOneofArgType__shape_first_epoch: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__shape_first_epoch) -> _WhichOneofReturnType__shape_first_epoch | None: ...
+
+Global___ChangesResponse: _TypeAlias = ChangesResponse  # noqa: Y015
 
 @_typing.final
 class Field(_message.Message):

@@ -69,6 +69,16 @@ class EpochStateStub:
                 request_serializer=epochstate_dot_v1_dot_epochstate__pb2.WatchEpochsRequest.SerializeToString,
                 response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.EpochInfo.FromString,
                 _registered_method=True)
+        self.History = channel.unary_unary(
+                '/epochstate.v1.EpochState/History',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.HistoryRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.HistoryResponse.FromString,
+                _registered_method=True)
+        self.Changes = channel.unary_stream(
+                '/epochstate.v1.EpochState/Changes',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.ChangesRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.ChangesResponse.FromString,
+                _registered_method=True)
         self.ReportEpoch = channel.unary_unary(
                 '/epochstate.v1.EpochState/ReportEpoch',
                 request_serializer=epochstate_dot_v1_dot_epochstate__pb2.ReportEpochRequest.SerializeToString,
@@ -127,6 +137,24 @@ class EpochStateServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def History(self, request, context):
+        """Every version of one key over a range of epochs (with valid-from and
+        valid-to epochs, deletions as tombstones). The answer for a range of
+        queryable epochs never changes. Role: read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Changes(self, request, context):
+        """The changes of each epoch of a range, epoch by epoch, each complete and
+        marked; with follow, of each new epoch as it becomes queryable: a
+        change-data-capture stream of the job's state. Role: read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReportEpoch(self, request, context):
         """Called by the Spark listener after an epoch commits. Best effort: the daemon
         also finds committed epochs by watching the checkpoint.
@@ -179,6 +207,16 @@ def add_EpochStateServicer_to_server(servicer, server):
                     servicer.WatchEpochs,
                     request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.WatchEpochsRequest.FromString,
                     response_serializer=epochstate_dot_v1_dot_epochstate__pb2.EpochInfo.SerializeToString,
+            ),
+            'History': grpc.unary_unary_rpc_method_handler(
+                    servicer.History,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.HistoryRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.HistoryResponse.SerializeToString,
+            ),
+            'Changes': grpc.unary_stream_rpc_method_handler(
+                    servicer.Changes,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.ChangesRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.ChangesResponse.SerializeToString,
             ),
             'ReportEpoch': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportEpoch,
@@ -380,6 +418,60 @@ class EpochState:
             '/epochstate.v1.EpochState/WatchEpochs',
             epochstate_dot_v1_dot_epochstate__pb2.WatchEpochsRequest.SerializeToString,
             epochstate_dot_v1_dot_epochstate__pb2.EpochInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def History(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.EpochState/History',
+            epochstate_dot_v1_dot_epochstate__pb2.HistoryRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.HistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Changes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/epochstate.v1.EpochState/Changes',
+            epochstate_dot_v1_dot_epochstate__pb2.ChangesRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.ChangesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,16 @@ class EpochStateStub:
     ListEpochs: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.ListEpochsRequest, _epochstate_pb2.ListEpochsResponse]
     WatchEpochs: _grpc.UnaryStreamMultiCallable[_epochstate_pb2.WatchEpochsRequest, _epochstate_pb2.EpochInfo]
     """Streams each epoch of the job as it becomes queryable."""
+    History: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.HistoryRequest, _epochstate_pb2.HistoryResponse]
+    """Every version of one key over a range of epochs (with valid-from and
+    valid-to epochs, deletions as tombstones). The answer for a range of
+    queryable epochs never changes. Role: read.
+    """
+    Changes: _grpc.UnaryStreamMultiCallable[_epochstate_pb2.ChangesRequest, _epochstate_pb2.ChangesResponse]
+    """The changes of each epoch of a range, epoch by epoch, each complete and
+    marked; with follow, of each new epoch as it becomes queryable: a
+    change-data-capture stream of the job's state. Role: read.
+    """
     ReportEpoch: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.ReportEpochRequest, _epochstate_pb2.ReportEpochResponse]
     """Called by the Spark listener after an epoch commits. Best effort: the daemon
     also finds committed epochs by watching the checkpoint.
@@ -62,6 +72,16 @@ class EpochStateAsyncStub(EpochStateStub):
     ListEpochs: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.ListEpochsRequest, _epochstate_pb2.ListEpochsResponse]  # type: ignore[assignment]
     WatchEpochs: _aio.UnaryStreamMultiCallable[_epochstate_pb2.WatchEpochsRequest, _epochstate_pb2.EpochInfo]  # type: ignore[assignment]
     """Streams each epoch of the job as it becomes queryable."""
+    History: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.HistoryRequest, _epochstate_pb2.HistoryResponse]  # type: ignore[assignment]
+    """Every version of one key over a range of epochs (with valid-from and
+    valid-to epochs, deletions as tombstones). The answer for a range of
+    queryable epochs never changes. Role: read.
+    """
+    Changes: _aio.UnaryStreamMultiCallable[_epochstate_pb2.ChangesRequest, _epochstate_pb2.ChangesResponse]  # type: ignore[assignment]
+    """The changes of each epoch of a range, epoch by epoch, each complete and
+    marked; with follow, of each new epoch as it becomes queryable: a
+    change-data-capture stream of the job's state. Role: read.
+    """
     ReportEpoch: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.ReportEpochRequest, _epochstate_pb2.ReportEpochResponse]  # type: ignore[assignment]
     """Called by the Spark listener after an epoch commits. Best effort: the daemon
     also finds committed epochs by watching the checkpoint.
@@ -119,6 +139,28 @@ class EpochStateServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_epochstate_pb2.EpochInfo], _abc.AsyncIterator[_epochstate_pb2.EpochInfo]]:
         """Streams each epoch of the job as it becomes queryable."""
+
+    @_abc_1.abstractmethod
+    def History(
+        self,
+        request: _epochstate_pb2.HistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.HistoryResponse, _abc.Awaitable[_epochstate_pb2.HistoryResponse]]:
+        """Every version of one key over a range of epochs (with valid-from and
+        valid-to epochs, deletions as tombstones). The answer for a range of
+        queryable epochs never changes. Role: read.
+        """
+
+    @_abc_1.abstractmethod
+    def Changes(
+        self,
+        request: _epochstate_pb2.ChangesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_epochstate_pb2.ChangesResponse], _abc.AsyncIterator[_epochstate_pb2.ChangesResponse]]:
+        """The changes of each epoch of a range, epoch by epoch, each complete and
+        marked; with follow, of each new epoch as it becomes queryable: a
+        change-data-capture stream of the job's state. Role: read.
+        """
 
     @_abc_1.abstractmethod
     def ReportEpoch(

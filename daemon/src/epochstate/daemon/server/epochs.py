@@ -18,6 +18,7 @@ the caller reads from. Errors say why no such epoch exists:
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple, Protocol
@@ -175,6 +176,77 @@ def _resolve_covers(
     return Pinned(view, epoch)
 
 
+def _as_of(
+    store: EpochStore,
+    name: str,
+    job_id: int,
+    progress: JobProgress,
+    at_ms: int,
+    unavailable: Mapping[int, str],
+) -> int | None:
+    """The newest queryable epoch committed at or before ``at_ms``, known once an epoch
+    committed after it is queryable (until then a later epoch may still commit before
+    ``at_ms``): None while it is not known."""
+    if progress.empty:
+        return None
+    records = [r for r in store.epochs(job_id, progress.oldest) if r.epoch <= progress.newest]
+    if not records or records[-1].committed_at_ms <= at_ms:
+        return None
+    if records[0].committed_at_ms > at_ms:
+        if records[0].epoch == 0:
+            raise NoSuchEpoch(f"job {name!r} committed its first epoch after {at_ms} ms")
+        raise EpochRetired(
+            f"the epoch of job {name!r} as of {at_ms} ms is older than retention; {_range_text(progress)}",
+            metadata={"job": name, "oldestEpoch": str(progress.oldest), "newestEpoch": str(progress.newest)},
+        )
+    found, after = records[0].epoch, records[-1].epoch
+    for record, following in itertools.pairwise(records):
+        if following.committed_at_ms > at_ms:
+            found, after = record.epoch, following.epoch
+            break
+    skipped = sorted(e for e in unavailable if found < e < after)
+    if skipped:
+        # Skipped epochs have no record: one of them may be the answer.
+        raise EpochUnavailable(
+            f"the epoch of job {name!r} as of {at_ms} ms may be epoch {skipped[-1]}, which cannot be "
+            f"served: {unavailable[skipped[-1]]}"
+        )
+    return found
+
+
+def _resolve_as_of(
+    store: EpochStore,
+    catalog: Catalog,
+    entry: JobEntry,
+    at_ms: int,
+    timeout: float | None,
+    abandoned: Callable[[], bool],
+) -> Pinned:
+    name, job_id = entry.descriptor.name, entry.descriptor.job_id
+    if at_ms < 0:
+        raise BadSelector(f"as_of_time must be >= 0 (ms since the Unix epoch), got {at_ms}")
+    gaps = entry.unavailable
+    view = store.view()
+    epoch = _as_of(store, name, job_id, view.progress(job_id), at_ms, gaps)
+    if epoch is None:
+        _refuse_dropped(view, catalog, entry, 0, view.progress(job_id))
+
+        def known(p: JobProgress) -> bool:
+            return _as_of(store, name, job_id, p, at_ms, gaps) is not None
+
+        if catalog.wait_until(name, known, timeout, abandoned) is None:
+            raise EpochWaitTimedOut(
+                f"no epoch of job {name!r} committed after {at_ms} ms became queryable before the "
+                f"deadline, so the epoch as of that time is not known yet; "
+                f"{_range_text(catalog.get(name).progress)}"
+            )
+        view = store.view()
+        epoch = _as_of(store, name, job_id, view.progress(job_id), at_ms, gaps)
+        if epoch is None:  # retention moved past it between the wait and the view
+            raise EpochRetired(f"the epoch of job {name!r} as of {at_ms} ms was retired")
+    return Pinned(view, epoch)
+
+
 class Pinned(NamedTuple):
     """A view of the store and the epoch a read is pinned to within it."""
 
@@ -257,6 +329,8 @@ def resolve(
     kind = selector.WhichOneof("kind") or "latest"
     if kind == "covers":
         return _resolve_covers(store, catalog, entry, selector.covers, time_left(), abandoned)
+    if kind == "as_of_time":
+        return _resolve_as_of(store, catalog, entry, selector.as_of_time, time_left(), abandoned)
     if kind == "aligned_with":
         return _resolve_aligned(
             store, catalog, entry, selector.aligned_with, time_left(), alignment, abandoned

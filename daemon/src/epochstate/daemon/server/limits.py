@@ -13,11 +13,14 @@ reflection and refusals always find a thread.
 Kinds (see :func:`kind_of`):
 
 * unary reads: Get, MultiGet and Scan whose selector never waits (an exact epoch
-  without ``wait``, the latest), ListJobs, DescribeJob, ListEpochs, Routing's Locate;
+  without ``wait``, the latest), History without ``wait``, ListJobs, DescribeJob,
+  ListEpochs, Routing's Locate;
 * waiting reads: Get, MultiGet and Scan whose selector may wait (``at_least``,
-  ``exact`` with ``wait``, ``covers``, ``aligned_with``), classified by the request
-  so the limit holds before any wait begins;
-* streams: WatchEpochs, and the streams of other services (health Watch, reflection);
+  ``exact`` with ``wait``, ``covers``, ``aligned_with``, ``as_of_time``), History
+  with ``wait`` and a ``to_epoch``, classified by the request so the limit holds
+  before any wait begins;
+* streams: WatchEpochs, Changes, and the streams of other services (health Watch,
+  reflection);
 * reports: ReportEpoch;
 * admin: FollowJob, AlignmentAdmin and any other method of ours.
 
@@ -44,7 +47,7 @@ _SELECTED_READS = frozenset(f"{OURS}{name}" for name in ("Get", "MultiGet", "Sca
 _UNARY_READS = frozenset(f"{OURS}{name}" for name in ("ListJobs", "DescribeJob", "ListEpochs")) | {
     "/epochstate.v1.Routing/Locate"
 }
-_WAITING_SELECTORS = frozenset({"at_least", "covers", "aligned_with"})
+_WAITING_SELECTORS = frozenset({"at_least", "covers", "aligned_with", "as_of_time"})
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 
@@ -98,6 +101,10 @@ def kind_of(method: str, streams: bool, request: Any = None) -> CallKind | None:
     if method in _SELECTED_READS:
         selector = getattr(request, "epoch", None)
         waits = selector is not None and hasattr(selector, "WhichOneof") and may_wait(selector)
+        return CallKind.WAITING_READ if waits else CallKind.UNARY_READ
+    if method == f"{OURS}History":
+        # Waits only for a to_epoch not queryable yet, and only when asked to.
+        waits = bool(getattr(request, "wait", False)) and request.HasField("to_epoch")
         return CallKind.WAITING_READ if waits else CallKind.UNARY_READ
     if method in _UNARY_READS:
         return CallKind.UNARY_READ

@@ -22,13 +22,13 @@ from epochstate.core.errors import EpochStateError
 from epochstate.core.sparktypes import StructType, type_to_json
 from epochstate.daemon.codec import keycodec
 from epochstate.daemon.codec.records import RecordEncoder, response_bytes
-from epochstate.daemon.server import epochs
+from epochstate.daemon.server import epochs, over_time
 from epochstate.daemon.server.held_partitions import check_held
 from epochstate.daemon.server.limits import may_wait
 from epochstate.daemon.server.reported_jobs import ReportedJobs
 from epochstate.daemon.server.status import BadRequest, abort, domain_errors, has_deadline, wait_budget
 from epochstate.daemon.server.values import KeyEncoder, key_from_proto
-from epochstate.daemon.store import layout
+from epochstate.daemon.store import history, layout
 from epochstate.daemon.store.catalog import (
     Catalog,
     JobEntry,
@@ -332,6 +332,109 @@ class EpochStateService:
         shape = handle.schema_at(pinned.epoch).first_epoch
         payloads = [v.payload for v in versions]
         return response_bytes(pinned.epoch, payloads, token=token, query_id=query_id, shape_first_epoch=shape)
+
+    # -- over time ---------------------------------------------------------------
+
+    @domain_errors
+    def History(self, request: pb.HistoryRequest, context: grpc.ServicerContext) -> bytes:
+        """A serialized ``HistoryResponse`` (see :mod:`epochstate.daemon.server.over_time`)."""
+        entry, handle = self._handle(request.store)
+        last = request.to_epoch if request.HasField("to_epoch") else None
+        first = request.from_epoch
+        over_time.check_range(first, last)
+        limit = over_time.limit_of(request.limit)
+        if last is None:
+            selector = pb.EpochSelector(latest=True)
+        else:
+            selector = pb.EpochSelector(exact=last, wait=request.wait)
+        pinned, schema, encoded = self._pinned_keys(entry, handle, [request.key], selector, context)
+        name = entry.descriptor.name
+        try:
+            if first > pinned.epoch:
+                raise epochs.EpochNotReady(
+                    f"from_epoch {first} of job {name!r} is after its newest queryable epoch {pinned.epoch}",
+                    metadata={"job": name, "epoch": str(first)},
+                )
+            progress = pinned.view.progress(entry.descriptor.job_id)
+            over_time.check_retained(name, first, progress, "the history", changes=False)
+            over_time.check_available(name, first, pinned.epoch, entry.unavailable)
+            response = over_time.history_response(
+                pinned.view,
+                handle.descriptor.store_id,
+                encoded[0],
+                first,
+                pinned.epoch,
+                limit,
+                handle.schema_at,
+                entry.descriptor.query_id,
+            )
+        finally:
+            self._views.done(pinned.view)
+        check_held(entry, handle, schema, encoded, [b"" if response.versions else None])
+        return response.SerializeToString()
+
+    @domain_errors
+    def Changes(
+        self, request: pb.ChangesRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ChangesResponse]:
+        """The changes of each epoch of the range (see :mod:`epochstate.daemon.server.over_time`);
+        a bad range or a retired start fails the call before the stream starts."""
+        entry, handle = self._handle(request.store)
+        last = request.to_epoch if request.HasField("to_epoch") else None
+        first = request.from_epoch
+        over_time.check_range(first, last, request.follow)
+        limit = over_time.limit_of(request.limit)
+        progress = self._store.progress(entry.descriptor.job_id)
+        name = entry.descriptor.name
+        if progress.empty:
+            raise epochs.EpochNotReady(f"job {name!r} has no queryable epoch yet", metadata={"job": name})
+        over_time.check_retained(name, first, progress, "the changes", changes=True)
+        if last is None and not request.follow:
+            last = progress.newest
+        operator = (handle.descriptor.operator_id, handle.descriptor.store_name)
+        # A stream waiting for its next epoch ends as soon as its caller goes away.
+        context.add_callback(self._catalog.wake)
+        return self._changes(entry, operator, first, last, limit, context)
+
+    def _changes(
+        self,
+        entry: JobEntry,
+        operator: tuple[int, str],
+        first: int,
+        last: int | None,
+        limit: int,
+        context: grpc.ServicerContext,
+    ) -> Iterator[pb.ChangesResponse]:
+        """Epochs ``first..last`` (None: for ever) of one store, a group of epochs per walk
+        over the store, waiting for each epoch to become queryable; the call ends with an
+        error (never as if complete) when an epoch cannot be sent."""
+        job_id, name, query_id = entry.descriptor.job_id, entry.descriptor.name, entry.descriptor.query_id
+        following = first
+        try:
+            while context.is_active() and (last is None or following <= last):
+                view = self._store.view()
+                progress = view.progress(job_id)
+                if progress.empty or progress.newest < following:
+                    if view.dropped(job_id):
+                        raise epochs.incarnation_changed(self._catalog, entry, "the change stream")
+                    self._catalog.subscribe_wait(1.0)
+                    continue
+                over_time.check_retained(name, following, progress, "the changes", changes=True)
+                end = min(progress.newest, following + over_time.EPOCHS_PER_WALK - 1)
+                if last is not None:
+                    end = min(end, last)
+                over_time.check_available(name, following, end, entry.unavailable)
+                handle = entry.store(*operator)
+                found = history.changes(view, handle.descriptor.store_id, following, end)
+                records = self._store.epochs(job_id, following, end - following + 1)
+                committed = {r.epoch: r.committed_at_ms for r in records}
+                for epoch in range(following, end + 1):
+                    yield from over_time.epoch_messages(
+                        epoch, found[epoch], handle.schema_at(epoch), limit, query_id, committed.get(epoch, 0)
+                    )
+                following = end + 1
+        except EpochStateError as error:
+            abort(context, error)  # never end as if the range were complete
 
     # -- discovery -------------------------------------------------------------
 

@@ -10,8 +10,8 @@ What a bounded check can verify, and what it leaves to the reads:
   the data (``bench/startup_check.py`` measures it). A damaged one makes the store
   refuse to open (StoreDamaged): the daemon does not start rather than serve
   "absent", "no epoch yet" or an epoch range it cannot vouch for.
-* Left to the reads: the versions (``d``) and the retention's garbage index
-  (``g``), which grow with the state and the retained epochs. Reading them all
+* Left to the reads: the versions (``d``), the retention's garbage index (``g``)
+  and the change index (``c``), which grow with the state and the retained epochs. Reading them all
   at start-up costs a full read of the store (seconds to minutes); instead a read
   that meets a damaged block fails with DATA_LOSS (STORE_DAMAGED), as does
   retention, never "absent" (:mod:`damage`).

@@ -11,6 +11,9 @@ key                                        value
 ``g`` job_id epoch chunk                   data keys (each length-prefixed) that are
                                            garbage once the oldest retained epoch
                                            is >= epoch
+``c`` store_id epoch chunk                 the keys (each length-prefixed, in key order)
+                                           the epoch gave a version or a tombstone:
+                                           its changes, without a walk over the store
 ``e`` job_id epoch                         the epoch's record (JSON)
 ``p`` job_id                               progress: newest, oldest epoch
 ``J`` job name                             job descriptor (JSON; with the Spark
@@ -39,6 +42,7 @@ import numpy.typing as npt
 
 DATA = b"d"
 GARBAGE = b"g"
+CHANGED = b"c"
 EPOCH = b"e"
 PROGRESS = b"p"
 JOB = b"J"
@@ -58,7 +62,9 @@ know them ignores them.
 3: a job descriptor may name the partitions its data covers (a daemon of layout 2
 would take such a job's data for the whole job, and answer "absent" for keys of
 the partitions it lacks). 4: a store's later shapes (``s``) name their number of
-Spark partitions (a daemon of layout 3 would read every epoch with the first count)."""
+Spark partitions (a daemon of layout 3 would read every epoch with the first count).
+The ``c`` keys came later within 4: a daemon that does not know them ignores them,
+and an epoch without them (written by such a daemon) is read by a walk over the store."""
 
 UPGRADES_FROM = frozenset({"2", "3"})
 """Layout versions a store is read as, and restamped with, :data:`LAYOUT_VERSION`
@@ -127,6 +133,22 @@ def unpack_keys(raw: bytes) -> list[bytes]:
         keys.append(raw[pos + 4 : pos + 4 + size])
         pos += 4 + size
     return keys
+
+
+def changed_prefix(store_id: int, epoch: int | None = None) -> bytes:
+    """The change index of a store, or of one epoch of it."""
+    head = CHANGED + _ID.pack(store_id)
+    return head if epoch is None else head + _EPOCH.pack(epoch)
+
+
+def changed_key(store_id: int, epoch: int, chunk: int) -> bytes:
+    return CHANGED + _ID.pack(store_id) + _EPOCH.pack(epoch) + _ID.pack(chunk)
+
+
+def changed_epoch(raw: bytes) -> int:
+    """The epoch of a change index key."""
+    head = len(CHANGED) + _ID.size
+    return int(_EPOCH.unpack(raw[head : head + EPOCH_WIDTH])[0])
 
 
 def epoch_key(job_id: int, epoch: int) -> bytes:

@@ -55,7 +55,7 @@ from epochstate.daemon.store.descriptors import (
 )
 from epochstate.daemon.store.errors import LayoutMismatch, StoreDamaged
 from epochstate.daemon.store.newest import KeyDigest, key_digest
-from epochstate.daemon.store.placement import StoreChanges, VersionPlacer
+from epochstate.daemon.store.placement import Placed, StoreChanges, VersionPlacer
 from epochstate.daemon.store.reads import StoreReads
 
 # Data keys per garbage index value (a few MB at most).
@@ -285,6 +285,10 @@ class VersionedStore(StoreReads):
         for chunk, start in enumerate(range(0, len(garbage), _GARBAGE_CHUNK)):
             value = layout.pack_keys(garbage[start : start + _GARBAGE_CHUNK])
             batch.put(layout.garbage_key(job.job_id, epoch, chunk), value)
+        # The changes of a full load are known only at epoch 0 (nothing came before it).
+        if not fresh or epoch == 0:
+            for store_id, part in zip(changes, placed, strict=True):
+                _index_changes(batch, store_id, epoch, part)
         oldest = current.oldest if current.oldest >= 0 else epoch
         progress = JobProgress(epoch, oldest)
         for store_id, shape in shapes:
@@ -324,6 +328,12 @@ class VersionedStore(StoreReads):
             if record.epoch >= oldest:
                 break
             batch.delete(layout.epoch_key(job.job_id, record.epoch))
+        # The changes of the oldest retained epoch and older are never read again.
+        for store in self.stores(job.name):
+            for key, _ in self._scan_prefix(layout.changed_prefix(store.store_id)):
+                if layout.changed_epoch(key) > oldest:
+                    break
+                batch.delete(key)
         for skipped in self.unavailable(job.job_id):
             if skipped < oldest:
                 batch.delete(layout.unavailable_key(job.job_id, skipped))
@@ -345,7 +355,11 @@ class VersionedStore(StoreReads):
         with self._lock:
             batch = WriteBatch(raw_mode=True)
             for store in stores:
-                for prefix in (layout.data_prefix(store.store_id), layout.schema_prefix(store.store_id)):
+                for prefix in (
+                    layout.data_prefix(store.store_id),
+                    layout.schema_prefix(store.store_id),
+                    layout.changed_prefix(store.store_id),
+                ):
                     batch.delete_range(prefix, _end(prefix))
                 batch.delete(layout.store_key(store.store_id))
             for prefix in (
@@ -379,6 +393,19 @@ class VersionedStore(StoreReads):
             self.db.write(batch, self._durable)
         else:
             self.db.write(batch)
+
+
+def _index_changes(batch: WriteBatch, store_id: int, epoch: int, placed: Placed) -> None:
+    """Write the change index of one store's epoch: the keys it gave a version, in key
+    order; one empty chunk when none, so that an indexed epoch is told from one written
+    before the index (read by a walk)."""
+    changed = sorted([*placed.live, *placed.removed])
+    if not changed:
+        batch.put(layout.changed_key(store_id, epoch, 0), b"")
+        return
+    for chunk, start in enumerate(range(0, len(changed), _GARBAGE_CHUNK)):
+        value = layout.pack_keys(changed[start : start + _GARBAGE_CHUNK])
+        batch.put(layout.changed_key(store_id, epoch, chunk), value)
 
 
 def _end(prefix: bytes) -> bytes:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from rocksdict import Rdict
+from rocksdict import Rdict, RdictIter
 
 from epochstate.daemon.store import damage, layout
 from epochstate.daemon.store.descriptors import JobProgress
@@ -39,6 +39,10 @@ class StoreView:
         # A snapshot never changes, so neither does a job's progress in it; a view
         # reused by many reads (store/view_pool.py) reads each job's marker once.
         self._progress: dict[int, JobProgress] = {}
+
+    def iterator(self) -> RdictIter:
+        """A new iterator over the view's snapshot (for reads that walk many keys)."""
+        return self._snapshot.iter()
 
     def progress(self, job_id: int) -> JobProgress:
         known = self._progress.get(job_id)

@@ -33,7 +33,17 @@ from epochstate.daemon.server.status import NotAuthenticated, RoleMissing, abort
 
 Behavior = Callable[[Any, grpc.ServicerContext], Any]
 
-_READ = ("Get", "MultiGet", "Scan", "ListJobs", "DescribeJob", "ListEpochs", "WatchEpochs")
+_READ = (
+    "Get",
+    "MultiGet",
+    "Scan",
+    "ListJobs",
+    "DescribeJob",
+    "ListEpochs",
+    "WatchEpochs",
+    "History",
+    "Changes",
+)
 ROLES_OF: dict[str, tuple[Role, ...]] = {
     **{f"epochstate.v1.EpochState.{name}": (Role.READ,) for name in _READ},
     "epochstate.v1.EpochState.ReportEpoch": (Role.REPORT,),

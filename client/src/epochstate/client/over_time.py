@@ -1,0 +1,123 @@
+"""State over time, as the client returns it: a key's history and each epoch's changes.
+
+Plain frozen values, decoded with the store's schema of the epoch they are of
+(``key``/``value`` are :class:`~epochstate.client.structs.Struct`), so that other
+modules (the Arrow conversion, the CLI's writers) consume them without gRPC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from epochstate.client.structs import Struct
+from epochstate.client.values import from_row
+from epochstate.core.sparktypes import StructType
+from epochstate.v1 import epochstate_pb2 as pb
+
+ChangeType = Literal["upsert", "delete"]
+
+
+@dataclass(frozen=True)
+class KeyVersion:
+    """One version of a key: valid from epoch ``valid_from`` until (not including)
+    ``valid_to`` (None: still valid at the range's last epoch). A deletion has
+    ``deleted`` set and no value: the key is absent from ``valid_from`` on."""
+
+    key: Struct
+    value: Struct | None
+    deleted: bool
+    valid_from: int
+    valid_to: int | None
+    partition: int | None
+
+
+@dataclass(frozen=True)
+class KeyHistory:
+    """Every version of one key valid at some epoch of ``[from_epoch, to_epoch]``, oldest
+    first. The answer for a range of queryable epochs never changes."""
+
+    job: str
+    from_epoch: int
+    to_epoch: int
+    query_id: str
+    versions: tuple[KeyVersion, ...]
+
+    def value_at(self, epoch: int) -> Struct | None:
+        """The key's value at ``epoch`` of the range (None: absent)."""
+        for v in self.versions:
+            if v.valid_from <= epoch and (v.valid_to is None or epoch < v.valid_to):
+                return None if v.deleted else v.value
+        return None
+
+
+@dataclass(frozen=True)
+class Change:
+    """A key one epoch changed: ``upsert`` with its new value, or ``delete``."""
+
+    epoch: int
+    type: ChangeType
+    key: Struct
+    value: Struct | None
+    partition: int | None
+
+
+@dataclass(frozen=True)
+class EpochChanges:
+    """Every change of one epoch, in key order: the epoch is complete."""
+
+    epoch: int
+    changes: tuple[Change, ...]
+    committed_at_ms: int
+    query_id: str
+
+
+Schemas = Callable[[int], tuple[StructType, StructType]]
+"""(key schema, value schema) of the store at an epoch."""
+
+
+def versions_of(response: pb.HistoryResponse, schemas: Schemas) -> list[KeyVersion]:
+    out = []
+    for v in response.versions:
+        key_schema, value_schema = schemas(v.valid_from_epoch)
+        record = v.record
+        out.append(
+            KeyVersion(
+                key=from_row(record.key, key_schema),
+                value=None if v.deleted else from_row(record.value, value_schema),
+                deleted=v.deleted,
+                valid_from=v.valid_from_epoch,
+                valid_to=v.valid_to_epoch if v.HasField("valid_to_epoch") else None,
+                partition=record.partition if record.found or v.deleted else None,
+            )
+        )
+    return out
+
+
+def change_of(epoch: int, change: pb.Change, key_schema: StructType, value_schema: StructType) -> Change:
+    deleted = change.type == pb.Change.Type.DELETE
+    record = change.record
+    return Change(
+        epoch=epoch,
+        type="delete" if deleted else "upsert",
+        key=from_row(record.key, key_schema),
+        value=None if deleted else from_row(record.value, value_schema),
+        partition=record.partition,
+    )
+
+
+def whole_epochs(
+    messages: Iterable[pb.ChangesResponse], schemas: Callable[[pb.ChangesResponse], Schemas]
+) -> Iterator[EpochChanges]:
+    """The messages of a Changes stream gathered into whole epochs, each yielded once
+    its end-of-epoch marker arrived. ``schemas(message)`` gives the schemas to decode a
+    message's records with."""
+    pending: list[Change] = []
+    for message in messages:
+        if message.epoch_complete:
+            yield EpochChanges(message.epoch, tuple(pending), message.committed_at_ms, message.query_id)
+            pending = []
+            continue
+        key_schema, value_schema = schemas(message)(message.epoch)
+        pending.extend(change_of(message.epoch, c, key_schema, value_schema) for c in message.changes)
