@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test test-fast constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-state-size bench-object-store bench-s3-clients bench-alignment clean soak
+.PHONY: demo demo-chain test test-fast constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports view docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-state-size bench-object-store bench-s3-clients bench-alignment bench-arrow clean soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -124,6 +124,10 @@ bench-s3-clients: $(STAMP)
 
 bench-alignment: $(STAMP)
 	$(BIN)/python bench/alignment.py $(BENCH_ARGS)
+
+# One whole epoch of the 100,000-key state into Arrow: the client against Spark's reader (about 2 min).
+bench-arrow: $(STAMP)
+	$(BIN)/python bench/arrow_scan.py $(BENCH_ARGS)
 
 # 30 minutes of ingest and reads; are the daemon's resources bounded? (SOAK_ARGS=--minutes 5)
 soak: $(STAMP)

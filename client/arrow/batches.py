@@ -14,7 +14,6 @@ from epochstate.client.client import StoreSchema
 from epochstate.v1 import epochstate_pb2 as pb
 
 _FOUND = attrgetter("found")
-_PARTITION = attrgetter("partition")
 
 
 class Change(Protocol):
@@ -50,15 +49,22 @@ def state_batch(
     not found has a null ``value``. ``schema``: :func:`state_schema` of ``store``, with
     any metadata."""
     schema = schema or state_schema(store)
-    key = struct_column([r.key.fields for r in records], store.key, schema.field("key").type)
-    values = [r.value.fields for r in records]
+    keys: list[Sequence[pb.Value]] = []
+    values: list[Sequence[pb.Value]] = []
+    partitions: list[int] = []
+    # One pass over the records: each access to one makes its Python object anew.
+    for r in records:
+        keys.append(r.key.fields)
+        values.append(r.value.fields)
+        partitions.append(r.partition)
+    key = struct_column(keys, store.key, schema.field("key").type)
     value_type = schema.field("value").type
     if store.value.fields:
         # A found record's value has every field: an empty one is an absent value.
         value = struct_column(values, store.value, value_type, empty_is_null=True)
     else:
         value = struct_column(values, store.value, value_type, [not f for f in map(_FOUND, records)])
-    partition = pa.array(list(map(_PARTITION, records)), type=pa.int32())
+    partition = pa.array(partitions, type=pa.int32())
     return pa.RecordBatch.from_arrays([key, value, partition], schema=schema)
 
 

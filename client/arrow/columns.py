@@ -13,7 +13,7 @@ nested value either.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -106,26 +106,29 @@ def _atomic(rows: Sequence[Sequence[pb.Value]], index: int, t: AtomicType, arrow
     the rows (no list of the field's Values in between)."""
     kind, default = _KINDS[t.name]
     out = list(map(attrgetter(kind), map(itemgetter(index), rows)))
-    return pa.array(_checked(out, lambda i: rows[i][index], kind, default, t), type=arrow)
+    defaults = [i for i, x in enumerate(out) if x == default]
+    if defaults:
+        _checked(out, defaults, [rows[i][index] for i in defaults], kind, t)
+    return pa.array(out, type=arrow)
 
 
 def _read(values: Sequence[pb.Value], kind: str, default: Any, t: SparkType) -> list[Any]:
-    """``kind`` of every value; a value reading as ``default`` is checked: None when it
-    is null, decoded whole when it came in another kind than ``kind``."""
-    return _checked(list(map(attrgetter(kind), values)), values.__getitem__, kind, default, t)
-
-
-def _checked(
-    out: list[Any], value_at: Callable[[int], pb.Value], kind: str, default: Any, t: SparkType
-) -> list[Any]:
-    """``out`` (the ``kind`` field of each value) with each entry that reads as ``default``
-    checked (a null, and a value of another kind, read as the default too)."""
-    for i in [i for i, x in enumerate(out) if x == default]:
-        v = value_at(i)
-        held = v.WhichOneof("kind")
-        if held != kind:
-            out[i] = None if held in (None, "null") else from_value(v, t)
+    """``kind`` of every value, checked as :func:`_checked` says."""
+    out = list(map(attrgetter(kind), values))
+    defaults = [i for i, x in enumerate(out) if x == default]
+    if defaults:
+        _checked(out, defaults, [values[i] for i in defaults], kind, t)
     return out
+
+
+def _checked(out: list[Any], defaults: list[int], values: list[pb.Value], kind: str, t: SparkType) -> None:
+    """Check the entries of ``out`` at ``defaults`` (``values`` are their Values): they read
+    as the default of ``kind``, as a null and a value sent in another kind do. A null
+    becomes None, another kind is decoded whole."""
+    held = [v.WhichOneof("kind") for v in values]
+    for i, h, v in zip(defaults, held, values, strict=True):
+        if h != kind:
+            out[i] = None if h in (None, "null") else from_value(v, t)
 
 
 def _decimals(values: Sequence[pb.Value], t: DecimalType, arrow: pa.DataType) -> pa.Array:
