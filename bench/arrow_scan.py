@@ -25,6 +25,7 @@ Targets: >= 10x faster than Spark's warm ``toArrow()``, >= 300,000 rows/s into A
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import statistics
@@ -138,7 +139,7 @@ def main() -> None:
         tcp = clients["TCP"]
         store = tcp.describe("bench").store()
         rows: dict[str, Callable[[], Any]] = {
-            f"(b) scan_table, {transport}": (lambda c=c: scan_table(c, "bench", epoch=epoch))
+            f"(b) scan_table, {transport}": functools.partial(scan_table, c, "bench", epoch=epoch)
             for transport, c in clients.items()
         }
         rows["(b) scan_pandas, TCP"] = lambda: scan_pandas(tcp, "bench", epoch=epoch)

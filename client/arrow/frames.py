@@ -19,12 +19,21 @@ def scan_table(client: EpochStateClient, job: str, **options: Any) -> pa.Table:
 
 def scan_pandas(client: EpochStateClient, job: str, *, flatten: bool = True, **options: Any) -> Any:
     """:func:`scan_table` as a ``pandas.DataFrame``. ``flatten``: one column per key and
-    value field (``key.user``, ``value.count``; a repeated field name gives repeated
-    column names, every field kept), else ``key`` and ``value`` columns of dicts
-    (as pyarrow converts structs: a repeated name keeps one of its values).
+    value field, nested structs too (``key.user``, ``value.count``,
+    ``value.first.x``; a repeated field name gives repeated column names, every field
+    kept), else ``key`` and ``value`` columns of dicts (pyarrow refuses to convert a
+    struct whose field names repeat).
 
     Raises:
         ImportError: pandas is not installed.
     """
     table = scan_table(client, job, **options)
-    return (table.flatten() if flatten else table).to_pandas()
+    return (flatten_structs(table) if flatten else table).to_pandas()
+
+
+def flatten_structs(table: pa.Table) -> pa.Table:
+    """``table`` with every struct column, at every depth, replaced by its fields
+    (named ``<column>.<field>``; a struct's null makes its fields null)."""
+    while any(pa.types.is_struct(f.type) for f in table.schema):
+        table = table.flatten()
+    return table

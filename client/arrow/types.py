@@ -76,7 +76,7 @@ def state_schema(store: StoreSchema) -> pa.Schema:
         [
             pa.field("key", arrow_type(store.key), nullable=True),
             pa.field("value", arrow_type(store.value), nullable=True),
-            pa.field("partition_id", pa.int32(), nullable=False),
+            pa.field("partition_id", pa.int32(), nullable=True),
         ]
     )
 
