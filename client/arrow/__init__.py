@@ -24,7 +24,7 @@ except ImportError as missing:
         name=missing.name,
     ) from missing
 
-from epochstate.client.arrow.batches import Change, changes_batch, state_batch
+from epochstate.client.arrow.batches import Change, changes_batch, changes_batches, state_batch
 from epochstate.client.arrow.frames import flatten_structs, scan_pandas, scan_table
 from epochstate.client.arrow.scan import lookups_batch, scan_batches
 from epochstate.client.arrow.types import arrow_type, changes_schema, state_schema
@@ -33,6 +33,7 @@ __all__ = [
     "Change",
     "arrow_type",
     "changes_batch",
+    "changes_batches",
     "changes_schema",
     "flatten_structs",
     "lookups_batch",

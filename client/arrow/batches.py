@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 from operator import attrgetter
 from typing import Protocol
 
@@ -87,3 +88,14 @@ def changes_batch(
         ],
         schema=schema,
     )
+
+
+def changes_batches(
+    changes: Iterable[Change], store: StoreSchema, *, rows: int = 10_000
+) -> Iterator[pa.RecordBatch]:
+    """:func:`changes_batch` of ``changes`` (a feed, read as it comes) ``rows`` at a time;
+    nothing when there are none."""
+    schema = changes_schema(store)
+    it = iter(changes)
+    while chunk := list(islice(it, rows)):
+        yield changes_batch(chunk, store, schema)

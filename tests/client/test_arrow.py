@@ -18,6 +18,7 @@ from epochstate.cli.formats import csv_batch
 from epochstate.client.arrow import (
     arrow_type,
     changes_batch,
+    changes_batches,
     changes_schema,
     lookups_batch,
     state_batch,
@@ -197,6 +198,10 @@ def test_changes_batch_has_epoch_and_change_type_and_a_null_value_for_deletes() 
     upserts = state_batch([r for r, d in zip(sent, deleted, strict=True) if not d], STORE)
     kept = batch.filter(pa.array([not d for d in deleted]))
     assert kept.select(["key", "value", "partition_id"]).equals(upserts)
+    batches = list(changes_batches(iter(changes), STORE, rows=4))
+    assert [b.num_rows for b in batches] == [4, 4, len(changes) - 8]
+    assert pa.Table.from_batches(batches).equals(pa.Table.from_batches([batch]))
+    assert list(changes_batches([], STORE)) == []
 
 
 def test_csv_batches_flatten_structs_and_write_nested_values_as_json() -> None:

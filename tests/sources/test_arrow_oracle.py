@@ -1,8 +1,8 @@
 """Whole epochs as Arrow against Spark's reader, on this folder's session workloads
 (:func:`tests.sources.conftest.checkpoints`: every Spark type, repeated field names,
 removals), served by a real daemon: the client's table has the columns and types of
-``spark.read.format("statestore")...toArrow()`` and the same rows; pandas, and
-``epochstate scan --format parquet|csv|ndjson`` write the same records.
+``spark.read.format("statestore")...toArrow()`` and the same rows; pandas, a routed
+client and ``epochstate scan --format parquet|csv|ndjson`` give the same records.
 
 Here rather than under tests/client because these workloads are made once per test
 session for this folder.
@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from epochstate.client import Struct
+from epochstate.client import Struct, routed
 from epochstate.client.arrow import flatten_structs, scan_pandas, scan_table
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain, spark_state
@@ -95,6 +95,9 @@ def test_whole_epochs_as_arrow_equal_sparks_reader(
 
         window = scan_table(client, "window", epoch=last)
         assert_cli_formats(daemon.target, window)
+    with routed([daemon.target]) as through_group:
+        # A routed client's scan is converted from its records (the same table).
+        assert scan_table(through_group, "window", epoch=last, page_size=2).equals(window)
 
 
 def cli(target: str, *args: str) -> bytes:
