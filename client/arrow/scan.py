@@ -26,13 +26,15 @@ from epochstate.client.client import (
     _exact,
     selector,
 )
-from epochstate.client.errors import from_rpc_error
+from epochstate.client.errors import ResponseTooLarge, from_rpc_error
 from epochstate.client.routed import RoutedClient
 from epochstate.client.values import to_row
 from epochstate.v1 import epochstate_pb2 as pb
 
 # The daemon's largest page: fewer round trips for a whole epoch.
 MAX_PAGE = 10_000
+# What the daemon takes a page size of 0 for.
+DEFAULT_PAGE = 1000
 # A routed scan's records per batch.
 ROUTED_BATCH = 10_000
 
@@ -86,7 +88,7 @@ def scan_batches(
     returned = 0
     first = True
     while pending is not None:
-        response = _page(client, pending, request, timeout)
+        response, request = _page(client, pending, request, timeout)
         if response.next_page_token and (limit is None or returned + len(response.records) < limit):
             following = pb.ScanRequest()
             following.CopyFrom(request)
@@ -113,14 +115,23 @@ def _page(
     pending: grpc.Future[pb.ScanResponse],
     request: pb.ScanRequest,
     timeout: float | None,
-) -> Any:
-    """A page's response; an UNAVAILABLE daemon is asked again as every read does."""
+) -> tuple[Any, pb.ScanRequest]:
+    """A page's response and the request that got it: an UNAVAILABLE daemon is asked again
+    as every read does; a page over the daemon's response limit is asked for again in
+    halves (and the pages after it are as small)."""
     try:
-        return pending.result()
+        return pending.result(), request
     except grpc.RpcError as error:
-        if error.code() != grpc.StatusCode.UNAVAILABLE:
-            raise from_rpc_error(error) from None
-    return client._call(client.stub.Scan, request, timeout)
+        failure = from_rpc_error(error)
+    if failure.code == grpc.StatusCode.UNAVAILABLE:
+        return client._call(client.stub.Scan, request, timeout), request
+    if not isinstance(failure, ResponseTooLarge) or request.limit == 1:
+        raise failure
+    smaller = pb.ScanRequest()
+    smaller.CopyFrom(request)
+    smaller.limit = max(1, (request.limit or DEFAULT_PAGE) // 2)
+    seconds = client.timeout if timeout is None else timeout
+    return _page(client, client.stub.Scan.future(smaller, timeout=seconds), smaller, timeout)
 
 
 def _routed_batches(

@@ -21,9 +21,10 @@ from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pytest
 
-from epochstate.client import Struct, routed
-from epochstate.client.arrow import flatten_structs, scan_pandas, scan_table
+from epochstate.client import ResponseTooLarge, Struct, routed
+from epochstate.client.arrow import flatten_structs, lookups_batch, scan_pandas, scan_table
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain, spark_state
 from tests.sources.conftest import BATCHES
@@ -98,6 +99,26 @@ def test_whole_epochs_as_arrow_equal_sparks_reader(
     with routed([daemon.target]) as through_group:
         # A routed client's scan is converted from its records (the same table).
         assert scan_table(through_group, "window", epoch=last, page_size=2).equals(window)
+
+
+def test_a_page_over_the_response_limit_is_asked_for_again_in_halves(
+    checkpoints: dict[str, Path], daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    """dedup's 7 records of 66 key fields, some 600 bytes each, are several pages under
+    the smallest response limit a daemon takes (1 KiB)."""
+    limits = {"EPOCHSTATE_MAX_RESPONSE_BYTES": "1024"}
+    daemon = daemon_factory({"dedup": str(checkpoints["dedup"])}, env=limits)
+    last = BATCHES - 1
+    daemon.wait_for_epoch("dedup", last)
+    with daemon.client() as client:
+        with pytest.raises(ResponseTooLarge):
+            list(client.scan("dedup", epoch=last, page_size=10_000))
+        halved = scan_table(client, "dedup", epoch=last)
+        lookups = list(client.scan("dedup", epoch=last, page_size=1))
+        assert halved.num_rows == len(lookups) > 3
+        assert halved.equals(
+            pa.Table.from_batches([lookups_batch(lookups, client.describe("dedup").store())])
+        )
 
 
 def cli(target: str, *args: str) -> bytes:
