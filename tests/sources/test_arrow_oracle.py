@@ -76,7 +76,8 @@ def test_whole_epochs_as_arrow_equal_sparks_reader(
         daemon.wait_for_epoch(name, last)
     with daemon.client() as client:
         for name in JOBS:
-            for epoch in (1, last):
+            # window's epoch 1 holds windows that later epochs have removed.
+            for epoch in (1, last) if name == "window" else (last,):
                 # Pages of three records: several pages, each asked for while one is decoded.
                 ours = scan_table(client, name, epoch=epoch, page_size=3)
                 frame = spark.read.format("statestore").option("batchId", epoch).load(str(checkpoints[name]))
