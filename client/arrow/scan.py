@@ -9,7 +9,7 @@ as they come.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from typing import Any
 
 import grpc
@@ -53,7 +53,7 @@ def scan_batches(
     limit: int | None = None,
     page_size: int = MAX_PAGE,
     timeout: float | None = None,
-) -> Iterator[pa.RecordBatch]:
+) -> Generator[pa.RecordBatch, None, None]:
     """Every live key of one store at one epoch (as :meth:`EpochStateClient.scan` chooses
     and pins it), as record batches in key order; at least one batch, all with the
     same schema, whose metadata names the epoch and query that answered.
@@ -87,27 +87,31 @@ def scan_batches(
     pending: grpc.Future[pb.ScanResponse] | None = client.stub.Scan.future(request, timeout=seconds)
     returned = 0
     first = True
-    while pending is not None:
-        response, request = _page(client, pending, request, timeout)
-        if response.next_page_token and (limit is None or returned + len(response.records) < limit):
-            following = pb.ScanRequest()
-            following.CopyFrom(request)
-            # The token pins the first page's epoch and query.
-            following.page_token = response.next_page_token
-            request = following
-            pending = client.stub.Scan.future(request, timeout=seconds)
-        else:
-            pending = None
-        answered = client._answered(job, operator_id, store, schema, response.query_id, response)
-        shape = answered.at(response.epoch)
-        records = response.records
-        if limit is not None and returned + len(records) > limit:
-            records = records[: limit - returned]
-        if records or first:
-            columns = with_epoch(state_schema(shape), response.epoch, response.query_id)
-            yield state_batch(records, shape, columns)
-        returned += len(records)
-        first = False
+    try:
+        while pending is not None:
+            response, request = _page(client, pending, request, timeout)
+            if response.next_page_token and (limit is None or returned + len(response.records) < limit):
+                following = pb.ScanRequest()
+                following.CopyFrom(request)
+                # The token pins the first page's epoch and query.
+                following.page_token = response.next_page_token
+                request = following
+                pending = client.stub.Scan.future(request, timeout=seconds)
+            else:
+                pending = None
+            answered = client._answered(job, operator_id, store, schema, response.query_id, response)
+            shape = answered.at(response.epoch)
+            records = response.records
+            if limit is not None and returned + len(records) > limit:
+                records = records[: limit - returned]
+            if records or first:
+                columns = with_epoch(state_schema(shape), response.epoch, response.query_id)
+                yield state_batch(records, shape, columns)
+            returned += len(records)
+            first = False
+    finally:
+        if pending is not None:  # the caller stopped early: the page asked for ahead is not needed
+            pending.cancel()
 
 
 def _page(
@@ -136,7 +140,7 @@ def _page(
 
 def _routed_batches(
     client: EpochStateClient, job: str, operator_id: int, store: str, lookups: Iterable[Lookup]
-) -> Iterator[pa.RecordBatch]:
+) -> Generator[pa.RecordBatch, None, None]:
     chunk: list[Lookup] = []
     first = True
     for lookup in lookups:

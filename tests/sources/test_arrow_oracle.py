@@ -24,7 +24,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
 from epochstate.client import ResponseTooLarge, Struct, routed
-from epochstate.client.arrow import flatten_structs, lookups_batch, scan_pandas, scan_table
+from epochstate.client.arrow import flatten_structs, lookups_batch, scan_batches, scan_pandas, scan_table
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain, spark_state
 from tests.sources.conftest import BATCHES
@@ -97,6 +97,10 @@ def test_whole_epochs_as_arrow_equal_sparks_reader(
 
         window = scan_table(client, "window", epoch=last)
         assert_cli_formats(daemon.target, window)
+        assert scan_table(client, "window", epoch=last, page_size=2, limit=3).equals(window.slice(0, 3))
+        batches = scan_batches(client, "window", epoch=last, page_size=2)
+        assert next(batches).num_rows == 2
+        batches.close()  # the page asked for ahead is cancelled
     with routed([daemon.target]) as through_group:
         # A routed client's scan is converted from its records (the same table).
         assert scan_table(through_group, "window", epoch=last, page_size=2).equals(window)
