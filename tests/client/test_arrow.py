@@ -14,7 +14,6 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
-from epochstate.cli.formats import csv_batch
 from epochstate.client.arrow import (
     arrow_type,
     changes_batch,
@@ -202,19 +201,6 @@ def test_changes_batch_has_epoch_and_change_type_and_a_null_value_for_deletes() 
     assert [b.num_rows for b in batches] == [4, 4, len(changes) - 8]
     assert pa.Table.from_batches(batches).equals(pa.Table.from_batches([batch]))
     assert list(changes_batches([], STORE)) == []
-
-
-def test_csv_batches_flatten_structs_and_write_nested_values_as_json() -> None:
-    batch = csv_batch(state_batch(records(7), STORE))
-    names = batch.schema.names
-    assert names[:3] == ["key.user", "key.day", "value.count"]
-    assert names.count("value.count") == 2 and names.count("value.first.x") == 2
-    assert names[-1] == "partition_id"
-    row = dict(zip(names, [column[2].as_py() for column in batch.columns], strict=True))
-    assert row["value.bin"] == "AAE="  # base64, as --json writes binary
-    assert row["value.arr"] == "[[2,null],null,[]]"
-    assert row["value.m"] == '{"k":{"a":2},"n":null}'
-    assert batch.column(names.index("value.bin"))[6].as_py() is None  # record 6 has no value
 
 
 BLOCK_PYARROW = """
