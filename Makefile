@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test test-fast constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-state-size bench-object-store bench-s3-clients bench-alignment clean soak
+.PHONY: demo demo-chain test test-fast constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-state-size bench-object-store bench-s3-clients bench-alignment bench-arrow clean soak
 
 # The repository is a monorepo of distributions sharing the namespace `epochstate`, one per
 # folder, each a src layout (core/src/epochstate/core/, ...); the root's pyproject.toml gathers
@@ -125,6 +125,10 @@ bench-s3-clients: $(STAMP)
 
 bench-alignment: $(STAMP)
 	$(BIN)/python -m bench.alignment $(BENCH_ARGS)
+
+# One whole epoch of the 100,000-key state into Arrow: the client against Spark's reader (about 2 min).
+bench-arrow: $(STAMP)
+	$(BIN)/python -m bench.arrow_scan $(BENCH_ARGS)
 
 # 30 minutes of ingest and reads; are the daemon's resources bounded? (SOAK_ARGS=--minutes 5)
 soak: $(STAMP)

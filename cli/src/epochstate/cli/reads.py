@@ -23,6 +23,7 @@ an array of ``[name, value]`` pairs instead, so every field is kept::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar
 
@@ -47,6 +48,7 @@ from epochstate.cli.arguments import (
 )
 from epochstate.cli.connection import connect
 from epochstate.cli.console import fail, run_client
+from epochstate.cli.formats import Format, write_scan
 from epochstate.cli.output import compact, print_json_line
 from epochstate.cli.tables import print_table
 from epochstate.client.client import Lookup
@@ -108,14 +110,33 @@ def scan(
     as_of_time: AsOfTimeOpt = None,
     operator: OperatorOpt = 0,
     store: StoreOpt = "default",
-    limit: Annotated[int, typer.Option(help="at most this many records")] = 100,
+    limit: Annotated[int, typer.Option(help="at most this many records (0: every one)")] = 100,
     query_id: QueryIdOpt = None,
     timeout: TimeoutOpt = 10.0,
     as_json: RecordLinesOpt = False,
+    fmt: Annotated[
+        Format | None, typer.Option("--format", help="ndjson (as --json), csv or parquet (to stdout)")
+    ] = None,
 ) -> None:
     """List a job's state at one epoch, in key order."""
     parsed = parse_json(prefix, "prefix")
     chosen = parse_epoch(epoch)
+    if fmt in (Format.csv, Format.parquet):
+        with connect(target, timeout) as client:
+            write_scan(
+                fmt,
+                client,
+                job,
+                sys.stdout.buffer,
+                prefix=parsed,
+                epoch=chosen,
+                operator_id=operator,
+                store=store,
+                limit=limit or None,
+                query_id=query_id,
+            )
+        return
+    as_json = as_json or fmt is Format.ndjson
     with connect(target, timeout) as client:
         pages = client.scan(
             job,
@@ -123,7 +144,7 @@ def scan(
             epoch=chosen,
             operator_id=operator,
             store=store,
-            limit=limit,
+            limit=limit or None,
             query_id=query_id,
             as_of_time=as_of_time,
         )
