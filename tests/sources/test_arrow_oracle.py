@@ -24,7 +24,14 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
 from epochstate.client import ResponseTooLarge, Struct, routed
-from epochstate.client.arrow import flatten_structs, lookups_batch, scan_batches, scan_pandas, scan_table
+from epochstate.client.arrow import (
+    changes_batches_of,
+    flatten_structs,
+    lookups_batch,
+    scan_batches,
+    scan_pandas,
+    scan_table,
+)
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain, spark_state
 from tests.sources.conftest import BATCHES
@@ -126,10 +133,70 @@ def test_a_page_over_the_response_limit_is_asked_for_again_in_halves(
         )
 
 
+def test_changes_as_arrow_are_the_differences_of_sparks_reader(
+    spark: Any, checkpoints: dict[str, Path], daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    """Each epoch's batch of changes holds what Spark's reader says changed from the epoch
+    before (epoch 0: every key): upserts with the new value and partition, deletes with
+    the partition the key was in; ``epochstate changes --format parquet`` writes the
+    same table."""
+    daemon = daemon_factory({name: str(checkpoints[name]) for name in JOBS})
+    last = BATCHES - 1
+    for name in JOBS:
+        daemon.wait_for_epoch(name, last)
+    with daemon.client() as client:
+        for name in JOBS:
+            states = {e: spark_state(spark, checkpoints[name], e) for e in range(BATCHES)}
+            batches = list(changes_batches_of(client, name, from_epoch=0, to_epoch=last, page_size=2))
+            by_epoch = {int(b.schema.metadata[b"epochstate.epoch"]): b for b in batches}
+            for epoch in range(BATCHES):
+                before = states.get(epoch - 1, {})
+                upserts = {k: v for k, v in states[epoch].items() if before.get(k) != v}
+                deletes = {k: before[k][2] for k in set(before) - set(states[epoch])}
+                batch = by_epoch.get(epoch)
+                if not upserts and not deletes:
+                    assert batch is None, (name, epoch)
+                    continue
+                assert batch is not None, (name, epoch)
+                table = pa.Table.from_batches([batch])
+                assert set(table.column("epoch").to_pylist()) == {epoch}
+                kinds = table.column("change_type").to_pylist()
+                rows = as_oracle(table.drop_columns(["epoch", "change_type"]))
+                assert len(rows) == len(kinds), "a key changes once per epoch"
+                got_upserts = {
+                    k: v for (k, v), kind in zip(rows.items(), kinds, strict=True) if kind == "upsert"
+                }
+                got_deletes = {
+                    k: v[2] for (k, v), kind in zip(rows.items(), kinds, strict=True) if kind == "delete"
+                }
+                assert got_upserts == upserts, (name, epoch)
+                assert got_deletes == deletes, (name, epoch)
+                assert all(v[1] is None for (k, v) in rows.items() if k in got_deletes)
+        written = pq.read_table(
+            io.BytesIO(
+                cli(
+                    daemon.target,
+                    "changes",
+                    "window",
+                    "--from",
+                    "0",
+                    "--to",
+                    str(last),
+                    "--format",
+                    "parquet",
+                )
+            )
+        )
+        feed = pa.Table.from_batches(list(changes_batches_of(client, "window", from_epoch=0, to_epoch=last)))
+        assert written.equals(feed)
+
+
 def cli(target: str, *args: str) -> bytes:
-    command = ["scan", "window", "--epoch", str(BATCHES - 1), "--limit", "0", "--target", target]
+    command = ["scan", "window", "--epoch", str(BATCHES - 1), "--limit", "0"]
+    if args and args[0] == "changes":
+        command = []
     done = subprocess.run(
-        [sys.executable, "-m", "epochstate.cli", *command, *args],
+        [sys.executable, "-m", "epochstate.cli", *command, *args, "--target", target],
         capture_output=True,
         timeout=120,
     )

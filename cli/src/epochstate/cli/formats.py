@@ -1,4 +1,5 @@
-"""``--format``: how ``epochstate scan`` writes records for other programs.
+"""``--format``: how ``epochstate scan`` and ``epochstate changes`` write records for
+other programs.
 
 * ``ndjson``: one JSON object per record, as ``--json`` writes it (see
   :mod:`epochstate.cli.reads`); needs nothing beyond the client.
@@ -11,9 +12,13 @@
 * ``parquet``: one Parquet file of that Arrow table (structs kept), the epoch and
   query in its metadata; written to stdout, so redirect it to a file.
 
+For ``changes`` the columns are ``epoch`` and ``change_type`` (``upsert`` or
+``delete``), then those of a scan (``value`` null for a delete), as Spark's
+``readChangeFeed`` has them.
+
 ``csv`` and ``parquet`` need the ``arrow`` extra (pyarrow). Records are written as
 the daemon's pages arrive, in key order: a scan of a whole epoch is never held in
-memory at once.
+memory at once; a feed of changes, one epoch at a time.
 """
 
 from __future__ import annotations
@@ -49,13 +54,17 @@ def arrow_available() -> bool:
     return True
 
 
-def write_scan(fmt: Format, client: EpochStateClient, job: str, out: BinaryIO, **options: Any) -> None:
-    """Write the scan of ``job`` (options of :func:`~epochstate.client.arrow.scan_batches`)
-    to ``out`` as ``fmt`` (csv or parquet); a failure ends the command as every read's does."""
+def _writable(fmt: Format, out: BinaryIO) -> None:
     if not arrow_available():
         raise fail(ARROW_MISSING.format(name=fmt.value), 1)
     if fmt is Format.parquet and out.isatty():
         raise fail("--format parquet writes a binary file: redirect stdout to a file", 2)
+
+
+def write_scan(fmt: Format, client: EpochStateClient, job: str, out: BinaryIO, **options: Any) -> None:
+    """Write the scan of ``job`` (options of :func:`~epochstate.client.arrow.scan_batches`)
+    to ``out`` as ``fmt`` (csv or parquet); a failure ends the command as every read's does."""
+    _writable(fmt, out)
     from epochstate.client.arrow import scan_batches
 
     batches = scan_batches(client, job, **options)
@@ -64,6 +73,33 @@ def write_scan(fmt: Format, client: EpochStateClient, job: str, out: BinaryIO, *
     except (ValueError, TypeError) as error:
         # The client fits the prefix to the key schema before sending.
         raise fail(f"key does not match the key schema: {error}", 4) from None
+    run_client(lambda: write_batches(fmt, _chain(first, batches), out))
+
+
+def write_changes(
+    fmt: Format,
+    client: EpochStateClient,
+    job: str,
+    out: BinaryIO,
+    *,
+    operator_id: int,
+    store: str,
+    **options: Any,
+) -> None:
+    """Write the changes of ``job`` (options of
+    :func:`~epochstate.client.arrow.changes_batches_of`) to ``out`` as ``fmt`` (csv or
+    parquet), epoch by epoch as each completes; a feed with no change is the header (or
+    the schema) alone."""
+    _writable(fmt, out)
+    from epochstate.client.arrow import changes_batches_of, changes_schema
+
+    batches = changes_batches_of(client, job, operator_id=operator_id, store=store, **options)
+    first = run_client(lambda: next(batches, None))
+    if first is None:
+        import pyarrow as pa
+
+        described = run_client(lambda: client.describe(job).store(operator_id, store))
+        first = pa.RecordBatch.from_pylist([], schema=changes_schema(described))
     run_client(lambda: write_batches(fmt, _chain(first, batches), out))
 
 

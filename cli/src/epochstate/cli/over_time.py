@@ -29,6 +29,7 @@ Keys and values are written as for ``get`` (:mod:`epochstate.cli.reads`).
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -46,6 +47,7 @@ from epochstate.cli.arguments import (
 )
 from epochstate.cli.connection import connect
 from epochstate.cli.console import fail, run_client
+from epochstate.cli.formats import Format, write_changes
 from epochstate.cli.output import compact, print_json_line
 from epochstate.cli.tables import print_table
 from epochstate.client.over_time import EpochChanges, KeyHistory
@@ -142,16 +144,35 @@ def changes(
         float | None, typer.Option("--timeout", help="deadline in seconds of the whole feed (default: none)")
     ] = None,
     as_json: RecordLinesOpt = False,
+    fmt: Annotated[
+        Format | None, typer.Option("--format", help="ndjson (as --json), csv or parquet (to stdout)")
+    ] = None,
 ) -> None:
     """Print the keys each epoch changed (upserts with their new value, deletes), epoch by epoch."""
     if follow and to_epoch is not None:
         raise fail("--follow and --to exclude each other", 2)
+    as_json = as_json or fmt is Format.ndjson
     with connect(target) as client:
         start = from_epoch
         if start is None:
             summary = run_client(lambda: client.describe(job, refresh=True))
             # The oldest retained epoch may have been loaded whole: its changes are not known.
             start = 0 if summary.oldest_epoch <= 0 else summary.oldest_epoch + 1
+        if fmt in (Format.csv, Format.parquet):
+            write_changes(
+                fmt,
+                client,
+                job,
+                sys.stdout.buffer,
+                from_epoch=start,
+                to_epoch=to_epoch,
+                follow=follow,
+                operator_id=operator,
+                store=store,
+                query_id=query_id,
+                timeout=timeout,
+            )
+            return
         feed = client.changes(
             job,
             from_epoch=start,

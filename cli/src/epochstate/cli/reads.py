@@ -134,6 +134,7 @@ def scan(
                 store=store,
                 limit=limit or None,
                 query_id=query_id,
+                as_of_time=as_of_time,
             )
         return
     as_json = as_json or fmt is Format.ndjson

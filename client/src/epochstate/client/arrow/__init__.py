@@ -25,6 +25,7 @@ except ImportError as missing:
     ) from missing
 
 from epochstate.client.arrow.batches import Change, changes_batch, changes_batches, state_batch
+from epochstate.client.arrow.changes import changes_batches_of
 from epochstate.client.arrow.frames import flatten_structs, scan_pandas, scan_table
 from epochstate.client.arrow.scan import lookups_batch, scan_batches
 from epochstate.client.arrow.types import arrow_type, changes_schema, state_schema
@@ -34,6 +35,7 @@ __all__ = [
     "arrow_type",
     "changes_batch",
     "changes_batches",
+    "changes_batches_of",
     "changes_schema",
     "flatten_structs",
     "lookups_batch",
