@@ -281,3 +281,32 @@ def test_reads_ahead_are_bounded() -> None:
     assert len(ahead) == 2
     assert ahead.take("c") == b"c" and ahead.take("b") == b"b"
     assert ahead.take("a") is None  # dropped first: read when asked for
+
+
+def test_what_gcsfs_already_retried_is_not_retried_again(tmp_path: Path) -> None:
+    """gcsfs retries a transient HTTP error (a refused token exchange among them) six
+    times with back-off before raising it: the storage layer reports it at once rather
+    than multiply that wait; what gcsfs does not retry, it still does."""
+    import gcsfs
+    from gcsfs.retry import HttpError
+
+    from epochstate.core.storage.remote import RemoteStorage
+
+    storage = RemoteStorage(
+        gcsfs.GCSFileSystem(token="anon"), "gs", retry=RetryPolicy(attempts=3, base=0.01, cap=0.02)
+    )
+    refused = HttpError({"code": 401, "message": "Invalid Credentials"})
+
+    def refuse() -> None:
+        raise refused
+
+    with pytest.raises(StorageUnavailable, match="Invalid Credentials"):
+        storage._call("get", "bucket/cp/metadata", refuse)
+    assert storage.stats.get("retries") == 0
+
+    def reset() -> None:
+        raise ConnectionResetError("reset by peer")  # gcsfs's own retries do not cover it here
+
+    with pytest.raises(StorageUnavailable, match="reset by peer"):
+        storage._call("get", "bucket/cp/metadata", reset)
+    assert storage.stats.get("retries") == 2

@@ -40,6 +40,21 @@ REFUSALS: tuple[type[BaseException], ...] = (
 _BUGS = (TypeError, AttributeError, NameError, ImportError, AssertionError, NotImplementedError)
 
 
+def retried_by_its_client(fs: Any) -> Callable[[BaseException], bool]:
+    """Which errors ``fs``'s own client has already retried before raising them.
+
+    Retrying those again multiplies the client's back-off by ours: gcsfs retries
+    every HTTP error it deems transient six times with exponential back-off (a
+    refused token exchange among them), so a daemon given a wrong GCS key took twice
+    that, about 70 s, to say so. Such an error is reported at once, as unavailable.
+    """
+    if type(fs).__module__.split(".", 1)[0] == "gcsfs":
+        from gcsfs.retry import is_retriable
+
+        return is_retriable  # type: ignore[no-any-return]
+    return lambda _: False
+
+
 class RemoteStorage(Storage):
     """One fsspec filesystem (``protocol``) and the URI prefix its paths display with."""
 
@@ -62,6 +77,7 @@ class RemoteStorage(Storage):
         self.retry = retry or RetryPolicy()
         self.cache = cache
         self._ahead = ReadAhead(self._read_whole)
+        self._retried_by_client = retried_by_its_client(fs)
 
     def display(self, path: str) -> str:
         return f"{self.scheme}://{path}"
@@ -76,7 +92,9 @@ class RemoteStorage(Storage):
             log.debug("%s %s: %s; retrying", op, self.display(path), type(error).__name__)
 
         def transient(error: BaseException) -> bool:
-            return not isinstance(error, (FileNotFoundError, *self.refusals, *_BUGS))
+            if isinstance(error, (FileNotFoundError, *self.refusals, *_BUGS)):
+                return False
+            return not self._retried_by_client(error)
 
         try:
             return with_retries(counted, transient, self.retry, on_retry=retried)
