@@ -30,6 +30,7 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.clouds",
     "tests.fixtures.repartition",
+    "tests.compat.fixtures",
 ]
 
 

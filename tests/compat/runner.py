@@ -16,9 +16,12 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,7 +111,8 @@ def _environment(python: Path, path: str) -> dict[str, str]:
 
 
 class ReleaseRunner:
-    """Runs each release's workload on first request and keeps the outcome for the session."""
+    """Runs each release's workload on first request, or ahead of it in the background
+    (:meth:`prefetch`), and keeps the outcome for the session."""
 
     def __init__(
         self, base: Path, path: str, spark: Any, zookeeper: EmbeddedZooKeeper, broker: KafkaBroker, say: Say
@@ -120,20 +124,69 @@ class ReleaseRunner:
         self.base, self.path, self.spark, self.zookeeper = base, path, spark, zookeeper
         self.broker, self.say = broker, say
         self._runs: dict[str, ReleaseRun] = {}
+        self._ahead: dict[str, Future[tuple[ReleaseRun, list[str]]]] = {}
+        self._closing = threading.Event()
+
+    def prefetch(self, releases: Iterable[SparkRelease]) -> None:
+        """Run the workloads of ``releases`` one after another in a background thread
+        from now on: they run in processes of their own, and the rest of the test session,
+        which mostly waits on processes, hides them. :meth:`get` waits for a release's
+        run, then prints what it said and reads, with this session's Spark, what the
+        release's own reader could not."""
+        wanted = [r for r in releases if r.name not in self._runs and r.name not in self._ahead]
+        for release in wanted:
+            self._ahead[release.name] = Future()
+
+        def work() -> None:
+            for release in wanted:
+                future = self._ahead[release.name]
+                if self._closing.is_set() or not future.set_running_or_notify_cancel():
+                    continue
+                said: list[str] = []
+                try:
+                    future.set_result((self._workload(release, said.append), said))
+                except BaseException as error:  # the test that gets the release raises it
+                    future.set_exception(error)
+
+        threading.Thread(target=work, name="compat-workloads", daemon=True).start()
+
+    def close(self) -> None:
+        """Start no more workloads in the background; wait for the one running, whose
+        daemon and Spark would otherwise outlive the session's servers."""
+        self._closing.set()
+        for future in self._ahead.values():
+            if not future.cancel():
+                with suppress(BaseException):
+                    future.result(timeout=WORKLOAD_TIMEOUT)
 
     def get(self, release: SparkRelease) -> ReleaseRun:
         if release.name not in self._runs:
-            self._runs[release.name] = self._run(release)
+            ahead = self._ahead.pop(release.name, None)
+            if ahead is None or ahead.cancelled():
+                run = self._workload(release, self.say)
+            else:
+                waited = time.monotonic()
+                run, said = ahead.result()
+                for line in said:
+                    self.say(line)
+                self.say(
+                    f"{release}: run ahead in the background; waited {time.monotonic() - waited:.0f} s for it"
+                )
+            if run.failure is None:
+                self._collect_oracle(run)
+            self._runs[release.name] = run
         return self._runs[release.name]
 
-    def _python(self, release: SparkRelease) -> Path:
-        return Path(sys.executable) if release.pinned else ensure_venv(release, self.say).python
+    def _python(self, release: SparkRelease, say: Say) -> Path:
+        return Path(sys.executable) if release.pinned else ensure_venv(release, say).python
 
-    def _run(self, release: SparkRelease) -> ReleaseRun:
+    def _workload(self, release: SparkRelease, say: Say) -> ReleaseRun:
+        """The release's workload run and what its daemon and ZooKeeper saw of it (all
+        in processes of their own: safe in a background thread)."""
         out = self.base / release.name
         run = ReleaseRun(release, out, self.base / f"{release.name}.log")
         try:
-            python = self._python(release)
+            python = self._python(release, say)
         except VenvUnavailable as error:  # every test of the release fails with pip's words, once made
             run.failure = str(error)
             return run
@@ -152,19 +205,16 @@ class ReleaseRunner:
                 command += ["--bootstrap", self.broker.bootstrap, "--zookeeper", run.zookeeper]
                 command += ["--topic", topic]
             started = time.monotonic()
-            self.say(f"{release}: running the workload with pyspark {release.pyspark} (log: {run.log})")
+            say(f"{release}: running the workload with pyspark {release.pyspark} (log: {run.log})")
             if self._execute(command, python, run.log):
                 run.result = json.loads((out / "result.json").read_text())
-                self.say(
-                    f"{release}: workload done in {time.monotonic() - started:.0f} s {run.result['timings']}"
-                )
+                say(f"{release}: workload done in {time.monotonic() - started:.0f} s {run.result['timings']}")
             else:
                 run.failure = f"the workload failed (see {run.log})"
                 return run
             self._observe(run, daemon)
         finally:
             daemon.stop()
-        self._collect_oracle(run)
         return run
 
     def _execute(self, command: list[str], python: Path, log: Path) -> bool:
