@@ -4,7 +4,8 @@ The model check runs the two jobs' steps (``advance`` and ``turn``, the function
 the participant writes through ZooKeeper) in every order, with either job dying
 before or after it registers an epoch's output and running that epoch again,
 with an abort, the deadline, or the new job gone for good before it prepares at
-any point, and counts the epochs written by two jobs or by none. ZooKeeper itself, with real sessions killed, is in test_protocol.
+any point, and counts the epochs written by two jobs or by none. ZooKeeper
+itself, with real sessions killed, is in test_protocol.
 """
 
 from __future__ import annotations
