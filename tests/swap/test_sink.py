@@ -18,7 +18,12 @@ from epochstate.core.swap.coordinator import SwapCoordinator
 from epochstate.core.swap.registry import SwapRegistry
 from epochstate.spark_plugin.alignment.connections import close_shared_clients
 from epochstate.spark_plugin.alignment.options import KafkaOptions, RegistryOptions, SinkOptions
-from epochstate.spark_plugin.alignment.sink import PartitionWritten, RowLayout, SubjectStreamWriter
+from epochstate.spark_plugin.alignment.sink import (
+    PartitionWritten,
+    RowLayout,
+    SubjectStreamWriter,
+    shadow_skips,
+)
 from tests.swap.jobs import FIRST_BATCH, IN, NEW, OLD, OUT, prepare_subjects
 
 
@@ -68,3 +73,24 @@ def test_a_shadow_registers_nothing_before_the_swap_epoch_and_continues_the_sequ
     # Each epoch holds its owner's rows, and the end positions run on across the handover.
     assert [e.end_position[0] for e in registered[5:] if e] == [e.ranges[0].end for e in registered[5:] if e]
     assert all(e.ranges[0].start >= 100 for e in registered[2:] if e)
+
+
+def test_a_shadow_task_writes_no_rows_only_for_batches_sure_to_be_skipped(
+    zk_client: KazooClient, writers: dict[str, SubjectStreamWriter]
+) -> None:
+    subjects = SubjectRegistry(zk_client)
+    prepare_subjects(subjects, old_at=2, new_at=2)
+    old, new = writers[OLD].options, writers[NEW].options
+    batch = FIRST_BATCH[NEW] + 2
+    subjects.record_mapping(IN, NEW, "aligned", [(batch, 2)], keep=100)
+    assert shadow_skips(new, batch)  # no swap: the shadow registers nothing
+    SwapCoordinator(subjects, SwapRegistry(zk_client)).plan(OUT, OLD, NEW)
+    assert shadow_skips(new, batch)  # the swap epoch (5) comes after the batch's epoch (2)
+    assert shadow_skips(new, batch + 4)  # a batch that read no epoch of the input: never registered
+    subjects.record_mapping(IN, NEW, "aligned", [(batch + 4, 6)], keep=100)
+    assert not shadow_skips(new, batch + 4)  # epoch 6, after the swap epoch: not decided yet
+    for epoch in range(3, 7):
+        commit(subjects, writers[OLD], epoch, 100 + 2 * epoch)
+        commit(subjects, writers[NEW], epoch, 200 + 2 * epoch)
+    assert not shadow_skips(new, FIRST_BATCH[NEW] + 6)  # after the swap epoch: the new job's
+    assert not shadow_skips(old, 5)  # the old job writes what it owns

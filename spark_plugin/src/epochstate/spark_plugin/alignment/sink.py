@@ -26,6 +26,7 @@ from epochstate.core.alignment.retention import SubjectRetention
 from epochstate.core.alignment.subjects import SubjectRegistry, wall_clock_ms
 from epochstate.core.checkpoint.errors import SourceError
 from epochstate.core.checkpoint.log import QueryLog
+from epochstate.core.zookeeper.errors import RegistryError
 from epochstate.spark_plugin.alignment.connections import shared_registry
 from epochstate.spark_plugin.alignment.errors import AlignmentError, InvalidOption, TooFewPartitions
 from epochstate.spark_plugin.alignment.options import SinkOptions
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 
 # Spark sets these on the jobs of a streaming batch; tasks see them as local properties.
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,21 @@ class RowLayout:
         return key, _bytes(row[self.value], self.value_is_text)
 
 
+def shadow_skips(options: SinkOptions, batch: int) -> bool:
+    """Whether a shadow sink's task may write nothing for ``batch`` (``SwapGate.skips``).
+
+    When ZooKeeper cannot say, the task writes: rows outside every registered
+    range are never read, rows missing from a registered one would be lost.
+    """
+    try:
+        registry = shared_registry(options.registry)
+        return SwapGate(registry, options.kafka.topic, options.job, shadow=True).skips(batch)
+    except (AlignmentError, RegistryError) as error:
+        topic = options.kafka.topic
+        log.warning("batch %d writes its rows: the swap of %r could not be read: %s", batch, topic, error)
+        return False
+
+
 def write_partition(
     options: SinkOptions,
     layout: RowLayout,
@@ -122,13 +139,17 @@ class SubjectStreamWriter(DataSourceStreamWriter):
         context = TaskContext.get()
         if context is None:
             raise AlignmentError("the sink's write runs in a Spark task")
+        query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
+        batch = context.getLocalProperty(BATCH_ID_PROPERTY)
+        if self.options.shadow and batch is not None and shadow_skips(self.options, int(batch)):
+            return PartitionWritten(context.partitionId(), None, context.attemptNumber(), query_id)
         return write_partition(
             self.options,
             self.layout,
             context.partitionId(),
             iterator,
             attempt=context.attemptNumber(),
-            query_id=context.getLocalProperty(QUERY_ID_PROPERTY),
+            query_id=query_id,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -9,7 +9,8 @@ mapping of the swap's input subject) is stepped through the protocol
 output as the epoch after the old job's last one), ``skip`` registers nothing
 (the rows the tasks wrote are outside every registered range, never read),
 ``hold`` waits, since the swap is not decided yet, or the new job waits for
-the old job's last epoch.
+the old job's last epoch. A shadow sink's tasks write no rows at all for a
+batch that is sure to be skipped (:meth:`SwapGate.skips`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 from epochstate.core.alignment.subjects import SubjectRegistry
 from epochstate.core.swap.participant import SwapParticipant
+from epochstate.core.swap.records import turn
 from epochstate.core.swap.registry import SwapRegistry
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,22 @@ class SwapGate:
             if self.stop.is_set():
                 raise InterruptedError(f"batch {batch} stopped while swap {step.record.id} held it")
             changed.wait(HOLD_POLL)
+
+    def skips(self, batch: int) -> bool:
+        """Whether batch ``batch`` of a shadow sink is sure to register nothing: its tasks need not write.
+
+        Only reads (tasks never step the swap). A "skip" never turns into "write":
+        before a swap the batch's input epoch is already in the job's mapping, so a
+        swap planned later puts its swap epoch at least three epochs after it.
+        """
+        record = self.swaps.get(self.topic)
+        if record is None or self.job not in (record.old, record.new):
+            return self.shadow
+        source = self.registry.get_source(record.input, self.job)
+        input_epoch = None if source is None else source.mapping.get(batch)
+        if input_epoch is None:
+            return self.job != record.old
+        return turn(record, self.job, input_epoch) == "skip"
 
     def registered(self, registration: Registration) -> None:
         """Report a registration made in a swap (the old job's last epoch ends it)."""
