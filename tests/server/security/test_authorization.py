@@ -135,8 +135,11 @@ def test_no_call_gets_through_with_wrong_credentials_over_mtls(
     rpc_paths = {rpc.name: rpc.path for rpc in rpcs}
     for label, method, outcome in passed:
         assert outcome.code not in AUTH_CODES, (label, method, outcome)
-        # The commands name a source that does not exist: past the gate, NOT_FOUND (a dry-run Prune: OK).
-        if method in ("CatchUp", "Align", "Abort", "Prune"):
+        # The commands name a source (or subject) that does not exist: past the gate, NOT_FOUND
+        # (a dry-run Prune: OK); a swap of jobs that read nothing aligned: JOBS_NOT_ALIGNED.
+        if method == "PlanSwap":
+            assert outcome.reason in ("SUBJECT_NOT_FOUND", "JOBS_NOT_ALIGNED"), (label, method, outcome)
+        elif method in ("CatchUp", "Align", "Abort", "Prune", "SwapStatus", "AbortSwap"):
             assert outcome.code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.OK), (label, method, outcome)
         elif rpc_paths[method].startswith("/epochstate.v1.JobsAdmin/"):  # past the gate: not in a group
             assert (outcome.code, outcome.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "NO_GROUP"), method

@@ -63,7 +63,8 @@ class DaemonControl:
     def __init__(self, target: str, timeout: float) -> None:
         self._target, self._timeout = target, timeout
 
-    def _call(self, action: Callable[[EpochStateClient], T]) -> T:
+    def call(self, action: Callable[[EpochStateClient], T]) -> T:
+        """``action`` on a client of the daemon; its errors as AlignFailure with the CLI's exit code."""
         try:
             with connect(self._target, self._timeout) as client:
                 return action(client)
@@ -72,7 +73,7 @@ class DaemonControl:
             raise AlignFailure(f"daemon {self._target}: {client_error_line(error)}", code) from None
 
     def status(self, topic: str) -> list[SourceRow]:
-        subjects = self._call(lambda c: c.alignment.status(topic, timeout=self._timeout))
+        subjects = self.call(lambda c: c.alignment.status(topic, timeout=self._timeout))
         return [source_row(s) for subject in subjects for s in subject.sources]
 
     def command(
@@ -85,7 +86,7 @@ class DaemonControl:
                 return client.alignment.align(topic, job, epoch, wait=wait)
             return client.alignment.abort(topic, job, wait=wait)
 
-        response = self._call(send)
+        response = self.call(send)
         text, command_id = _command_text(response.command), response.command.id
         if wait <= 0:
             return CommandOutcome(text, command_id, waited=False)
@@ -94,7 +95,7 @@ class DaemonControl:
         return CommandOutcome(text, command_id, True, source.state, batch)
 
     def prune(self, topic: str, keep: int, dry_run: bool) -> PruneOutcome:
-        response = self._call(
+        response = self.call(
             lambda c: c.alignment.prune(topic, keep=keep, dry_run=dry_run, timeout=self._timeout)
         )
         holds = tuple(sorted((h.epoch, h.reason) for h in response.holds))

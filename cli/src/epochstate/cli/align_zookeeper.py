@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from epochstate.core.alignment.coordinator import AlignmentCoordinator, SourceStatus
 
 
-def _exit_code(error: Exception) -> int:
+def exit_code(error: Exception) -> int:
     from epochstate.core.alignment import errors
 
     table: list[tuple[type[Exception], int]] = [
@@ -80,7 +80,7 @@ class ZooKeeperControl:
         try:
             yield AlignmentCoordinator(SubjectRegistry(client, self._root, timeout=self._timeout))
         except AlignmentError as error:
-            raise AlignFailure(str(error), _exit_code(error)) from None
+            raise AlignFailure(str(error), exit_code(error)) from None
         except AccessDenied as error:
             raise AlignFailure(str(error), 1) from None
         finally:

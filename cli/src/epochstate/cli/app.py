@@ -38,6 +38,7 @@ from epochstate.cli.jobs import describe, epochs
 from epochstate.cli.over_time import changes, history
 from epochstate.cli.reads import get, scan
 from epochstate.cli.secure_zookeeper import secure_zookeeper
+from epochstate.cli.swap import swap_app
 from epochstate.cli.watch import watch
 
 app = typer.Typer(
@@ -58,6 +59,7 @@ app.command()(epochs)
 app.command()(watch)
 app.command()(health)
 app.add_typer(align_app, name="align")
+app.add_typer(swap_app, name="swap")
 app.command()(daemon)
 app.command()(zookeeper)
 app.command("secure-zookeeper")(secure_zookeeper)

@@ -7,7 +7,9 @@ or that it refused (COMMAND_REFUSED), NoZooKeeper when the daemon runs without
 ZooKeeper (NO_ZOOKEEPER), InvalidArgument for bad arguments (BAD_REQUEST),
 DeadlineExceeded when the source did not carry a command out within ``wait``
 (COMMAND_NOT_ANSWERED), Unavailable when the daemon cannot reach ZooKeeper
-(REGISTRY_UNAVAILABLE).
+(REGISTRY_UNAVAILABLE). The hot-swap's calls: NotFound without a swap
+(SWAP_NOT_FOUND), SwapRefused for its refusals (JOBS_NOT_ALIGNED,
+SWAP_EPOCH_PASSED, NEW_TOO_FAR_BEHIND, SWAP_IN_FLIGHT, SWAP_COMMITTED).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class AlignmentAdmin:
     def catch_up(self, subject: str, job: str, *, wait: float = 0.0) -> pb.AlignmentCommandResponse:
         """CatchUp; with ``wait`` > 0 answers once the source reported ready."""
         request = pb.AlignmentCommandRequest(subject=subject, job=job, wait_seconds=wait)
-        return self._command(self._stub.CatchUp, request, wait)
+        response: pb.AlignmentCommandResponse = self._command(self._stub.CatchUp, request, wait)
+        return response
 
     def align(
         self, subject: str, job: str, epoch: int | None = None, *, wait: float = 0.0
@@ -53,11 +56,13 @@ class AlignmentAdmin:
             request.next = True
         else:
             request.epoch = epoch
-        return self._command(self._stub.Align, request, wait)
+        response: pb.AlignmentCommandResponse = self._command(self._stub.Align, request, wait)
+        return response
 
     def abort(self, subject: str, job: str, *, wait: float = 0.0) -> pb.AlignmentCommandResponse:
         request = pb.AlignmentCommandRequest(subject=subject, job=job, wait_seconds=wait)
-        return self._command(self._stub.Abort, request, wait)
+        response: pb.AlignmentCommandResponse = self._command(self._stub.Abort, request, wait)
+        return response
 
     def prune(
         self, subject: str, *, keep: int = 0, dry_run: bool = False, timeout: float | None = None
@@ -66,8 +71,43 @@ class AlignmentAdmin:
         response: pb.PruneSubjectResponse = self._call(self._stub.Prune, request, timeout)
         return response
 
-    def _command(self, method: Any, request: Any, wait: float) -> pb.AlignmentCommandResponse:
-        response: pb.AlignmentCommandResponse = self._call(
-            method, request, wait + _WAIT_MARGIN if wait > 0 else None
+    def plan_swap(
+        self,
+        subject: str,
+        from_job: str,
+        to_job: str,
+        epoch: int | None = None,
+        *,
+        input: str = "",
+        deadline: float = 0.0,
+        wait: float = 0.0,
+    ) -> pb.Swap:
+        """Plan the hot-swap of output ``subject`` from ``from_job`` to ``to_job`` at input epoch ``epoch``
+        (None: the earliest both can agree on); with ``wait`` > 0 answers once it is committed."""
+        request = pb.PlanSwapRequest(
+            subject=subject,
+            from_job=from_job,
+            to_job=to_job,
+            epoch=epoch,
+            input=input,
+            deadline_seconds=deadline,
+            wait_seconds=wait,
         )
+        response: pb.SwapResponse = self._command(self._stub.PlanSwap, request, wait)
+        return response.swap
+
+    def swap_status(self, subject: str, *, timeout: float | None = None) -> pb.Swap:
+        response: pb.SwapResponse = self._call(
+            self._stub.SwapStatus, pb.SwapStatusRequest(subject=subject), timeout
+        )
+        return response.swap
+
+    def abort_swap(self, subject: str, *, timeout: float | None = None) -> pb.Swap:
+        response: pb.SwapResponse = self._call(
+            self._stub.AbortSwap, pb.SwapStatusRequest(subject=subject), timeout
+        )
+        return response.swap
+
+    def _command(self, method: Any, request: Any, wait: float) -> Any:
+        response = self._call(method, request, wait + _WAIT_MARGIN if wait > 0 else None)
         return response

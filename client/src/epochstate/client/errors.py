@@ -103,6 +103,11 @@ class CommandRefused(FailedPrecondition):
     """An alignment command that the source's current state does not allow (e.g. Align when unaligned)."""
 
 
+class SwapRefused(FailedPrecondition):
+    """A hot-swap refused or aborted: the jobs are not aligned, its epoch passed, the new job is too
+    far behind, another swap is in flight, or it is committed already (the reason says which)."""
+
+
 class NoZooKeeper(FailedPrecondition):
     """The daemon runs without ZooKeeper, so it has no subjects to align or prune."""
 
@@ -257,6 +262,12 @@ BY_REASON: Mapping[str, type[EpochStateClientError]] = {
     reasons.NO_GROUP: NoGroup,
     reasons.PARTITION_NOT_HELD: PartitionNotHeld,
     reasons.BAD_RANGE: InvalidArgument,
+    reasons.SWAP_NOT_FOUND: NotFound,
+    reasons.JOBS_NOT_ALIGNED: SwapRefused,
+    reasons.SWAP_EPOCH_PASSED: SwapRefused,
+    reasons.NEW_TOO_FAR_BEHIND: SwapRefused,
+    reasons.SWAP_IN_FLIGHT: SwapRefused,
+    reasons.SWAP_COMMITTED: SwapRefused,
 }
 """The one table from the daemon's reasons to exception classes; it covers every reason."""
 

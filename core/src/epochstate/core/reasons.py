@@ -274,3 +274,44 @@ BAD_RANGE: Final = _reason(
     "from_epoch, or to_epoch together with follow.",
     "Fix the range; do not retry unchanged.",
 )
+SWAP_NOT_FOUND: Final = _reason(
+    "SWAP_NOT_FOUND",
+    "NOT_FOUND",
+    "The output subject has no hot-swap (none was ever planned on it).",
+    "Check the subject name; AlignmentAdmin.SwapStatus lists the swaps.",
+)
+JOBS_NOT_ALIGNED: Final = _reason(
+    "JOBS_NOT_ALIGNED",
+    "FAILED_PRECONDITION",
+    "A hot-swap needs both jobs to read one input subject aligned, and the old job to be the one "
+    "writing the output subject; they do not (the message says which part is missing).",
+    "Align both jobs on the shared input (AlignmentAdmin.CatchUp, Align), then plan again.",
+)
+SWAP_EPOCH_PASSED: Final = _reason(
+    "SWAP_EPOCH_PASSED",
+    "FAILED_PRECONDITION",
+    "The swap epoch is too early: a job has already read past the epoch in which it must prepare "
+    "(two epochs before the swap epoch). Metadata: earliestEpoch, the earliest swap epoch possible now.",
+    "Plan again without an epoch (the earliest one) or at earliestEpoch or later.",
+)
+NEW_TOO_FAR_BEHIND: Final = _reason(
+    "NEW_TOO_FAR_BEHIND",
+    "FAILED_PRECONDITION",
+    "The hot-swap was aborted: the new job did not reach the swap's prepare epoch before the "
+    "swap's deadline, so the old job kept the output subject.",
+    "Let the new job catch up (its aligned epochs close to the old job's), then plan again.",
+)
+SWAP_IN_FLIGHT: Final = _reason(
+    "SWAP_IN_FLIGHT",
+    "FAILED_PRECONDITION",
+    "Another hot-swap of the output subject is planned, prepared or committed and not done yet: "
+    "a subject has at most one swap in flight.",
+    "Wait for it to end (SwapStatus), or abort it if it is not committed yet, then plan again.",
+)
+SWAP_COMMITTED: Final = _reason(
+    "SWAP_COMMITTED",
+    "FAILED_PRECONDITION",
+    "The hot-swap is committed (or done): it can no longer be aborted; it completes once both jobs "
+    "run past the swap epoch.",
+    "Nothing to undo; to go back, plan a swap from the new job to the old one after this one is done.",
+)

@@ -1589,6 +1589,195 @@ class FollowJobResponse(_message.Message):
 Global___FollowJobResponse: _TypeAlias = FollowJobResponse  # noqa: Y015
 
 @_typing.final
+class PlanSwapRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    FROM_JOB_FIELD_NUMBER: _builtins.int
+    TO_JOB_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    DEADLINE_SECONDS_FIELD_NUMBER: _builtins.int
+    WAIT_SECONDS_FIELD_NUMBER: _builtins.int
+    subject: _builtins.str
+    """the output subject (Kafka topic)"""
+    from_job: _builtins.str
+    """the job writing it now"""
+    to_job: _builtins.str
+    """the job that takes it over"""
+    epoch: _builtins.int
+    """the swap epoch of the input; absent: the earliest possible"""
+    input: _builtins.str
+    """the input subject both read aligned; empty: the only one"""
+    deadline_seconds: _builtins.float
+    """for both jobs to prepare (0: 60)"""
+    wait_seconds: _builtins.float
+    """> 0: answer once the swap is committed, or with it as it stands when the wait ends."""
+    def __init__(
+        self,
+        *,
+        subject: _builtins.str = ...,
+        from_job: _builtins.str = ...,
+        to_job: _builtins.str = ...,
+        epoch: _builtins.int | None = ...,
+        input: _builtins.str = ...,
+        deadline_seconds: _builtins.float = ...,
+        wait_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_epoch", b"_epoch", "epoch", b"epoch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_epoch", b"_epoch", "deadline_seconds", b"deadline_seconds", "epoch", b"epoch", "from_job", b"from_job", "input", b"input", "subject", b"subject", "to_job", b"to_job", "wait_seconds", b"wait_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__epoch: _TypeAlias = _typing.Literal["epoch"]  # noqa: Y015
+    _WhichOneofArgType__epoch: _TypeAlias = _typing.Literal["_epoch", b"_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__epoch) -> _WhichOneofReturnType__epoch | None: ...
+
+Global___PlanSwapRequest: _TypeAlias = PlanSwapRequest  # noqa: Y015
+
+@_typing.final
+class SwapStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    subject: _builtins.str
+    def __init__(
+        self,
+        *,
+        subject: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["subject", b"subject"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SwapStatusRequest: _TypeAlias = SwapStatusRequest  # noqa: Y015
+
+@_typing.final
+class Swap(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class PreparedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ID_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    FROM_JOB_FIELD_NUMBER: _builtins.int
+    TO_JOB_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    PREPARE_EPOCH_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    PREPARED_FIELD_NUMBER: _builtins.int
+    COMMITTED_EPOCH_FIELD_NUMBER: _builtins.int
+    COMMITTED_BY_FIELD_NUMBER: _builtins.int
+    HANDOVER_FIELD_NUMBER: _builtins.int
+    ABORTED_REASON_FIELD_NUMBER: _builtins.int
+    ABORTED_DETAIL_FIELD_NUMBER: _builtins.int
+    PLANNED_AT_MS_FIELD_NUMBER: _builtins.int
+    DEADLINE_MS_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_MS_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    """the subject's swaps count from 1"""
+    subject: _builtins.str
+    input: _builtins.str
+    from_job: _builtins.str
+    to_job: _builtins.str
+    epoch: _builtins.int
+    """the swap epoch: from_job writes up to it, to_job after it"""
+    prepare_epoch: _builtins.int
+    """epoch - 2: both jobs prepare in it"""
+    state: _builtins.str
+    """"planned", "prepared", "committed", "done", "aborted" """
+    committed_epoch: _builtins.int
+    committed_by: _builtins.str
+    handover: _builtins.int
+    """done: the output epoch of from_job's last input epoch"""
+    aborted_reason: _builtins.str
+    """aborted: a reason of this file or ABORTED_BY_REQUEST,"""
+    aborted_detail: _builtins.str
+    """  OLD_TOO_FAR_BEHIND; empty otherwise"""
+    planned_at_ms: _builtins.int
+    deadline_ms: _builtins.int
+    updated_at_ms: _builtins.int
+    @_builtins.property
+    def prepared(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """job -> the input epoch it prepared in"""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        subject: _builtins.str = ...,
+        input: _builtins.str = ...,
+        from_job: _builtins.str = ...,
+        to_job: _builtins.str = ...,
+        epoch: _builtins.int = ...,
+        prepare_epoch: _builtins.int = ...,
+        state: _builtins.str = ...,
+        prepared: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        committed_epoch: _builtins.int | None = ...,
+        committed_by: _builtins.str = ...,
+        handover: _builtins.int | None = ...,
+        aborted_reason: _builtins.str = ...,
+        aborted_detail: _builtins.str = ...,
+        planned_at_ms: _builtins.int = ...,
+        deadline_ms: _builtins.int = ...,
+        updated_at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_committed_epoch", b"_committed_epoch", "_handover", b"_handover", "committed_epoch", b"committed_epoch", "handover", b"handover"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_committed_epoch", b"_committed_epoch", "_handover", b"_handover", "aborted_detail", b"aborted_detail", "aborted_reason", b"aborted_reason", "committed_by", b"committed_by", "committed_epoch", b"committed_epoch", "deadline_ms", b"deadline_ms", "epoch", b"epoch", "from_job", b"from_job", "handover", b"handover", "id", b"id", "input", b"input", "planned_at_ms", b"planned_at_ms", "prepare_epoch", b"prepare_epoch", "prepared", b"prepared", "state", b"state", "subject", b"subject", "to_job", b"to_job", "updated_at_ms", b"updated_at_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__committed_epoch: _TypeAlias = _typing.Literal["committed_epoch"]  # noqa: Y015
+    _WhichOneofArgType__committed_epoch: _TypeAlias = _typing.Literal["_committed_epoch", b"_committed_epoch"]  # noqa: Y015
+    _WhichOneofReturnType__handover: _TypeAlias = _typing.Literal["handover"]  # noqa: Y015
+    _WhichOneofArgType__handover: _TypeAlias = _typing.Literal["_handover", b"_handover"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__committed_epoch) -> _WhichOneofReturnType__committed_epoch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__handover) -> _WhichOneofReturnType__handover | None: ...
+
+Global___Swap: _TypeAlias = Swap  # noqa: Y015
+
+@_typing.final
+class SwapResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SWAP_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def swap(self) -> Global___Swap: ...
+    def __init__(
+        self,
+        *,
+        swap: Global___Swap | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["swap", b"swap"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["swap", b"swap"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SwapResponse: _TypeAlias = SwapResponse  # noqa: Y015
+
+@_typing.final
 class AlignmentStatusRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

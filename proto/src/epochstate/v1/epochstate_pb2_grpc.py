@@ -577,6 +577,21 @@ class AlignmentAdminStub:
                 request_serializer=epochstate_dot_v1_dot_epochstate__pb2.PruneSubjectRequest.SerializeToString,
                 response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.PruneSubjectResponse.FromString,
                 _registered_method=True)
+        self.PlanSwap = channel.unary_unary(
+                '/epochstate.v1.AlignmentAdmin/PlanSwap',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.PlanSwapRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.SwapResponse.FromString,
+                _registered_method=True)
+        self.SwapStatus = channel.unary_unary(
+                '/epochstate.v1.AlignmentAdmin/SwapStatus',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.SwapStatusRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.SwapResponse.FromString,
+                _registered_method=True)
+        self.AbortSwap = channel.unary_unary(
+                '/epochstate.v1.AlignmentAdmin/AbortSwap',
+                request_serializer=epochstate_dot_v1_dot_epochstate__pb2.SwapStatusRequest.SerializeToString,
+                response_deserializer=epochstate_dot_v1_dot_epochstate__pb2.SwapResponse.FromString,
+                _registered_method=True)
 
 
 class AlignmentAdminServicer:
@@ -625,6 +640,30 @@ class AlignmentAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PlanSwap(self, request, context):
+        """Hot-swap: moves the output subject from the old job to the new one at an
+        input epoch both read aligned (van Kaam §2.3.1). The jobs prepare and commit
+        it in their own epochs; FAILED_PRECONDITION with JOBS_NOT_ALIGNED,
+        SWAP_EPOCH_PASSED, SWAP_IN_FLIGHT (or NEW_TOO_FAR_BEHIND while waiting).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SwapStatus(self, request, context):
+        """The newest swap of an output subject (NOT_FOUND, SWAP_NOT_FOUND, without one).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AbortSwap(self, request, context):
+        """Aborts a swap before its commit; FAILED_PRECONDITION (SWAP_COMMITTED) after it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AlignmentAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -652,6 +691,21 @@ def add_AlignmentAdminServicer_to_server(servicer, server):
                     servicer.Prune,
                     request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.PruneSubjectRequest.FromString,
                     response_serializer=epochstate_dot_v1_dot_epochstate__pb2.PruneSubjectResponse.SerializeToString,
+            ),
+            'PlanSwap': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanSwap,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.PlanSwapRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.SwapResponse.SerializeToString,
+            ),
+            'SwapStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.SwapStatus,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.SwapStatusRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.SwapResponse.SerializeToString,
+            ),
+            'AbortSwap': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortSwap,
+                    request_deserializer=epochstate_dot_v1_dot_epochstate__pb2.SwapStatusRequest.FromString,
+                    response_serializer=epochstate_dot_v1_dot_epochstate__pb2.SwapResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -795,6 +849,87 @@ class AlignmentAdmin:
             '/epochstate.v1.AlignmentAdmin/Prune',
             epochstate_dot_v1_dot_epochstate__pb2.PruneSubjectRequest.SerializeToString,
             epochstate_dot_v1_dot_epochstate__pb2.PruneSubjectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanSwap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.AlignmentAdmin/PlanSwap',
+            epochstate_dot_v1_dot_epochstate__pb2.PlanSwapRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.SwapResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SwapStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.AlignmentAdmin/SwapStatus',
+            epochstate_dot_v1_dot_epochstate__pb2.SwapStatusRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.SwapResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortSwap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/epochstate.v1.AlignmentAdmin/AbortSwap',
+            epochstate_dot_v1_dot_epochstate__pb2.SwapStatusRequest.SerializeToString,
+            epochstate_dot_v1_dot_epochstate__pb2.SwapResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -208,6 +208,16 @@ class AlignmentAdminStub:
     """The source reads unaligned again, from where its newest batch ended."""
     Prune: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.PruneSubjectRequest, _epochstate_pb2.PruneSubjectResponse]
     """Deletes subject epochs (and mapping entries) no source or daemon needs."""
+    PlanSwap: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.PlanSwapRequest, _epochstate_pb2.SwapResponse]
+    """Hot-swap: moves the output subject from the old job to the new one at an
+    input epoch both read aligned (van Kaam §2.3.1). The jobs prepare and commit
+    it in their own epochs; FAILED_PRECONDITION with JOBS_NOT_ALIGNED,
+    SWAP_EPOCH_PASSED, SWAP_IN_FLIGHT (or NEW_TOO_FAR_BEHIND while waiting).
+    """
+    SwapStatus: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.SwapStatusRequest, _epochstate_pb2.SwapResponse]
+    """The newest swap of an output subject (NOT_FOUND, SWAP_NOT_FOUND, without one)."""
+    AbortSwap: _grpc.UnaryUnaryMultiCallable[_epochstate_pb2.SwapStatusRequest, _epochstate_pb2.SwapResponse]
+    """Aborts a swap before its commit; FAILED_PRECONDITION (SWAP_COMMITTED) after it."""
 
 @_typing.type_check_only
 class AlignmentAdminAsyncStub(AlignmentAdminStub):
@@ -233,6 +243,16 @@ class AlignmentAdminAsyncStub(AlignmentAdminStub):
     """The source reads unaligned again, from where its newest batch ended."""
     Prune: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.PruneSubjectRequest, _epochstate_pb2.PruneSubjectResponse]  # type: ignore[assignment]
     """Deletes subject epochs (and mapping entries) no source or daemon needs."""
+    PlanSwap: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.PlanSwapRequest, _epochstate_pb2.SwapResponse]  # type: ignore[assignment]
+    """Hot-swap: moves the output subject from the old job to the new one at an
+    input epoch both read aligned (van Kaam §2.3.1). The jobs prepare and commit
+    it in their own epochs; FAILED_PRECONDITION with JOBS_NOT_ALIGNED,
+    SWAP_EPOCH_PASSED, SWAP_IN_FLIGHT (or NEW_TOO_FAR_BEHIND while waiting).
+    """
+    SwapStatus: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.SwapStatusRequest, _epochstate_pb2.SwapResponse]  # type: ignore[assignment]
+    """The newest swap of an output subject (NOT_FOUND, SWAP_NOT_FOUND, without one)."""
+    AbortSwap: _aio.UnaryUnaryMultiCallable[_epochstate_pb2.SwapStatusRequest, _epochstate_pb2.SwapResponse]  # type: ignore[assignment]
+    """Aborts a swap before its commit; FAILED_PRECONDITION (SWAP_COMMITTED) after it."""
 
 class AlignmentAdminServicer(metaclass=_abc_1.ABCMeta):
     """---------------------------------------------------------------------------
@@ -285,6 +305,34 @@ class AlignmentAdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_epochstate_pb2.PruneSubjectResponse, _abc.Awaitable[_epochstate_pb2.PruneSubjectResponse]]:
         """Deletes subject epochs (and mapping entries) no source or daemon needs."""
+
+    @_abc_1.abstractmethod
+    def PlanSwap(
+        self,
+        request: _epochstate_pb2.PlanSwapRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.SwapResponse, _abc.Awaitable[_epochstate_pb2.SwapResponse]]:
+        """Hot-swap: moves the output subject from the old job to the new one at an
+        input epoch both read aligned (van Kaam §2.3.1). The jobs prepare and commit
+        it in their own epochs; FAILED_PRECONDITION with JOBS_NOT_ALIGNED,
+        SWAP_EPOCH_PASSED, SWAP_IN_FLIGHT (or NEW_TOO_FAR_BEHIND while waiting).
+        """
+
+    @_abc_1.abstractmethod
+    def SwapStatus(
+        self,
+        request: _epochstate_pb2.SwapStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.SwapResponse, _abc.Awaitable[_epochstate_pb2.SwapResponse]]:
+        """The newest swap of an output subject (NOT_FOUND, SWAP_NOT_FOUND, without one)."""
+
+    @_abc_1.abstractmethod
+    def AbortSwap(
+        self,
+        request: _epochstate_pb2.SwapStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_epochstate_pb2.SwapResponse, _abc.Awaitable[_epochstate_pb2.SwapResponse]]:
+        """Aborts a swap before its commit; FAILED_PRECONDITION (SWAP_COMMITTED) after it."""
 
 def add_AlignmentAdminServicer_to_server(servicer: AlignmentAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -8,6 +8,8 @@
     <root>/jobs/<job>/replicas/<node>      ephemeral: a node's newest and oldest epoch
     <root>/subjects/<topic>/epochs/<k>     written once: subject epoch k's offset ranges
     <root>/subjects/<topic>/sources/<job>  a job reading the subject: mode, its epochs -> subject epochs
+    <root>/subjects/<topic>/swap           the newest hot-swap of the subject's writer (core.swap)
+    <root>/subjects/<topic>/swaps/<id>     written once: a finished swap the next plan replaced
     <root>/groups/<group>/jobs/<job>       a job definition of the group: checkpoint, replicas, state
     <root>/groups/<group>/members/<node>   ephemeral: a member of the group (address, version)
     <root>/groups/<group>/election         kazoo's Election recipe: the member that assigns
@@ -118,6 +120,15 @@ class Layout:
 
     def subject_source(self, topic: str, job: str) -> str:
         return f"{self.subject_sources(topic)}/{check_name('job', job)}"
+
+    def subject_swap(self, topic: str) -> str:
+        return f"{self.subject(topic)}/swap"
+
+    def subject_swaps(self, topic: str) -> str:
+        return f"{self.subject(topic)}/swaps"
+
+    def subject_past_swap(self, topic: str, swap: int) -> str:
+        return f"{self.subject_swaps(topic)}/{epoch_name(swap)}"
 
     @property
     def groups(self) -> str:

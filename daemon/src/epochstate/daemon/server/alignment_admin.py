@@ -8,6 +8,9 @@ one server thread each and never outlast the call's deadline; neither do the
 ZooKeeper requests: each call's requests end within its deadline (less the margin
 of :func:`~epochstate.daemon.server.status.wait_budget`), so a ZooKeeper that stops
 answering mid-request fails the call UNAVAILABLE (REGISTRY_UNAVAILABLE) in time.
+
+PlanSwap, SwapStatus and AbortSwap are ``epochstate swap`` (``epochstate.core.swap``)
+on the same session: the daemon writes or reads the plan, the jobs' sinks carry it out.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from epochstate.core.alignment.coordinator import AlignmentCoordinator, SourceSt
 from epochstate.core.alignment.errors import InvalidTransition, RegistryUnavailable
 from epochstate.core.alignment.retention import DEFAULT_KEEP, Hold, SubjectRetention
 from epochstate.core.alignment.subjects import SubjectRegistry
+from epochstate.core.swap.coordinator import DEFAULT_DEADLINE, SwapCoordinator
+from epochstate.core.swap.records import SwapRecord
+from epochstate.core.swap.registry import SwapRegistry
 from epochstate.daemon.server.handlers import Guard, add_to_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.status import BadRequest, NoZooKeeper, domain_errors, wait_budget
@@ -54,6 +60,31 @@ def source_message(status: SourceStatus) -> pb.AlignmentSource:
             message.batch = report.batch
         message.position.update(report.position)
         message.refused = report.refused or ""
+    return message
+
+
+def swap_message(record: SwapRecord) -> pb.Swap:
+    message = pb.Swap(
+        id=record.id,
+        subject=record.subject,
+        input=record.input,
+        from_job=record.old,
+        to_job=record.new,
+        epoch=record.epoch,
+        prepare_epoch=record.prepare_epoch,
+        state=record.state,
+        prepared=dict(record.prepared),
+        committed_by=record.committed_by or "",
+        planned_at_ms=record.planned_at_ms,
+        deadline_ms=record.deadline_ms,
+        updated_at_ms=record.updated_at_ms,
+    )
+    if record.committed_epoch is not None:
+        message.committed_epoch = record.committed_epoch
+    if record.handover is not None:
+        message.handover = record.handover
+    if record.aborted is not None:
+        message.aborted_reason, message.aborted_detail = record.aborted.reason, record.aborted.detail
     return message
 
 
@@ -152,6 +183,42 @@ class AlignmentAdminService:
             deleted_epochs=pruned.epochs,
             mapping_entries=dict(pruned.mapping_entries),
         )
+
+    def swaps(self, context: grpc.ServicerContext) -> SwapCoordinator:
+        """The swap coordinator for one call, on the same session and deadline as :meth:`coordinator`."""
+        registry = self.coordinator(context).registry
+        swaps = SwapRegistry(registry.client, registry.layout.root, timeout=registry.timeout)
+        return SwapCoordinator(registry, swaps.within(registry.remaining()))
+
+    @domain_errors
+    def PlanSwap(self, request: pb.PlanSwapRequest, context: grpc.ServicerContext) -> pb.SwapResponse:
+        if request.HasField("epoch") and request.epoch < 0:
+            raise BadRequest(f"a swap epoch is at least 0, not {request.epoch}")
+        if not request.deadline_seconds >= 0:
+            raise BadRequest(f"deadline_seconds must be >= 0, not {request.deadline_seconds:g}")
+        _check_wait(request.wait_seconds)
+        swaps = self.swaps(context)
+        record = swaps.plan(
+            request.subject,
+            request.from_job,
+            request.to_job,
+            request.epoch if request.HasField("epoch") else None,
+            input=request.input or None,
+            deadline=request.deadline_seconds or DEFAULT_DEADLINE,
+        )
+        if request.wait_seconds > 0:
+            remaining = swaps.swaps.remaining()
+            wait = request.wait_seconds if remaining is None else min(request.wait_seconds, remaining * 0.8)
+            record = swaps.wait(record.subject, record.id, wait)
+        return pb.SwapResponse(swap=swap_message(record))
+
+    @domain_errors
+    def SwapStatus(self, request: pb.SwapStatusRequest, context: grpc.ServicerContext) -> pb.SwapResponse:
+        return pb.SwapResponse(swap=swap_message(self.swaps(context).status(request.subject)))
+
+    @domain_errors
+    def AbortSwap(self, request: pb.SwapStatusRequest, context: grpc.ServicerContext) -> pb.SwapResponse:
+        return pb.SwapResponse(swap=swap_message(self.swaps(context).abort(request.subject)))
 
     def _answer(
         self,

@@ -12,7 +12,9 @@ optionally ``key`` (binary or string). Options: ``topic``; ``bootstrap`` (or
 ``zookeeper`` (``host:port[/chroot]``); ``zookeeperRoot`` (default
 ``/epochstate``); ``job`` (default: the query name); ``idempotent`` (default
 true); ``subjectRetention`` (the newest subject epochs always kept, default 100,
-at least 2: older ones go once no source or daemon needs them, ``retention``).
+at least 2: older ones go once no source or daemon needs them, ``retention``);
+``shadow`` (default false: the new job of a hot-swap, which registers nothing
+until a swap of the topic names it, ``swapping``).
 Write task ``i`` writes only Kafka partition ``i``: the topic needs at
 least as many partitions as the batch has tasks. Batch ``n`` registers subject
 epoch ``n`` once, empty batches included; rows of failed or re-executed attempts

@@ -69,7 +69,10 @@ class RegistryOptions:
 @dataclass(frozen=True)
 class SinkOptions:
     """``topic``, ``bootstrap``, ``zookeeper`` [, ``zookeeperRoot``, ``zookeeperAuthFile``, ``job``,
-    ``idempotent``, ``subjectRetention``].
+    ``idempotent``, ``subjectRetention``, ``shadow``].
+
+    ``shadow`` (default false): the job is the new job of a hot-swap to come, so its
+    sink registers nothing until a swap of the topic names it (``swapping``).
 
     ``job`` defaults to the query name. ``checkpointLocation`` is Spark's own and
     tells the commit the query id when no task did. ``subjectRetention`` is the
@@ -82,6 +85,7 @@ class SinkOptions:
     idempotent: bool = True
     checkpoint: str | None = None
     subject_retention: int = DEFAULT_SUBJECT_RETENTION
+    shadow: bool = False
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SinkOptions:
@@ -96,6 +100,7 @@ class SinkOptions:
             idempotent=_boolean(options, "idempotent", True),
             checkpoint=options.get("checkpointlocation"),
             subject_retention=_at_least(options, "subjectretention", 2) or DEFAULT_SUBJECT_RETENTION,
+            shadow=_boolean(options, "shadow", False),
         )
 
 

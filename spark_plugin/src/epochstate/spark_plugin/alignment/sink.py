@@ -26,9 +26,11 @@ from epochstate.core.alignment.retention import SubjectRetention
 from epochstate.core.alignment.subjects import SubjectRegistry, wall_clock_ms
 from epochstate.core.checkpoint.errors import SourceError
 from epochstate.core.checkpoint.log import QueryLog
+from epochstate.core.zookeeper.errors import RegistryError
 from epochstate.spark_plugin.alignment.connections import shared_registry
 from epochstate.spark_plugin.alignment.errors import AlignmentError, InvalidOption, TooFewPartitions
 from epochstate.spark_plugin.alignment.options import SinkOptions
+from epochstate.spark_plugin.alignment.swapping import SwapGate
 from epochstate.spark_plugin.kafka.admin import TopicAdmin
 from epochstate.spark_plugin.kafka.producer import PartitionWriter
 from epochstate.spark_plugin.zip_imports import steady_zip_imports
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 # Spark sets these on the jobs of a streaming batch; tasks see them as local properties.
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,21 @@ class RowLayout:
         return key, _bytes(row[self.value], self.value_is_text)
 
 
+def shadow_skips(options: SinkOptions, batch: int) -> bool:
+    """Whether a shadow sink's task may write nothing for ``batch`` (``SwapGate.skips``).
+
+    When ZooKeeper cannot say, the task writes: rows outside every registered
+    range are never read, rows missing from a registered one would be lost.
+    """
+    try:
+        registry = shared_registry(options.registry)
+        return SwapGate(registry, options.kafka.topic, options.job, shadow=True).skips(batch)
+    except (AlignmentError, RegistryError) as error:
+        topic = options.kafka.topic
+        log.warning("batch %d writes its rows: the swap of %r could not be read: %s", batch, topic, error)
+        return False
+
+
 def write_partition(
     options: SinkOptions,
     layout: RowLayout,
@@ -121,17 +139,25 @@ class SubjectStreamWriter(DataSourceStreamWriter):
         context = TaskContext.get()
         if context is None:
             raise AlignmentError("the sink's write runs in a Spark task")
+        query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
+        batch = context.getLocalProperty(BATCH_ID_PROPERTY)
+        if self.options.shadow and batch is not None and shadow_skips(self.options, int(batch)):
+            return PartitionWritten(context.partitionId(), None, context.attemptNumber(), query_id)
         return write_partition(
             self.options,
             self.layout,
             context.partitionId(),
             iterator,
             attempt=context.attemptNumber(),
-            query_id=context.getLocalProperty(QUERY_ID_PROPERTY),
+            query_id=query_id,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Register subject epoch ``batchId`` with the tasks' ranges (empty batches too).
+
+        In a hot-swap of the subject (``swapping``) the batch registers only when
+        its job owns the batch's input epoch, the new job as the epoch after the
+        old job's last one; a shadow sink registers nothing before a swap names it.
 
         If the epoch is registered already, the batch was re-executed after a
         failure between this commit and Spark's: the epoch keeps its ranges and
@@ -146,11 +172,23 @@ class SubjectStreamWriter(DataSourceStreamWriter):
         if len(written) != len(messages):
             raise AlignmentError(f"batch {batchId}: {len(messages) - len(written)} tasks reported nothing")
         registry = shared_registry(self.options.registry)
-        # Batch n runs only once epoch n - 1 is registered; its end position carries over.
-        previous = registry.get_epoch(self.options.kafka.topic, batchId - 1) if batchId > 0 else None
+        gate = SwapGate(registry, self.options.kafka.topic, self.options.job, shadow=self.options.shadow)
+        registration = gate.decide(batchId)
+        if registration.epoch is None:
+            log.info(
+                "batch %d registers nothing in subject %r: job %r does not own its output (%s)",
+                batchId,
+                self.options.kafka.topic,
+                self.options.job,
+                "shadow" if registration.input_epoch is None else f"input epoch {registration.input_epoch}",
+            )
+            return
+        number = registration.epoch
+        # Epoch k is registered only once epoch k - 1 is; its end position carries over.
+        previous = registry.get_epoch(self.options.kafka.topic, number - 1) if number > 0 else None
         epoch = SubjectEpoch(
             topic=self.options.kafka.topic,
-            epoch=batchId,
+            epoch=number,
             ranges=tuple(m.offset_range for m in written if m.offset_range is not None),
             writer=self.options.job,
             query_id=next((m.query_id for m in written if m.query_id), None) or self._checkpoint_query_id(),
@@ -162,10 +200,11 @@ class SubjectStreamWriter(DataSourceStreamWriter):
                 "batch %d re-executed: epoch %d of subject %r keeps the ranges registered first; "
                 "the rows written now (%s) lie outside them and are never read",
                 batchId,
-                batchId,
+                number,
                 epoch.topic,
                 ", ".join(map(str, epoch.ranges)) or "none",
             )
+        gate.registered(registration)
         self._prune(registry, batchId)
 
     def _prune(self, registry: SubjectRegistry, batch: int) -> None:

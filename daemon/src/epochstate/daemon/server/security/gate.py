@@ -53,7 +53,7 @@ ROLES_OF: dict[str, tuple[Role, ...]] = {
     "epochstate.v1.Routing.Locate": (Role.READ, Role.REPORT),
     **{
         f"epochstate.v1.AlignmentAdmin.{name}": (Role.ADMIN,)
-        for name in ("Status", "CatchUp", "Align", "Abort", "Prune")
+        for name in ("Status", "CatchUp", "Align", "Abort", "Prune", "PlanSwap", "SwapStatus", "AbortSwap")
     },
     **{
         f"epochstate.v1.JobsAdmin.{name}": (Role.ADMIN,)
