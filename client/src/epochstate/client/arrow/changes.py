@@ -8,7 +8,7 @@ are turned into columns straight from the wire messages, as a Scan's are.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -66,25 +66,39 @@ def changes_batches_of(
     )
     if to_epoch is not None:
         request.to_epoch = to_epoch
+
+    def shape(message: pb.ChangesResponse) -> StoreSchema:
+        nonlocal schema
+        schema = client._answered(job, operator_id, store, schema, message.query_id, message)
+        return schema.at(message.epoch)
+
     stream = client.stub.Changes(request, timeout=timeout)
-    pending: list[_WireChange] = []
-    shape: StoreSchema | None = None
     try:
-        for message in stream:
-            if not message.epoch_complete:
-                schema = client._answered(job, operator_id, store, schema, message.query_id, message)
-                shape = schema.at(message.epoch)
-                pending.extend(_wire(message.epoch, change) for change in message.changes)
-                continue
-            if pending:
-                assert shape is not None
-                columns = with_epoch(changes_schema(shape), message.epoch, message.query_id)
-                yield changes_batch(pending, shape, columns)
-            pending, shape = [], None
+        yield from epoch_batches(stream, shape)
     except grpc.RpcError as error:
         raise from_rpc_error(error) from None
     finally:
         stream.cancel()  # type: ignore[no-untyped-call]
+
+
+def epoch_batches(
+    messages: Iterable[pb.ChangesResponse], shape: Callable[[pb.ChangesResponse], StoreSchema]
+) -> Iterator[pa.RecordBatch]:
+    """The messages of a Changes stream as one record batch per epoch that changed
+    something, each yielded once its end-of-epoch marker came. ``shape(message)``: the
+    store's shape a message's records are in."""
+    pending: list[_WireChange] = []
+    store: StoreSchema | None = None
+    for message in messages:
+        if not message.epoch_complete:
+            store = shape(message)
+            pending.extend(_wire(message.epoch, change) for change in message.changes)
+            continue
+        if pending:
+            assert store is not None
+            columns = with_epoch(changes_schema(store), message.epoch, message.query_id)
+            yield changes_batch(pending, store, columns)
+        pending, store = [], None
 
 
 def _wire(epoch: int, change: pb.Change) -> _WireChange:
