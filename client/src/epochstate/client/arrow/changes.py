@@ -9,29 +9,15 @@ are turned into columns straight from the wire messages, as a Scan's are.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass
 
 import grpc
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from epochstate.client.arrow.batches import changes_batch, with_epoch
+from epochstate.client.arrow.batches import wire_changes_batch, with_epoch
 from epochstate.client.arrow.types import changes_schema
 from epochstate.client.client import EpochStateClient, StoreSchema
 from epochstate.client.errors import from_rpc_error
 from epochstate.v1 import epochstate_pb2 as pb
-
-_TYPES = {pb.Change.UPSERT: "upsert", pb.Change.DELETE: "delete"}
-
-
-@dataclass(frozen=True, slots=True)
-class _WireChange:
-    """One change of a Changes message, as :class:`~epochstate.client.arrow.Change`."""
-
-    epoch: int
-    change_type: str
-    key: pb.Row
-    value: pb.Row | None
-    partition: int
 
 
 def changes_batches_of(
@@ -87,23 +73,15 @@ def epoch_batches(
     """The messages of a Changes stream as one record batch per epoch that changed
     something, each yielded once its end-of-epoch marker came. ``shape(message)``: the
     store's shape a message's records are in."""
-    pending: list[_WireChange] = []
+    pending: list[pb.Change] = []
     store: StoreSchema | None = None
     for message in messages:
         if not message.epoch_complete:
             store = shape(message)
-            pending.extend(_wire(message.epoch, change) for change in message.changes)
+            pending.extend(message.changes)
             continue
         if pending:
             assert store is not None
             columns = with_epoch(changes_schema(store), message.epoch, message.query_id)
-            yield changes_batch(pending, store, columns)
+            yield wire_changes_batch(message.epoch, pending, store, columns)
         pending, store = [], None
-
-
-def _wire(epoch: int, change: pb.Change) -> _WireChange:
-    record = change.record
-    deleted = change.type == pb.Change.DELETE
-    return _WireChange(
-        epoch, _TYPES[change.type], record.key, None if deleted else record.value, record.partition
-    )
