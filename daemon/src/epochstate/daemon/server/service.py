@@ -2,10 +2,11 @@
 
 Dependencies come through the constructor. Every handler runs inside
 ``status.domain_errors``, which turns domain errors into status codes (one
-table, ``status.py``); nothing else aborts a call. The reads (Get, MultiGet, Scan) return
-their response as wire bytes: the store keeps each row as a serialized ``Record``,
-so a response is framed around stored bytes and never built as message objects
-(:mod:`epochstate.daemon.server.handlers` registers them without a serializer).
+table, ``status.py``); nothing else aborts a call. The reads (Get, MultiGet, Scan,
+History, the messages of Changes) return their responses as wire bytes: the store
+keeps each row as a serialized ``Record``, so a response is framed around stored
+bytes and never built as message objects (:mod:`epochstate.daemon.server.handlers`
+registers them without a serializer).
 """
 
 from __future__ import annotations
@@ -376,11 +377,10 @@ class EpochStateService:
         return response.SerializeToString()
 
     @domain_errors
-    def Changes(
-        self, request: pb.ChangesRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.ChangesResponse]:
-        """The changes of each epoch of the range (see :mod:`epochstate.daemon.server.over_time`);
-        a bad range or a retired start fails the call before the stream starts."""
+    def Changes(self, request: pb.ChangesRequest, context: grpc.ServicerContext) -> Iterator[bytes]:
+        """The changes of each epoch of the range (see :mod:`epochstate.daemon.server.over_time`),
+        as serialized ``ChangesResponse`` messages; a bad range or a retired start fails the
+        call before the stream starts."""
         entry, handle = self._handle(request.store)
         last = request.to_epoch if request.HasField("to_epoch") else None
         first = request.from_epoch
@@ -406,7 +406,7 @@ class EpochStateService:
         last: int | None,
         limit: int,
         context: grpc.ServicerContext,
-    ) -> Iterator[pb.ChangesResponse]:
+    ) -> Iterator[bytes]:
         """Epochs ``first..last`` (None: for ever) of one store, a group of epochs per walk
         over the store, waiting for each epoch to become queryable; the call ends with an
         error (never as if complete) when an epoch cannot be sent. Within a range (``last``
