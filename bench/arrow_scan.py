@@ -1,6 +1,6 @@
 """A whole epoch into Arrow: the client against Spark's own reader, in the same run.
 
-    python bench/arrow_scan.py [--keys 100000] [--epochs 3] [--rounds 5]
+    python -m bench.arrow_scan [--keys 100000] [--epochs 3] [--changes-epochs 10] [--rounds 5]
 
 Builds the state bench/lookup.py builds (``--keys`` keys in the first epoch, 10,000
 of them changed in each later one), follows it with a real daemon process, then
@@ -15,11 +15,23 @@ and loads the state store) and the median of ``--rounds`` later ones (warm);
 the daemon and gRPC), parsing those pages (protobuf), building the Arrow batches
 from the parsed pages (the client's decoding).
 
-Each row of (b) and (c) is the median of ``--rounds`` reads taken in interleaved
-rounds, with the CPU seconds the client process and the daemon process spent on one
-read ("server": Spark's JVM for (a), the daemon for (b) and (c)). Spark is stopped
-before (b): its JVM keeps a core busy even when idle.
-Targets: >= 10x faster than Spark's warm ``toArrow()``, >= 300,000 rows/s into Arrow.
+Then the changes of ``--changes-epochs`` epochs (after the first, each changing
+``--changed`` keys) of the same state built again with the RocksDB provider and
+changelog checkpointing, which Spark's change feed needs:
+
+(d) Spark's change feed, ``readChangeFeed`` with ``changeStartBatchId``/``changeEndBatchId``,
+into ``toArrow()``, cold and warm;
+(e) the client: ``changes_batches_of`` into an Arrow table over TCP and the Unix socket,
+and ``client.changes`` into ``Change`` objects;
+(f) where (e)'s time goes: the Changes stream alone (messages as bytes), parsing them,
+building the Arrow batches from the parsed messages.
+
+Each row of (b), (c), (e) and (f) is the median of ``--rounds`` reads taken in
+interleaved rounds, with the CPU seconds the client process and the daemon process
+spent on one read ("server": Spark's JVM for (a) and (d), the daemon for the others).
+Spark is stopped before (b): its JVM keeps a core busy even when idle.
+Targets, for a whole epoch and for the changes alike: >= 10x faster than Spark's warm
+reader into Arrow, >= 300,000 rows/s into Arrow.
 """
 
 from __future__ import annotations
@@ -40,15 +52,31 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+import pyarrow as pa  # type: ignore[import-untyped]  # noqa: E402
+
 from bench.lookup import build_state  # noqa: E402
 from bench.table import print_table  # noqa: E402
 from epochstate.client import EpochStateClient  # noqa: E402
-from epochstate.client.arrow import scan_pandas, scan_table, state_batch, state_schema  # noqa: E402
+from epochstate.client.arrow import (  # noqa: E402
+    changes_batches_of,
+    scan_pandas,
+    scan_table,
+    state_batch,
+    state_schema,
+)
+from epochstate.client.arrow.changes import epoch_batches  # noqa: E402
 from epochstate.devtools.local_daemon import LocalDaemon  # noqa: E402
 from epochstate.devtools.spark_session import local_session  # noqa: E402
 from epochstate.v1 import epochstate_pb2 as pb  # noqa: E402
 
 SCAN = "/epochstate.v1.EpochState/Scan"
+CHANGES = "/epochstate.v1.EpochState/Changes"
+ROCKSDB_CHANGELOG = {
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+}
 
 
 def process_cpu(pid: int) -> float:
@@ -96,6 +124,43 @@ def raw_pages(channel: Any, epoch: int) -> list[bytes]:
         request.page_token = token
 
 
+def raw_changes(channel: Any, first: int, last: int) -> list[bytes]:
+    """Every message of the Changes stream of epochs ``first..last`` as the bytes the daemon sent."""
+    call = channel.unary_stream(CHANGES, request_serializer=pb.ChangesRequest.SerializeToString)
+    request = pb.ChangesRequest(
+        store=pb.StoreRef(job="changes"), from_epoch=first, to_epoch=last, limit=10_000
+    )
+    return list(call(request, timeout=120))
+
+
+def change_rows(table: Any, epoch: str, change_type: str) -> list[tuple[Any, ...]]:
+    """(epoch, change type, user, value fields, partition) of each row of a changes table, sorted."""
+    columns = [table.column(epoch).to_pylist(), table.column(change_type).to_pylist()]
+    keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
+    partitions = table.column("partition_id").to_pylist()
+    return sorted(
+        (e, t, k["user"], v and tuple(v.values()), p)
+        for e, t, k, v, p in zip(*columns, keys, values, partitions, strict=True)
+    )
+
+
+def result_rows(timings: Timings, names: list[str], rows: int) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
+    for name in names:
+        wall = timings.median(name)
+        out.append(
+            (
+                name,
+                f"{wall:.3f}",
+                f"{rows / wall:,.0f}",
+                f"{timings.median(name, 1):.3f}",
+                f"{timings.median(name, 2):.3f}",
+                str(len(timings.samples[name])),
+            )
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -104,6 +169,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--changed", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--changes-epochs", type=int, default=10, help="epochs whose changes are read (0: none)"
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="epochstate-bench-arrow-"))
@@ -113,8 +181,23 @@ def main() -> None:
         print(f"building state: {args.keys} keys, {args.epochs} epochs ...", file=sys.stderr)
         checkpoint = build_state(spark, workdir, args.keys, args.epochs, args.changed)
         epoch = args.epochs - 2
-        daemon = LocalDaemon(workdir / "daemon", {"bench": str(checkpoint)}).start()
+        jobs = {"bench": str(checkpoint)}
+        last_change = args.changes_epochs  # the changes of epochs 1..last_change
+        if last_change:
+            print(f"building RocksDB changelog state: {last_change + 1} epochs ...", file=sys.stderr)
+            rocksdb = spark.newSession()
+            for name, value in ROCKSDB_CHANGELOG.items():
+                rocksdb.conf.set(name, value)
+            (workdir / "changes").mkdir()
+            changes_checkpoint = build_state(
+                rocksdb, workdir / "changes", args.keys, last_change + 1, args.changed
+            )
+            jobs["changes"] = str(changes_checkpoint)
+        retention = ["--retention-epochs", str(max(100, args.epochs, last_change + 1))]
+        daemon = LocalDaemon(workdir / "daemon", jobs, extra_args=retention).start()
         daemon.wait_for_epoch("bench", args.epochs - 1, timeout=300)
+        if last_change:
+            daemon.wait_for_epoch("changes", last_change, timeout=300)
         assert daemon.process is not None
         timings = Timings()
         timings.server_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
@@ -128,6 +211,24 @@ def main() -> None:
             timings.run("(a) Spark reader, toPandas(), warm", lambda: reader().toPandas())
         spark_rows = cold.num_rows
         spark_table = cold
+        feed_rows = 0
+        if last_change:
+
+            def change_feed() -> Any:
+                return (
+                    spark.read.format("statestore")
+                    .option("readChangeFeed", "true")
+                    .option("changeStartBatchId", 1)
+                    .option("changeEndBatchId", last_change)
+                    .load(str(changes_checkpoint))
+                )
+
+            spark_feed = timings.run(
+                "(d) Spark readChangeFeed, toArrow(), cold", lambda: change_feed().toArrow()
+            )
+            for _ in range(args.rounds):
+                timings.run("(d) Spark readChangeFeed, toArrow(), warm", lambda: change_feed().toArrow())
+            feed_rows = spark_feed.num_rows
         spark.stop()
         timings.server_pid = daemon.process.pid
 
@@ -152,6 +253,28 @@ def main() -> None:
         rows["(c) Arrow batches from parsed pages"] = lambda: [
             state_batch(p.records, store, schema) for p in parsed
         ]
+        if last_change:
+            span = {"from_epoch": 1, "to_epoch": last_change}
+            for transport, c in clients.items():
+                rows[f"(e) changes_batches_of, {transport}"] = functools.partial(
+                    lambda c: pa.Table.from_batches(
+                        list(changes_batches_of(c, "changes", page_size=10_000, **span))
+                    ),
+                    c,
+                )
+            rows["(e) client.changes into Changes, TCP"] = lambda: sum(
+                len(e.changes) for e in tcp.changes("changes", page_size=10_000, **span)
+            )
+            rows["(f) Changes stream alone (bytes), TCP"] = lambda: raw_changes(tcp._channel, 1, last_change)
+            messages = raw_changes(tcp._channel, 1, last_change)
+            rows["(f) parse the messages (protobuf)"] = lambda: [
+                pb.ChangesResponse.FromString(m) for m in messages
+            ]
+            parsed_messages = [pb.ChangesResponse.FromString(m) for m in messages]
+            changes_store = tcp.describe("changes").store()
+            rows["(f) Arrow batches from parsed messages"] = lambda: list(
+                epoch_batches(parsed_messages, lambda _: changes_store)
+            )
         for call in rows.values():  # warm every path once
             call()
         load_before = os.getloadavg()[0]
@@ -166,28 +289,16 @@ def main() -> None:
             ours.select(["key", "value", "partition_id"]).to_pylist(), key=lambda r: r["key"]["user"]
         ) == sorted(spark_table.to_pylist(), key=lambda r: r["key"]["user"])
 
-        table_rows = []
-        for name in timings.samples:
-            wall = timings.median(name)
-            table_rows.append(
-                (
-                    name,
-                    f"{wall:.3f}",
-                    f"{spark_rows / wall:,.0f}",
-                    f"{timings.median(name, 1):.3f}",
-                    f"{timings.median(name, 2):.3f}",
-                    str(len(timings.samples[name])),
-                )
-            )
+        header = ("measurement", "wall (s)", "rows/s", "client CPU (s)", "server CPU (s)", "reads")
+        scans = [n for n in timings.samples if n[1] in "abc"]
+        table_rows = result_rows(timings, scans, spark_rows)
         print()
         print(
             f"state: {args.keys:,} keys, epoch {epoch} ({spark_rows:,} rows); {os.cpu_count()} cores; "
             f"load average {load_before:.1f} -> {load_after:.1f} during (b) and (c); "
             f"client's table equals Spark's: {same}"
         )
-        print_table(
-            ("measurement", "wall (s)", "rows/s", "client CPU (s)", "server CPU (s)", "reads"), table_rows
-        )
+        print_table(header, table_rows)
         best = min(timings.median(f"(b) scan_table, {t}") for t in clients)
         spark_warm = timings.median("(a) Spark reader, toArrow(), warm")
         spark_cold = timings.median("(a) Spark reader, toArrow(), cold")
@@ -213,6 +324,42 @@ def main() -> None:
             f"{timings.median(tcp_row, 2):.3f} s; Spark's JVM {spark_cpu:.3f} s; with a free core "
             f"each, about {spark_rows / bound:,.0f} rows/s)"
         )
+        if last_change:
+            ours_feed = pa.Table.from_batches(
+                list(changes_batches_of(tcp, "changes", from_epoch=1, to_epoch=last_change))
+            )
+            same_feed = change_rows(ours_feed, "epoch", "change_type") == [
+                (e, "upsert" if t == "update" else t, *rest)
+                for e, t, *rest in change_rows(spark_feed, "batch_id", "change_type")
+            ]
+            print()
+            print(
+                f"changes of epochs 1..{last_change} of the RocksDB changelog state ({feed_rows:,} rows); "
+                f"client's table equals Spark's change feed: {same_feed}"
+            )
+            feeds = [n for n in timings.samples if n[1] in "def"]
+            print_table(header, result_rows(timings, feeds, feed_rows))
+            best = min(timings.median(f"(e) changes_batches_of, {t}") for t in clients)
+            feed_warm = timings.median("(d) Spark readChangeFeed, toArrow(), warm")
+            feed_cold = timings.median("(d) Spark readChangeFeed, toArrow(), cold")
+            rate = feed_rows / best
+            print()
+            print("targets:")
+            print(
+                f"  >= 10x faster than Spark's change feed (warm toArrow):  {feed_warm / best:.1f}x  "
+                f"{'met' if feed_warm / best >= 10 else 'NOT met'} (cold: {feed_cold / best:.1f}x)"
+            )
+            print(
+                f"  >= 300,000 rows/s into Arrow:                           {rate:,.0f}  "
+                f"{'met' if rate >= 300_000 else 'NOT met'}"
+            )
+            row = "(e) changes_batches_of, TCP"
+            client_cpu, daemon_cpu = timings.median(row, 1), timings.median(row, 2)
+            print(
+                f"  (CPU per read: client {client_cpu:.3f} s, daemon {daemon_cpu:.3f} s; Spark's JVM "
+                f"{timings.median('(d) Spark readChangeFeed, toArrow(), warm', 2):.3f} s; with a free "
+                f"core each, about {feed_rows / max(client_cpu, daemon_cpu):,.0f} rows/s)"
+            )
         for c in clients.values():
             c.close()
     finally:

@@ -23,6 +23,7 @@ from epochstate.client.arrow import (
     state_batch,
     state_schema,
 )
+from epochstate.client.arrow.batches import wire_changes_batch
 from epochstate.client.client import Lookup, StoreSchema
 from epochstate.client.values import from_row, to_row
 from epochstate.core.sparktypes import StructType, parse_struct, parse_type
@@ -201,6 +202,19 @@ def test_changes_batch_has_epoch_and_change_type_and_a_null_value_for_deletes() 
     assert [b.num_rows for b in batches] == [4, 4, len(changes) - 8]
     assert pa.Table.from_batches(batches).equals(pa.Table.from_batches([batch]))
     assert list(changes_batches([], STORE)) == []
+    # The same changes as a Changes stream sends them (a delete's record without value).
+    epoch = [c for c in changes if c.epoch == 4]
+    wire = [
+        pb.Change(type=pb.Change.DELETE, record=pb.Record(key=c.key, partition=c.partition))
+        if c.value is None
+        else pb.Change(
+            type=pb.Change.UPSERT,
+            record=pb.Record(key=c.key, value=c.value, found=True, partition=c.partition),
+        )
+        for c in epoch
+    ]
+    assert any(c.type == pb.Change.DELETE for c in wire)
+    assert wire_changes_batch(4, wire, STORE).equals(changes_batch(epoch, STORE))
 
 
 BLOCK_PYARROW = """

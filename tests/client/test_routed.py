@@ -1,6 +1,6 @@
 """The routed client against real daemons outside a group: a standalone daemon locates itself,
 two daemons that follow one checkpoint (one of them behind) are both located through
-ZooKeeper, and ``latest`` never goes backwards within one client."""
+ZooKeeper, and ``latest`` (a read's, a history's) never goes backwards within one client."""
 
 from __future__ import annotations
 
@@ -97,12 +97,17 @@ def test_latest_never_goes_back_within_a_client(
         seen = [client.get(JOB, key).epoch for _ in range(30)]
         assert seen == sorted(seen) and seen[-1] == 2, seen
         assert client.newest_seen(JOB) == 2
+        # A key's history up to the newest epoch does not end before it either.
+        ends = [client.history(JOB, key).to_epoch for _ in range(10)]
+        assert ends == [2] * 10, ends
 
         # With the daemon that is ahead gone, latest would be epoch 1 at the other one: the
         # client does not go back to it. It asks for at least epoch 2, which does not come.
         ahead.kill()
         with pytest.raises(DeadlineExceeded):
             client.get(JOB, key, timeout=3)
+        with pytest.raises(DeadlineExceeded):  # the one left answers up to epoch 1 only
+            client.history(JOB, key, timeout=2)
         assert client.get(JOB, key, epoch=1).epoch == 1  # exact reads still go to the one left
 
     with RoutedClient([behind.target]) as fresh:  # a new client has seen nothing yet

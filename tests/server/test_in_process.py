@@ -62,6 +62,11 @@ def test_local_reads_answer_and_refuse_as_the_daemon(tmp_path: Path) -> None:
         assert [lk.found for lk in client.multi_get("orders", [["u1"], ["u2"]], epoch=1)] == [True, False]
         assert client.get("orders", ["u1"]).epoch == 1  # latest
         assert [lk.key["user"] for lk in client.scan("orders", epoch=0, page_size=1)] == ["u1", "u2"]
+        feed = [
+            (e.epoch, [(c.key["user"], c.type) for c in e.changes])
+            for e in client.changes("orders", from_epoch=0)
+        ]
+        assert feed == [(0, [("u1", "upsert"), ("u2", "upsert")]), (1, [("u1", "upsert"), ("u2", "delete")])]
 
         # An epoch written after the reader opened is read at once (it catches up first).
         writer.epoch(2, {"u1": 3})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ KEY = StructType((StructField("user", AtomicType("string")),))
 VALUE = StructType((StructField("count", AtomicType("long")),))
 PARTITIONS = 2
 JOB = "orders"
+# How long the servicer lets a read without a deadline wait for its epoch.
+MAX_WAIT = 1.0
 
 # epoch -> user -> new count (None: removed). Epoch 3 changes nothing; epoch 4 writes
 # a's count again unchanged (Spark wrote it: a version, and a change).
@@ -102,7 +105,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     descriptor = store.add_store(JOB, 0, "stateStoreSave", "default", PARTITIONS, *schema)
     catalog = Catalog()
     catalog.put(JobEntry(job, stores={(0, "default"): StoreHandle.of(descriptor)}))
-    service = EpochStateService(store, catalog, _NoIngest(), max_wait=5.0)
+    service = EpochStateService(store, catalog, _NoIngest(), max_wait=MAX_WAIT)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     add_to_server(service, server, DaemonMetrics())
     port = server.add_insecure_port("127.0.0.1:0")
@@ -212,6 +215,26 @@ def test_a_followed_feed_sends_each_new_epoch_as_it_becomes_queryable(served: Se
     served.apply(7, {"d": None})
     assert changes([next(feed)]) == [(7, [("d", "delete", None)])]
     feed.close()
+
+
+def test_a_range_past_the_newest_epoch_waits_for_each_epoch_at_most_the_max_wait(served: Served) -> None:
+    """Without a deadline a range's wait for each epoch ends after the daemon's max wait
+    (a stream never waits for ever for an epoch that may never come); with one, it ends
+    with its reason before the deadline."""
+    feed = served.client.changes(JOB, from_epoch=5, to_epoch=7)  # no deadline
+    assert changes([next(feed)]) == [(5, expected_changes(5))]
+    served.apply(6, {"d": 4})  # within the wait: the stream goes on
+    assert changes([next(feed)]) == [(6, [("d", "upsert", 4)])]
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded) as timed_out:
+        next(feed)
+    waited = time.monotonic() - started
+    assert timed_out.value.reason == "EPOCH_WAIT_TIMED_OUT"
+    assert f"waits at most {MAX_WAIT:g} s" in str(timed_out.value)
+    assert MAX_WAIT * 0.9 <= waited < MAX_WAIT + 3
+    with pytest.raises(DeadlineExceeded) as before_deadline:
+        list(served.client.changes(JOB, from_epoch=7, to_epoch=7, timeout=0.5))
+    assert before_deadline.value.reason == "EPOCH_WAIT_TIMED_OUT"
 
 
 def test_ranges_before_retention_fail_with_the_queryable_range(served: Served) -> None:

@@ -533,7 +533,9 @@ class RoutedClient(EpochStateClient):
     ) -> KeyHistory:
         """:meth:`EpochStateClient.history`, from a replica of the key's partition (routed
         by the layout of ``to_epoch``, or the newest); every page is pinned to the
-        ``to_epoch`` the first resolved, so failing over between pages changes nothing."""
+        ``to_epoch`` the first resolved, so failing over between pages changes nothing.
+        Without ``to_epoch`` the range ends at the newest epoch, never older than one this
+        client was answered with for the job (as ``latest`` reads)."""
         schema = self._store(job, operator_id, store, query_id)
         location = self.locate(job)
         at = schema.at(to_epoch)
@@ -548,22 +550,20 @@ class RoutedClient(EpochStateClient):
         )
         if to_epoch is not None:
             request.to_epoch = to_epoch
+        # Unpinned, the range ends at least at the newest epoch seen (``_monotonic``).
+        newest, derived = self._monotonic(job, pb.EpochSelector(latest=True))
         versions: list[KeyVersion] = []
         while True:
-            chosen = (
-                pb.EpochSelector(exact=request.to_epoch, wait=wait)
-                if request.HasField("to_epoch")
-                else pb.EpochSelector(latest=True)
-            )
+            chosen, send = newest, functools.partial(_history, request)
+            if request.HasField("to_epoch"):
+                chosen = pb.EpochSelector(exact=request.to_epoch, wait=wait)
+            elif derived:
+                send = functools.partial(_history_at_least, request, newest.at_least)
             answer = self._route(
-                job,
-                shard,
-                chosen,
-                functools.partial(_history, request),
-                timeout,
-                waits=wait and request.HasField("to_epoch"),
+                job, shard, chosen, send, timeout, waits=wait and request.HasField("to_epoch")
             )
             response = answer.response
+            self._saw(job, response.query_id, response.to_epoch)
             schema = self._answered(job, operator_id, store, schema, response.query_id)
             versions += versions_of(response, _schemas_of(schema))
             if not response.HasField("next_from_epoch"):
@@ -651,6 +651,22 @@ class _HistoryAnswer:
 def _history(request: pb.HistoryRequest, stub: pb_grpc.EpochStateStub, seconds: float) -> _HistoryAnswer:
     response: pb.HistoryResponse = stub.History(request, timeout=seconds)
     return _HistoryAnswer(response.to_epoch, response)
+
+
+def _history_at_least(
+    request: pb.HistoryRequest, epoch: int, stub: pb_grpc.EpochStateStub, seconds: float
+) -> _HistoryAnswer:
+    """History up to the newest epoch a replica serves, provided that is at least ``epoch``;
+    from a replica behind it, up to ``epoch`` once it has it (it waits for it, within
+    ``seconds``, then fails EPOCH_WAIT_TIMED_OUT: the read moves on to another replica)."""
+    ends = time.monotonic() + seconds
+    answer = _history(request, stub, seconds)
+    if answer.epoch >= epoch:
+        return answer
+    pinned = pb.HistoryRequest()
+    pinned.CopyFrom(request)
+    pinned.to_epoch, pinned.wait = epoch, True
+    return _history(pinned, stub, max(0.001, ends - time.monotonic()))
 
 
 def _scan(request: pb.ScanRequest, stub: pb_grpc.EpochStateStub, seconds: float) -> pb.ScanResponse:

@@ -8,30 +8,16 @@ are turned into columns straight from the wire messages, as a Scan's are.
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterable, Iterator
 
 import grpc
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from epochstate.client.arrow.batches import changes_batch, with_epoch
+from epochstate.client.arrow.batches import wire_changes_batch, with_epoch
 from epochstate.client.arrow.types import changes_schema
 from epochstate.client.client import EpochStateClient, StoreSchema
 from epochstate.client.errors import from_rpc_error
 from epochstate.v1 import epochstate_pb2 as pb
-
-_TYPES = {pb.Change.UPSERT: "upsert", pb.Change.DELETE: "delete"}
-
-
-@dataclass(frozen=True, slots=True)
-class _WireChange:
-    """One change of a Changes message, as :class:`~epochstate.client.arrow.Change`."""
-
-    epoch: int
-    change_type: str
-    key: pb.Row
-    value: pb.Row | None
-    partition: int
 
 
 def changes_batches_of(
@@ -66,30 +52,36 @@ def changes_batches_of(
     )
     if to_epoch is not None:
         request.to_epoch = to_epoch
+
+    def shape(message: pb.ChangesResponse) -> StoreSchema:
+        nonlocal schema
+        schema = client._answered(job, operator_id, store, schema, message.query_id, message)
+        return schema.at(message.epoch)
+
     stream = client.stub.Changes(request, timeout=timeout)
-    pending: list[_WireChange] = []
-    shape: StoreSchema | None = None
     try:
-        for message in stream:
-            if not message.epoch_complete:
-                schema = client._answered(job, operator_id, store, schema, message.query_id, message)
-                shape = schema.at(message.epoch)
-                pending.extend(_wire(message.epoch, change) for change in message.changes)
-                continue
-            if pending:
-                assert shape is not None
-                columns = with_epoch(changes_schema(shape), message.epoch, message.query_id)
-                yield changes_batch(pending, shape, columns)
-            pending, shape = [], None
+        yield from epoch_batches(stream, shape)
     except grpc.RpcError as error:
         raise from_rpc_error(error) from None
     finally:
         stream.cancel()  # type: ignore[no-untyped-call]
 
 
-def _wire(epoch: int, change: pb.Change) -> _WireChange:
-    record = change.record
-    deleted = change.type == pb.Change.DELETE
-    return _WireChange(
-        epoch, _TYPES[change.type], record.key, None if deleted else record.value, record.partition
-    )
+def epoch_batches(
+    messages: Iterable[pb.ChangesResponse], shape: Callable[[pb.ChangesResponse], StoreSchema]
+) -> Iterator[pa.RecordBatch]:
+    """The messages of a Changes stream as one record batch per epoch that changed
+    something, each yielded once its end-of-epoch marker came. ``shape(message)``: the
+    store's shape a message's records are in."""
+    pending: list[pb.Change] = []
+    store: StoreSchema | None = None
+    for message in messages:
+        if not message.epoch_complete:
+            store = shape(message)
+            pending.extend(message.changes)
+            continue
+        if pending:
+            assert store is not None
+            columns = with_epoch(changes_schema(store), message.epoch, message.query_id)
+            yield wire_changes_batch(message.epoch, pending, store, columns)
+        pending, store = [], None

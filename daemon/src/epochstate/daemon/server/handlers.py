@@ -33,7 +33,7 @@ from epochstate.v1 import epochstate_pb2 as pb
 
 SERVICE = pb.DESCRIPTOR.services_by_name["EpochState"]
 # Methods whose handlers return serialized responses (bytes).
-RAW_RESPONSES = frozenset({"Get", "MultiGet", "Scan", "History"})
+RAW_RESPONSES = frozenset({"Get", "MultiGet", "Scan", "History", "Changes"})
 
 Behavior = Callable[[Any, grpc.ServicerContext], Any]
 Guard = Callable[[str, Behavior], Behavior]

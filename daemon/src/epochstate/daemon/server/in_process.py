@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -191,22 +191,43 @@ class _Unary:
         return response
 
 
+class _Responses:
+    """A stream's responses, which the caller may cancel as a gRPC call's."""
+
+    def __init__(self, responses: Generator[Any, None, None]) -> None:
+        self._responses = responses
+
+    def __iter__(self) -> _Responses:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._responses)
+
+    def cancel(self) -> bool:
+        self._responses.close()
+        return True
+
+
 class _Stream:
-    def __init__(self, channel: LocalChannel, name: str) -> None:
+    def __init__(self, channel: LocalChannel, name: str, deserialize: Callable[[bytes], Any] | None) -> None:
         self._closed = channel.closed
         self._name = name
         self._behavior = getattr(channel.reads.service, name, None)
+        self._deserialize = deserialize
 
-    def __call__(self, request: Any, timeout: float | None = None, **ignored: Any) -> Iterator[Any]:
+    def __call__(self, request: Any, timeout: float | None = None, **ignored: Any) -> _Responses:
         if self._behavior is None:
             raise _unimplemented(self._name)
-        return self._stream(request, timeout)
+        return _Responses(self._stream(request, timeout))
 
-    def _stream(self, request: Any, timeout: float | None) -> Iterator[Any]:
+    def _stream(self, request: Any, timeout: float | None) -> Generator[Any, None, None]:
         context = _Context(timeout, self._closed)
         assert self._behavior is not None
+        parse = self._deserialize
         try:
-            yield from self._behavior(request, context)
+            for response in self._behavior(request, context):
+                # Changes sends its messages as wire bytes, as the reads do.
+                yield parse(response) if isinstance(response, bytes) and parse is not None else response
         finally:
             context.end()
 
@@ -227,7 +248,7 @@ class LocalChannel(grpc.Channel):
     def unary_stream(
         self, method: str, request_serializer: Any = None, response_deserializer: Any = None, **_: Any
     ) -> Any:
-        return _Stream(self, _name(method))
+        return _Stream(self, _name(method), response_deserializer)
 
     def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> Any:
         raise _unimplemented(method)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from epochstate.core import reasons
 from epochstate.core.errors import BadRequest, EpochStateError
 from epochstate.daemon.codec.records import RecordEncoder
+from epochstate.daemon.codec.wire import int64, varint
 from epochstate.daemon.server.epochs import EpochRetired, EpochUnavailable
 from epochstate.daemon.store import history
 from epochstate.daemon.store.catalog import StoreSchema
@@ -37,6 +38,9 @@ EPOCHS_PER_WALK = 64
 # A Changes message is sent once its records reach this size (gRPC's own limit, far
 # above it, would end the call without a reason).
 MESSAGE_BYTES = 4 << 20
+# A Change's type (field 1) and the tag of its record (field 2, length-delimited).
+_UPSERT = b"\x08" + bytes([pb.Change.Type.UPSERT]) + b"\x12"
+_DELETE = b"\x08" + bytes([pb.Change.Type.DELETE]) + b"\x12"
 
 
 class BadRange(EpochStateError):
@@ -157,31 +161,37 @@ def epoch_messages(
     limit: int,
     query_id: str,
     committed_at_ms: int,
-) -> Iterator[pb.ChangesResponse]:
-    """One epoch's changes as messages of at most ``limit`` changes, then its marker."""
-    upsert, delete = pb.Change.Type.UPSERT, pb.Change.Type.DELETE
-    message = pb.ChangesResponse(epoch=epoch, query_id=query_id, shape_first_epoch=schema.first_epoch)
-    size = 0
+) -> Iterator[bytes]:
+    """One epoch's changes as serialized ``ChangesResponse`` messages of at most ``limit``
+    changes, then its marker. The stored records are framed as they are (no message is
+    built per change), in the bytes protobuf itself would write."""
+    query = query_id.encode()
+    # What follows the changes in each message: query_id (4), shape_first_epoch (5).
+    tail = (b"\x22" + varint(len(query)) + query if query else b"") + b"\x28" + int64(schema.first_epoch)
+    head = b"\x08" + int64(epoch) if epoch else b""
+    parts = [head]
+    count = size = 0
     for change in changed:
         if change.payload is not None:
-            item = message.changes.add(type=upsert)
-            item.record.ParseFromString(change.payload)
-            size += len(change.payload)
+            record = change.payload
+            kind = _UPSERT
+            size += len(record)
         else:
-            message.changes.add(
-                type=delete, record=_deleted_record(change.before, change.encoded_key, schema)
-            )
+            record = _deleted_record(change.before, change.encoded_key, schema).SerializeToString()
+            kind = _DELETE
             size += len(change.encoded_key)
-        if len(message.changes) >= limit or size >= MESSAGE_BYTES:
-            yield message
-            message = pb.ChangesResponse(epoch=epoch, query_id=query_id, shape_first_epoch=schema.first_epoch)
-            size = 0
-    if message.changes:
-        yield message
+        parts += (b"\x12", varint(len(kind) + len(varint(len(record))) + len(record)), kind)
+        parts += (varint(len(record)), record)
+        count += 1
+        if count >= limit or size >= MESSAGE_BYTES:
+            yield b"".join((*parts, tail))
+            parts, count, size = [head], 0, 0
+    if count:
+        yield b"".join((*parts, tail))
     yield pb.ChangesResponse(
         epoch=epoch,
         query_id=query_id,
         epoch_complete=True,
         shape_first_epoch=schema.first_epoch,
         committed_at_ms=committed_at_ms,
-    )
+    ).SerializeToString()

@@ -2,17 +2,20 @@
 
 Dependencies come through the constructor. Every handler runs inside
 ``status.domain_errors``, which turns domain errors into status codes (one
-table, ``status.py``); nothing else aborts a call. The reads (Get, MultiGet, Scan) return
-their response as wire bytes: the store keeps each row as a serialized ``Record``,
-so a response is framed around stored bytes and never built as message objects
-(:mod:`epochstate.daemon.server.handlers` registers them without a serializer).
+table, ``status.py``); nothing else aborts a call. The reads (Get, MultiGet, Scan,
+History, the messages of Changes) return their responses as wire bytes: the store
+keeps each row as a serialized ``Record``, so a response is framed around stored
+bytes and never built as message objects (:mod:`epochstate.daemon.server.handlers`
+registers them without a serializer).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import struct
+import time
 from collections.abc import Iterator, Sequence
 from typing import Protocol, cast
 
@@ -374,11 +377,10 @@ class EpochStateService:
         return response.SerializeToString()
 
     @domain_errors
-    def Changes(
-        self, request: pb.ChangesRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.ChangesResponse]:
-        """The changes of each epoch of the range (see :mod:`epochstate.daemon.server.over_time`);
-        a bad range or a retired start fails the call before the stream starts."""
+    def Changes(self, request: pb.ChangesRequest, context: grpc.ServicerContext) -> Iterator[bytes]:
+        """The changes of each epoch of the range (see :mod:`epochstate.daemon.server.over_time`),
+        as serialized ``ChangesResponse`` messages; a bad range or a retired start fails the
+        call before the stream starts."""
         entry, handle = self._handle(request.store)
         last = request.to_epoch if request.HasField("to_epoch") else None
         first = request.from_epoch
@@ -404,12 +406,15 @@ class EpochStateService:
         last: int | None,
         limit: int,
         context: grpc.ServicerContext,
-    ) -> Iterator[pb.ChangesResponse]:
+    ) -> Iterator[bytes]:
         """Epochs ``first..last`` (None: for ever) of one store, a group of epochs per walk
         over the store, waiting for each epoch to become queryable; the call ends with an
-        error (never as if complete) when an epoch cannot be sent."""
+        error (never as if complete) when an epoch cannot be sent. Within a range (``last``
+        set) each wait is a waiting read's: up to the deadline, or ``max_wait`` without one;
+        a followed stream waits as long as its caller listens."""
         job_id, name, query_id = entry.descriptor.job_id, entry.descriptor.name, entry.descriptor.query_id
         following = first
+        wait_ends: float | None = None  # while waiting for `following` within a range
         try:
             while context.is_active() and (last is None or following <= last):
                 view = self._store.view()
@@ -417,8 +422,15 @@ class EpochStateService:
                 if progress.empty or progress.newest < following:
                     if view.dropped(job_id):
                         raise epochs.incarnation_changed(self._catalog, entry, "the change stream")
-                    self._catalog.subscribe_wait(1.0)
+                    if last is not None and wait_ends is None:
+                        budget = wait_budget(context, self._max_wait)
+                        wait_ends = math.inf if budget is None else time.monotonic() + budget
+                    left = 1.0 if wait_ends is None else min(1.0, wait_ends - time.monotonic())
+                    if left <= 0:
+                        raise self._changes_timed_out(name, following, progress.newest, context)
+                    self._catalog.subscribe_wait(left)
                     continue
+                wait_ends = None
                 over_time.check_retained(name, following, progress, "the changes", changes=True)
                 end = min(progress.newest, following + over_time.EPOCHS_PER_WALK - 1)
                 if last is not None:
@@ -435,6 +447,20 @@ class EpochStateService:
                 following = end + 1
         except EpochStateError as error:
             abort(context, error)  # never end as if the range were complete
+
+    def _changes_timed_out(
+        self, name: str, epoch: int, newest: int, context: grpc.ServicerContext
+    ) -> epochs.EpochWaitTimedOut:
+        without = (
+            ""
+            if has_deadline(context)
+            else f" (the call had no deadline: the daemon waits at most {self._max_wait:g} s)"
+        )
+        return epochs.EpochWaitTimedOut(
+            f"epoch {epoch} of job {name!r} did not become queryable before the deadline; the newest "
+            f"is {newest}{without}",
+            metadata={"job": name, "epoch": str(epoch)},
+        )
 
     # -- discovery -------------------------------------------------------------
 
