@@ -27,6 +27,7 @@ from epochstate.client.over_time import (
     KeyHistory,
     KeyVersion,
     Schemas,
+    changes_request,
     versions_of,
     whole_epochs,
 )
@@ -478,14 +479,16 @@ class EpochStateClient:
         ``timeout``: the whole stream's deadline (None: none). Raises
         :class:`EpochRetired` when ``from_epoch``'s changes are no longer known."""
         schema = self._store(job, operator_id, store, query_id)
-        request = pb.ChangesRequest(
-            store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
+        request = changes_request(
+            job,
             from_epoch=from_epoch,
+            to_epoch=to_epoch,
             follow=follow,
-            limit=page_size,
+            operator_id=operator_id,
+            store=store,
+            query_id=query_id,
+            page_size=page_size,
         )
-        if to_epoch is not None:
-            request.to_epoch = to_epoch
 
         def schemas(message: pb.ChangesResponse) -> Schemas:
             nonlocal schema

@@ -121,3 +121,27 @@ def whole_epochs(
             continue
         key_schema, value_schema = schemas(message)(message.epoch)
         pending.extend(change_of(message.epoch, c, key_schema, value_schema) for c in message.changes)
+
+
+def changes_request(
+    job: str,
+    *,
+    from_epoch: int,
+    to_epoch: int | None,
+    follow: bool,
+    operator_id: int,
+    store: str,
+    query_id: str | None,
+    page_size: int,
+) -> pb.ChangesRequest:
+    """The request of a feed of changes (``to_epoch`` None: left unset, the newest
+    queryable when the call starts, or none with ``follow``)."""
+    request = pb.ChangesRequest(
+        store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
+        from_epoch=from_epoch,
+        follow=follow,
+        limit=page_size,
+    )
+    if to_epoch is not None:
+        request.to_epoch = to_epoch
+    return request

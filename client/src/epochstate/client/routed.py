@@ -38,7 +38,14 @@ from epochstate.client.client import (
 )
 from epochstate.client.errors import DeadlineExceeded, InvalidArgument, PartitionNotHeld, Unavailable
 from epochstate.client.failover import first_answer
-from epochstate.client.over_time import EpochChanges, KeyHistory, KeyVersion, Schemas, versions_of
+from epochstate.client.over_time import (
+    EpochChanges,
+    KeyHistory,
+    KeyVersion,
+    Schemas,
+    changes_request,
+    versions_of,
+)
 from epochstate.client.partitions import key_partition
 from epochstate.client.read_options import ReadKeywords, ReadOptions
 from epochstate.client.routed_changes import merged, shard_feed
@@ -596,14 +603,16 @@ class RoutedClient(EpochStateClient):
         schema = self._store(job, operator_id, store, query_id)
         if to_epoch is None and not follow:
             to_epoch = self.pinned_epoch(job, operator_id=operator_id, store=store, timeout=timeout)
-        request = pb.ChangesRequest(
-            store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
+        request = changes_request(
+            job,
             from_epoch=from_epoch,
+            to_epoch=to_epoch,
             follow=follow,
-            limit=page_size,
+            operator_id=operator_id,
+            store=store,
+            query_id=query_id,
+            page_size=page_size,
         )
-        if to_epoch is not None:
-            request.to_epoch = to_epoch
 
         def schemas(message: pb.ChangesResponse) -> Schemas:
             nonlocal schema

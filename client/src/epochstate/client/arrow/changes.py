@@ -17,6 +17,7 @@ from epochstate.client.arrow.batches import wire_changes_batch, with_epoch
 from epochstate.client.arrow.types import changes_schema
 from epochstate.client.client import EpochStateClient, StoreSchema
 from epochstate.client.errors import from_rpc_error
+from epochstate.client.over_time import changes_request
 from epochstate.v1 import epochstate_pb2 as pb
 
 
@@ -44,14 +45,16 @@ def changes_batches_of(
     Raises what :meth:`EpochStateClient.changes` raises.
     """
     schema: StoreSchema = client._store(job, operator_id, store, query_id)
-    request = pb.ChangesRequest(
-        store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
+    request = changes_request(
+        job,
         from_epoch=from_epoch,
+        to_epoch=to_epoch,
         follow=follow,
-        limit=page_size,
+        operator_id=operator_id,
+        store=store,
+        query_id=query_id,
+        page_size=page_size,
     )
-    if to_epoch is not None:
-        request.to_epoch = to_epoch
 
     def shape(message: pb.ChangesResponse) -> StoreSchema:
         nonlocal schema
