@@ -168,8 +168,9 @@ class DaemonSettings(BaseSettings):
     max_wait: float = Field(
         default=300.0,
         gt=0,
-        description="seconds a read without a deadline may wait for its epoch; it then ends "
-        "DEADLINE_EXCEEDED (EPOCH_WAIT_TIMED_OUT), as if its deadline had passed",
+        description="seconds a read without a deadline may wait for its epoch (a Changes stream "
+        "with a to_epoch: for each epoch); it then ends DEADLINE_EXCEEDED (EPOCH_WAIT_TIMED_OUT), "
+        "as if its deadline had passed",
     )
     max_request_bytes: int = Field(
         default=4 << 20,
