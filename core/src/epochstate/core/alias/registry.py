@@ -17,6 +17,7 @@ from epochstate.core.alignment.layout import DEFAULT_ROOT
 from epochstate.core.alignment.requests import SubjectRequests, Watch
 from epochstate.core.swap.registry import SwapRegistry
 from epochstate.core.zookeeper.layout import Layout, check_name
+from epochstate.core.zookeeper.subject_records import SubjectSourceRecord
 
 
 class AliasRegistry(SubjectRequests):
@@ -83,3 +84,17 @@ class AliasRegistry(SubjectRequests):
         newest = self.swaps.get(record.subject, watch)
         swaps = [] if newest is None else [*self.swaps.past(record.subject), newest]
         return chain_of(record, swaps)
+
+    def aligned_inputs(self, job: str) -> list[str]:
+        """The subjects ``job`` reads aligned (its source records), sorted."""
+        check_name("job", job)
+
+        def read() -> list[str]:
+            found = []
+            for topic in sorted(self._children(self.layout.subjects)):
+                data = self._read(self.layout.subject_source(topic, job), None)
+                if data is not None and SubjectSourceRecord.decode(data).mode == "aligned":
+                    found.append(topic)
+            return found
+
+        return self._call(read)
