@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.exceptions import NoAuthError, NoNodeError
-from kazoo.protocol.states import WatchedEvent
+from kazoo.protocol.states import KazooState, WatchedEvent
 
 from epochstate.core.alias.chain import AliasChain, Segment
 from epochstate.core.alias.errors import AmbiguousName
@@ -68,9 +68,13 @@ class Aliases:
         self.catalog = catalog
         self._clock = clock
         self._lock = threading.Lock()
-        # Published whole: name -> chain (None: no such alias); dropped by a watch.
+        # name -> chain (None: no such alias), dropped by a watch; a read that a watch
+        # overtook (the generation moved on while it read) is not kept: it may be stale.
         self._chains: dict[str, AliasChain | None] = {}
         self._names: frozenset[str] | None = None
+        self._generation = 0
+        # Watches may be lost with the connection: what they guard is dropped with it.
+        registry.client.add_listener(self._on_state)
 
     # -- names -----------------------------------------------------------------
 
@@ -97,9 +101,11 @@ class Aliases:
         with self._lock:
             if name in self._chains:
                 return self._chains[name]
-        found = self.registry.chain(name, lambda event: self._forget(name, event))
+            generation = self._generation
+        found = self.registry.chain(name, lambda event: self._forget(name))
         with self._lock:
-            self._chains[name] = found
+            if generation == self._generation:
+                self._chains[name] = found
         return found
 
     def _alias_names(self) -> frozenset[str]:
@@ -109,9 +115,11 @@ class Aliases:
             return names
 
         def changed(event: WatchedEvent) -> None:
-            self._names = None
+            self._forget(None)
 
         client, folder, timeout = self.registry.client, self.registry.layout.aliases, self.registry.timeout
+        with self._lock:
+            generation = self._generation
         try:
             if wait(client.exists_async(folder, watch=changed), timeout) is None:
                 names = frozenset()
@@ -119,13 +127,30 @@ class Aliases:
                 names = frozenset(wait(client.get_children_async(folder, watch=changed), timeout))
         except (*CONNECTION_ERRORS, NoNodeError, NoAuthError):
             return frozenset()  # not cached: asked again by the next read
-        self._names = names
+        with self._lock:
+            if generation == self._generation:
+                self._names = names
         return names
 
-    def _forget(self, name: str, event: WatchedEvent) -> None:
-        # Runs on kazoo's event thread: takes only this lock.
+    def close(self) -> None:
+        self.registry.client.remove_listener(self._on_state)
+
+    def _on_state(self, state: KazooState) -> None:
+        if state != KazooState.CONNECTED:
+            with self._lock:
+                self._generation += 1
+                self._chains.clear()
+                self._names = None
+
+    def _forget(self, name: str | None) -> None:
+        """Drop alias ``name``'s chain (None: the names). Runs on kazoo's event thread:
+        takes only this lock."""
         with self._lock:
-            self._chains.pop(name, None)
+            self._generation += 1
+            if name is None:
+                self._names = None
+            else:
+                self._chains.pop(name, None)
 
     # -- epochs ----------------------------------------------------------------
 

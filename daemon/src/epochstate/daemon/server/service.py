@@ -207,6 +207,8 @@ class EpochStateService:
     def close(self) -> None:
         """Let go of the store's snapshots held for reads (before the store closes)."""
         self._views.clear()
+        if self._aliases is not None:
+            self._aliases.close()
 
     # -- names ---------------------------------------------------------------------
 
