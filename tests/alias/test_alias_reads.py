@@ -23,7 +23,14 @@ import grpc
 import pytest
 from kazoo.client import KazooClient
 
-from epochstate.client import AmbiguousName, EpochNotReady, EpochStateClient, InvalidArgument, JobNotFound
+from epochstate.client import (
+    AmbiguousName,
+    EpochNotReady,
+    EpochStateClient,
+    InvalidArgument,
+    JobNotFound,
+    NoSuchEpoch,
+)
 from epochstate.core.alias import errors
 from epochstate.core.alias.records import AliasRecord
 from epochstate.core.alias.registry import AliasRegistry
@@ -279,6 +286,19 @@ def test_aligned_with_an_alias_follows_the_output_across_the_handover(served: Se
     # Through the input: the new job's batch 1 read input epoch 3, which the old job answers.
     through_input = served.get(pb.EpochSelector(aligned_with=pb.AlignedWith(job=NEW, epoch=1)))
     assert answer(through_input) == (3, OLD, 3, count(OLD, 3))
+
+    # A job's read aligned with an alias epoch: the epoch of the job answering it.
+    of_new = served.get(pb.EpochSelector(aligned_with=pb.AlignedWith(job=ALIAS, epoch=3)), name=NEW)
+    assert (of_new.epoch, of_new.job, of_new.record.value.fields[0].int) == (1, "", count(NEW, 3))
+
+    # The old job's own reads aligned with the downstream job: its epochs up to the handover;
+    # an output epoch the new job wrote was produced by no epoch of the old job.
+    def enrich(m: int) -> pb.EpochSelector:
+        return pb.EpochSelector(aligned_with=pb.AlignedWith(job="enrich", epoch=m + 100))
+
+    assert served.get(enrich(3), name=OLD).epoch == 3
+    with pytest.raises(NoSuchEpoch, match="written by job 'counts-v2', not by job 'counts-v1'"):
+        served.client.get(OLD, ["a"], aligned_with=("enrich", 107))
 
 
 def test_names_resolve_to_one_job_or_alias_and_calls_not_offered_on_aliases_say_so(

@@ -193,6 +193,22 @@ class Aliases:
             self.view.catch_up()
             chain = self._chain(name) or chain
 
+    def through_alias(
+        self, selector: pb.EpochSelector, time_left: Callable[[], float | None]
+    ) -> pb.EpochSelector:
+        """An ``aligned_with`` naming an alias as its other job, as one naming the job that
+        answers that alias epoch, at its own epoch; any other selector as it is."""
+        aligned = selector.aligned_with
+        if not self.registry.client.connected or aligned.job not in self._alias_names():
+            return selector
+        chain = self.chain(aligned.job)
+        if chain is None:
+            return selector
+        target = self.target(chain, pb.EpochSelector(exact=aligned.epoch, wait=True), time_left)
+        return pb.EpochSelector(
+            aligned_with=pb.AlignedWith(job=target.job, epoch=target.job_epoch, subject=aligned.subject)
+        )
+
     def _attempt(
         self, chain: AliasChain, kind: str, selector: pb.EpochSelector
     ) -> tuple[AliasTarget | None, str]:

@@ -244,6 +244,8 @@ class EpochStateService:
         if not ref.job:
             raise BadRequest("store.job is required")
         named = self._named(ref.job)
+        if self._aliases is not None and selector.WhichOneof("kind") == "aligned_with":
+            selector = self._aliases.through_alias(selector, lambda: wait_budget(context, self._max_wait))
         if not isinstance(named, AliasChain):
             return ref, selector, None
         assert self._aliases is not None
