@@ -27,7 +27,8 @@ from epochstate.core.sparktypes import StructType, type_to_json
 from epochstate.daemon.codec import keycodec
 from epochstate.daemon.codec.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs, over_time
-from epochstate.daemon.server.aliases import Aliases, AliasTarget
+from epochstate.daemon.server.alias_epochs import AliasTarget
+from epochstate.daemon.server.aliases import Aliases
 from epochstate.daemon.server.held_partitions import check_held
 from epochstate.daemon.server.limits import may_wait
 from epochstate.daemon.server.reported_jobs import ReportedJobs
@@ -574,11 +575,11 @@ class EpochStateService:
         """The alias: which job answers which epochs, and the description of the job answering
         its newest ones (its summary's range and newest epochs in the alias's epochs)."""
         assert self._aliases is not None
-        self._aliases.require_followed(chain, chain.current, None)
+        self._aliases.epochs.require_followed(chain, chain.current, None)
         response = self._describe(self._catalog.get(chain.current.job))
         summary = response.summary
         summary.job = chain.alias.name
-        newest = self._aliases.newest(chain)
+        newest = self._aliases.epochs.newest(chain)
         summary.latest_epoch = -1 if newest is None else newest.epoch
         epochs = self._alias_epochs(chain, 0, 1)
         summary.oldest_epoch = epochs[0].epoch if epochs else -1
@@ -633,11 +634,11 @@ class EpochStateService:
         (0: all): each the epoch of the job answering it, with ``epoch`` the alias's."""
         assert self._aliases is not None
         found: list[pb.EpochInfo] = []
-        for segment in self._aliases.followed(chain):
+        for segment in self._aliases.epochs.followed(chain):
             entry = self._catalog.get(segment.job)
             query_id = entry.descriptor.query_id
             for record in self._store.epochs(entry.descriptor.job_id):
-                epoch = self._aliases.alias_epoch(chain, segment, record.epoch)
+                epoch = self._aliases.epochs.alias_epoch(chain, segment, record.epoch)
                 if epoch is None or epoch < first:
                     continue
                 info = epoch_info(record, query_id)
