@@ -229,8 +229,8 @@ def test_an_alias_answers_from_the_old_job_up_to_the_swap_epoch_and_from_the_new
         for k in range(8)
     }
     # The Python client decodes each answer with its own job's schemas.
-    values = [served.client.get(ALIAS, ["a"], epoch=k).value for k in (5, 6)]
-    assert values == [(50,), (61,)]
+    looked = [served.client.get(ALIAS, ["a"], epoch=k) for k in (5, 6)]
+    assert [(lk.epoch, lk.job, lk.value) for lk in looked] == [(5, OLD, (50,)), (6, NEW, (61,))]
 
 
 def test_describe_and_list_epochs_say_which_job_answers_which_epochs(served: Served) -> None:

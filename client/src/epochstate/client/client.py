@@ -70,7 +70,9 @@ class Lookup:
     ``query_id`` is the job's incarnation that answered (Spark's stable query id; a
     recreated checkpoint holds another, whose epochs restart at 0): pass it as
     ``query_id=`` to later reads to have them refused (:class:`IncarnationChanged`)
-    rather than answered by another query.
+    rather than answered by another query. ``job`` is set for a read of an alias (a
+    logical job name that follows hot-swaps): the job whose state answered; ``epoch`` is
+    then the alias's epoch.
     """
 
     epoch: int
@@ -79,6 +81,7 @@ class Lookup:
     value: Struct | None
     partition: int | None
     query_id: str = ""
+    job: str = ""
 
 
 @dataclass(frozen=True)
@@ -356,7 +359,8 @@ class EpochStateClient:
         )
         response = self._call(self._stub.Get, request, o.timeout)
         schema = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
-        return _lookup(response.epoch, response.record, schema.at(own_epoch(response)), response.query_id)
+        at = schema.at(own_epoch(response))
+        return _lookup(response.epoch, response.record, at, response.query_id, response.job)
 
     def multi_get(
         self,
@@ -377,7 +381,7 @@ class EpochStateClient:
         response = self._call(self._stub.MultiGet, request, o.timeout)
         answered = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
         at = answered.at(own_epoch(response))
-        return [_lookup(response.epoch, r, at, response.query_id) for r in response.records]
+        return [_lookup(response.epoch, r, at, response.query_id, response.job) for r in response.records]
 
     def pinned_epoch(
         self, job: str, *, options: ReadOptions | None = None, **read: Unpack[ReadKeywords]
@@ -423,7 +427,8 @@ class EpochStateClient:
             response = self._call(self._stub.Scan, request, o.timeout)
             schema = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
             for record in response.records:
-                yield _lookup(response.epoch, record, schema.at(own_epoch(response)), response.query_id)
+                at = schema.at(own_epoch(response))
+                yield _lookup(response.epoch, record, at, response.query_id, response.job)
                 returned += 1
                 if limit is not None and returned >= limit:
                     return
@@ -545,7 +550,7 @@ def _struct_of(schema: pb.Schema) -> StructType:
     )
 
 
-def _lookup(epoch: int, record: pb.Record, schema: StoreSchema, query_id: str) -> Lookup:
+def _lookup(epoch: int, record: pb.Record, schema: StoreSchema, query_id: str, job: str = "") -> Lookup:
     return Lookup(
         epoch=epoch,
         key=from_row(record.key, schema.key),
@@ -553,4 +558,5 @@ def _lookup(epoch: int, record: pb.Record, schema: StoreSchema, query_id: str) -
         value=from_row(record.value, schema.value) if record.found else None,
         partition=record.partition if record.found else None,
         query_id=query_id,
+        job=job,
     )
