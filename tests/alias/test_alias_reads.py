@@ -30,6 +30,7 @@ from epochstate.client import (
     InvalidArgument,
     JobNotFound,
     NoSuchEpoch,
+    Unavailable,
 )
 from epochstate.core.alias import errors
 from epochstate.core.alias.records import AliasRecord
@@ -315,6 +316,18 @@ def test_names_resolve_to_one_job_or_alias_and_calls_not_offered_on_aliases_say_
         served.client.get(NEW, ["a"])
     with pytest.raises(AmbiguousName):
         served.client.describe(NEW, refresh=True)
+    assert served.client.describe(ALIAS, refresh=True).job == ALIAS
+
+    # Without ZooKeeper, reads of jobs go on, an alias is unavailable (retry), and a name
+    # that was no alias stays an unknown job.
+    zk_client.stop()
+    assert served.client.get(OLD, ["a"], epoch=2).value == (count(OLD, 2),)
+    with pytest.raises(Unavailable):
+        served.client.get(ALIAS, ["a"], epoch=2, timeout=0.5)  # retried until then
+    with pytest.raises(JobNotFound):
+        served.client.get("nobody", ["a"])
+    zk_client.start(timeout=15)
+
     # Defining an alias under the name of a job registered in ZooKeeper is refused.
     zk_client.create(LAYOUT.job("registered"), b"{}", makepath=True)
     with pytest.raises(errors.AmbiguousName):

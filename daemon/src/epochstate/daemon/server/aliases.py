@@ -30,6 +30,8 @@ from kazoo.protocol.states import KazooState, WatchedEvent
 from epochstate.core.alias.chain import AliasChain
 from epochstate.core.alias.errors import AmbiguousName
 from epochstate.core.alias.registry import AliasRegistry
+from epochstate.core.alignment.errors import RegistryUnavailable as AlignmentUnavailable
+from epochstate.core.zookeeper.errors import RegistryUnavailable
 from epochstate.core.zookeeper.session import CONNECTION_ERRORS, wait
 from epochstate.daemon.registry.subject_view import SubjectView
 from epochstate.daemon.server.alias_epochs import AliasEpochs, AliasTarget
@@ -61,6 +63,7 @@ class Aliases:
         # overtook (the generation moved on while it read) is not kept: it may be stale.
         self._chains: dict[str, AliasChain | None] = {}
         self._names: frozenset[str] | None = None
+        self._known: frozenset[str] = frozenset()  # the names last read, kept through outages
         self._generation = 0
         # Watches may be lost with the connection: what they guard is dropped with it.
         registry.client.add_listener(self._on_state)
@@ -85,6 +88,18 @@ class Aliases:
         """Alias ``name``'s chain as ZooKeeper holds it now; None if there is no such alias."""
         self.view.catch_up()
         return self._chain(name)
+
+    def find(self, name: str) -> AliasChain | None:
+        """Like :meth:`chain`, for a name that is no followed job: without ZooKeeper, a name not
+        among the aliases last known stays an unknown job (None) rather than a registry failure."""
+        if self.registry.client.connected:
+            self._alias_names()  # what is known of the names if ZooKeeper goes away
+        try:
+            return self.chain(name)
+        except (RegistryUnavailable, AlignmentUnavailable):
+            if name not in self._known:
+                return None
+            raise
 
     def _chain(self, name: str) -> AliasChain | None:
         with self._lock:
@@ -119,6 +134,7 @@ class Aliases:
         with self._lock:
             if generation == self._generation:
                 self._names = names
+            self._known = names
         return names
 
     def close(self) -> None:

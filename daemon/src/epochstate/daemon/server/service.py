@@ -220,7 +220,7 @@ class EpochStateService:
         try:
             entry = self._catalog.get(name)
         except JobNotFound:
-            chain = None if self._aliases is None else self._aliases.chain(name)
+            chain = None if self._aliases is None else self._aliases.find(name)
             if chain is None:
                 raise
             return chain
