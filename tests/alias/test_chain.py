@@ -51,7 +51,8 @@ def test_each_swap_hands_the_epochs_after_its_swap_epoch_over_once_decided() -> 
         ("v2", 5, 20, 1),
         ("v3", 20, None, 3),
     ]
-    assert chain.segments[1].handover == 15 and chain.decided_until == 30
+    assert chain.segments[1].took_over == (5, 15) and chain.decided_until == 30
+    assert chain.segments[1].input_of_output(17) == 7
     assert [s and s.job for s in map(chain.answering, (5, 6, 20, 21, 30, 31))] == [
         "v1",
         "v2",
@@ -60,7 +61,12 @@ def test_each_swap_hands_the_epochs_after_its_swap_epoch_over_once_decided() -> 
         "v3",
         None,
     ]
-    assert chain.segment_of("v2") == Segment("v2", 5, 20, 1, 15)
+    assert chain.segment_of("v2") == Segment("v2", 5, 20, 1, (5, 15))
+
+    # An alias defined on a job that took the output over earlier maps its output too.
+    later = chain_of(AliasRecord("orders", "v2", "out", "in"), [swap(1, "v1", "v2", 5, "done")])
+    assert later.segments == (Segment("v2", took_over=(5, 15)),)
+    assert later.answering(0) == later.segments[0]
 
 
 def test_swaps_of_other_jobs_or_inputs_do_not_move_the_alias() -> None:

@@ -27,15 +27,25 @@ class Segment:
     """Job ``job`` answers the input epochs ``after + 1 .. until`` (None: from the first; no end).
 
     ``swap`` is the id of the swap that gave it these epochs (None for the alias's
-    first job), ``handover`` the output epoch the previous job registered last
-    (None while that swap is not done, and for the first job).
+    first job). ``took_over`` is ``(S, handover)`` of the done swap that made the job
+    the writer of the output: its output epoch ``o`` is then the output of input
+    epoch ``S + o - handover``. None while that swap is not done, and for a first job
+    that wrote the output from its start (its batch ``n`` wrote output epoch ``n``).
     """
 
     job: str
     after: int | None = None
     until: int | None = None
     swap: int | None = None
-    handover: int | None = None
+    took_over: tuple[int, int] | None = None
+
+    def input_of_output(self, output: int) -> int | None:
+        """The input epoch whose output is output epoch ``output``, when the job took the
+        output over by a swap (None otherwise: its batch ``output`` wrote it)."""
+        if self.took_over is None:
+            return None
+        swap_epoch, handover = self.took_over
+        return swap_epoch + output - handover
 
     def holds(self, epoch: int) -> bool:
         return (self.after is None or epoch > self.after) and (self.until is None or epoch <= self.until)
@@ -80,9 +90,10 @@ def chain_of(alias: AliasRecord, swaps: Iterable[SwapRecord]) -> AliasChain:
     (and is on the alias's input): committed or done, it adds the new job from
     its swap epoch on; undecided, it is the chain's ``pending``; aborted, nothing.
     """
-    segments = [Segment(alias.job)]
+    ordered = sorted(swaps, key=lambda s: s.id)
+    segments = [Segment(alias.job, took_over=_taken_over(alias, ordered))]
     pending: SwapRecord | None = None
-    for swap in sorted(swaps, key=lambda s: s.id):
+    for swap in ordered:
         last = segments[-1]
         if swap.old != last.job or swap.input != alias.input or swap.state == "aborted":
             continue
@@ -91,6 +102,19 @@ def chain_of(alias: AliasRecord, swaps: Iterable[SwapRecord]) -> AliasChain:
         if swap.undecided:
             pending = swap
             break
-        segments[-1] = Segment(last.job, last.after, swap.epoch, last.swap, last.handover)
-        segments.append(Segment(swap.new, swap.epoch, None, swap.id, swap.handover))
+        segments[-1] = Segment(last.job, last.after, swap.epoch, last.swap, last.took_over)
+        took_over = None if swap.handover is None else (swap.epoch, swap.handover)
+        segments.append(Segment(swap.new, swap.epoch, None, swap.id, took_over))
     return AliasChain(alias, tuple(segments), pending)
+
+
+def _taken_over(alias: AliasRecord, ordered: list[SwapRecord]) -> tuple[int, int] | None:
+    """``(S, handover)`` of the newest done swap that made the alias's first job the writer
+    before the alias's own swaps (an alias defined on a job that took the output over)."""
+    found = None
+    for swap in ordered:
+        if swap.old == alias.job and swap.input == alias.input and swap.state != "aborted":
+            break  # the alias's own swaps begin
+        if swap.new == alias.job and swap.state == "done" and swap.handover is not None:
+            found = (swap.epoch, swap.handover)
+    return found

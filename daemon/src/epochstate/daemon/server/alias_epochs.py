@@ -150,15 +150,16 @@ class AliasEpochs:
                 f"output epoch {output} of {chain.alias.subject!r} was written by {record.writer!r}, "
                 f"which is none of alias {chain.alias.name!r}'s jobs"
             )
-        if segment.swap is None:
-            # The first job writes output epoch n in its batch n.
-            input_epoch = self.role(chain, segment.job).subject_epoch(output)
-            if input_epoch is None:
-                return None, f"job {segment.job!r}'s batch {output} is not in its mapping yet"
+        input_epoch = segment.input_of_output(output)
+        if input_epoch is not None:
             return input_epoch, ""
-        if segment.handover is None or segment.after is None:
+        if segment.swap is not None:
             return None, f"swap {segment.swap} to {segment.job!r} is not done yet"
-        return segment.after + output - segment.handover, ""
+        # A first job that wrote the output from its start: its batch n wrote output epoch n.
+        input_epoch = self.role(chain, segment.job).subject_epoch(output)
+        if input_epoch is None:
+            return None, f"job {segment.job!r}'s batch {output} is not in its mapping yet"
+        return input_epoch, ""
 
     def require_followed(self, chain: AliasChain, segment: Segment, epoch: int | None) -> None:
         """JobNotFound, naming the alias, when this daemon does not follow ``segment``'s job."""
