@@ -22,7 +22,9 @@ from pathlib import Path
 import grpc
 import pytest
 from kazoo.client import KazooClient
+from typer.testing import CliRunner
 
+from epochstate.cli.app import app
 from epochstate.client import (
     AmbiguousName,
     EpochNotReady,
@@ -88,6 +90,7 @@ class Served:
     client: EpochStateClient
     stub: EpochStateStub
     swaps: SwapRegistry
+    target: str
 
     def ingest(self, job: str, input_epochs: range) -> None:
         """The job's batches reading ``input_epochs``: recorded in its mapping, then ingested."""
@@ -170,9 +173,8 @@ def served(tmp_path: Path, zk_client: KazooClient) -> Iterator[Served]:
     client = EpochStateClient(f"127.0.0.1:{port}", timeout=5)
     aliases.define(AliasRecord(ALIAS, OLD, OUT, IN))
     try:
-        yield Served(
-            store, catalog, jobs, zk_client, client, EpochStateStub(channel), SwapRegistry(zk_client)
-        )
+        stub, swaps = EpochStateStub(channel), SwapRegistry(zk_client)
+        yield Served(store, catalog, jobs, zk_client, client, stub, swaps, f"127.0.0.1:{port}")
     finally:
         client.close()
         channel.close()
@@ -232,6 +234,18 @@ def test_an_alias_answers_from_the_old_job_up_to_the_swap_epoch_and_from_the_new
     # The Python client decodes each answer with its own job's schemas.
     looked = [served.client.get(ALIAS, ["a"], epoch=k) for k in (5, 6)]
     assert [(lk.epoch, lk.job, lk.value) for lk in looked] == [(5, OLD, (50,)), (6, NEW, (61,))]
+    # And the CLI says which job answered.
+    target = ["--target", served.target]
+    printed = CliRunner().invoke(app, ["get", ALIAS, '["a"]', "--epoch", "6", "--json", *target])
+    assert printed.exit_code == 0, printed.output
+    assert {k: json.loads(printed.output)[k] for k in ("epoch", "answered_by", "value")} == {
+        "epoch": 6,
+        "answered_by": NEW,
+        "value": {"count": 61},
+    }
+    printed = CliRunner().invoke(app, ["epochs", ALIAS, "--from", "5", "--limit", "2", "--json", *target])
+    listed = json.loads(printed.output)
+    assert [(e["epoch"], e["answered_by"], e["job_epoch"]) for e in listed] == [(5, OLD, 5), (6, NEW, 4)]
 
 
 def test_describe_and_list_epochs_say_which_job_answers_which_epochs(served: Served) -> None:
