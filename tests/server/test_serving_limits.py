@@ -69,7 +69,7 @@ def test_limits_hold_for_the_daemon_as_a_whole(daemon_factory: Callable[..., Dae
         os.kill(killed, signal.SIGKILL)  # with whichever of the streams it held
         wait_until(lambda: len(serving_pids(daemon) - {killed}) == 1, "the serving process restarted")
         for stream in admitted:
-            stream.cancel()
+            stream.cancel()  # type: ignore[attr-defined]
         for channel in channels:
             channel.close()
         wait_until(lambda: counts.in_flight(STREAMS) == 0, "every slot free again")
