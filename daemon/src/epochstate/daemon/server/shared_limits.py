@@ -8,7 +8,8 @@ mapped into every process: a row per process, a counter per kind of call. A call
 is admitted when the sum of its kind's counters over every row is below the limit;
 the check and the increment of the process's own counter happen under an exclusive
 ``flock`` on the file (and a thread lock, since ``flock`` does not tell the threads
-of one process apart), so two processes never both take the last slot.
+of one process apart), so two processes never both take the last slot. Giving a
+slot back needs no file lock (see :meth:`SharedCalls.leave`).
 
 A process only ever writes its own row. When one dies (killed, crashed) with calls
 in flight, their slots are not lost: the main process clears the dead process's row
@@ -70,14 +71,14 @@ class SharedCalls:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def leave(self, kind: int) -> None:
-        """Give back a slot of ``kind`` this process took."""
+        """Give back a slot of ``kind`` this process took.
+
+        No file lock: only this process writes its row (under the thread lock), and an
+        aligned 4-byte store is seen whole by the others, before or after.
+        """
         slot = self.index * self._kinds + kind
         with self._lock:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-            try:
-                self._counts[slot] -= 1
-            finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._counts[slot] -= 1
 
     def in_flight(self, kind: int) -> int:
         """The daemon's calls of ``kind`` in flight now, every process's."""
