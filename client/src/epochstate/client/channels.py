@@ -11,6 +11,11 @@ each call on the next one in turn. Which process each connection lands on is the
 kernel's choice: with ``n`` connections and two processes, all of them land on one
 with odds of 1 in 2^(n-1).
 
+A short-lived client (a command, a lookup per batch) should not pay a connection
+(and a TLS handshake, on both sides) per call: a method's first
+:data:`WARM_CALLS` calls all go on the first connection, and only a client that
+keeps calling opens the others, each at its first turn.
+
 Over a Unix socket (one process serves it) and in-process (``local://``) one
 channel is all there is to use.
 """
@@ -27,6 +32,8 @@ import grpc
 # (two processes: both with odds 7 in 8), few enough to cost a handful of sockets.
 DEFAULT_CONNECTIONS = 4
 LOCAL_SUBCHANNEL_POOL = ("grpc.use_local_subchannel_pool", 1)
+# Calls of a method on the first connection before the others take turns.
+WARM_CALLS = 16
 
 
 def connections_for(target: str, connections: int | None) -> int:
@@ -52,7 +59,8 @@ class _InTurn:
         self._turn = itertools.count()
 
     def _next(self) -> Any:
-        return self._callables[next(self._turn) % len(self._callables)]
+        turn = next(self._turn)
+        return self._callables[0 if turn < WARM_CALLS else turn % len(self._callables)]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._next()(*args, **kwargs)
