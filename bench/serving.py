@@ -11,10 +11,13 @@ port), and for each number of callers measures, in the same rounds:
   bytes of a Get request;
 - ``Get``: the daemon's Get of a random key pinned to one epoch, the same bytes in
   and the daemon's response out (no client-side decoding, like the echo);
+- ``Get, shared``: the same Gets, the callers of each client process sharing one
+  client's connections (``EpochStateClient``'s default, taken in turn call by call):
+  how one client's calls spread over the processes;
 - ``health``: the daemon's health Check from one more caller while the Gets run.
 
 Callers are threads in up to four client processes, each thread with a connection of
-its own (connections, not calls, are what the kernel spreads over processes); the
+its own unless shared (connections, not calls, are what the kernel spreads over processes); the
 client CPU column is the seconds of CPU the client processes used per second (the
 load generator shares the machine's cores with the servers).
 """
@@ -41,6 +44,9 @@ from bench.lookup import echo_server, percentiles
 from bench.routing import build_state
 from bench.table import print_table
 from epochstate.client import EpochStateClient
+from epochstate.client.channels import LOCAL_SUBCHANNEL_POOL, connections_for
+from epochstate.client.client import CHANNEL_OPTIONS
+from epochstate.client.tls import TlsOptions, open_channel
 from epochstate.devtools.local_daemon import LocalDaemon
 from epochstate.devtools.spark_session import local_session
 from epochstate.v1 import epochstate_pb2 as pb
@@ -63,13 +69,21 @@ def _requests(keys: int) -> list[bytes]:
     ]
 
 
-def _caller(method: str, target: str, keys: int, threads: int, seconds: float, go: Event, out: Any) -> None:
-    """One client process: ``threads`` callers, each on a connection of its own."""
+def _caller(
+    method: str, target: str, keys: int, threads: int, seconds: float, go: Event, out: Any, shared: bool
+) -> None:
+    """One client process: ``threads`` callers, each on a connection of its own, or (``shared``)
+    all on one client's connections."""
     requests = _requests(keys)
-    options = [("grpc.use_local_subchannel_pool", 1)]
-    calls = [
-        grpc.insecure_channel(target, options=options).unary_unary(method, None, None) for _ in range(threads)
-    ]
+    options = (LOCAL_SUBCHANNEL_POOL,)
+    if shared:
+        pool = open_channel(target, TlsOptions(), CHANNEL_OPTIONS, connections_for(target, None))
+        calls = [pool.unary_unary(method, None, None)] * threads
+    else:
+        calls = [
+            grpc.insecure_channel(target, options=options).unary_unary(method, None, None)
+            for _ in range(threads)
+        ]
     for call in calls:
         for request in requests[:5]:
             call(request, timeout=30)
@@ -95,7 +109,7 @@ def _caller(method: str, target: str, keys: int, threads: int, seconds: float, g
 
 
 def _health(target: str, seconds: float, go: Event, out: Any) -> None:
-    channel = grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+    channel = grpc.insecure_channel(target, options=[LOCAL_SUBCHANNEL_POOL])
     check = channel.unary_unary(CHECK, None, None)
     request = health_pb2.HealthCheckRequest().SerializeToString()
     check(request, timeout=10)
@@ -116,14 +130,22 @@ def children_cpu() -> float:
 
 
 def measure(
-    method: str, target: str, keys: int, callers: int, seconds: float, health: str | None = None
+    method: str,
+    target: str,
+    keys: int,
+    callers: int,
+    seconds: float,
+    health: str | None = None,
+    shared: bool = False,
 ) -> tuple[list[str], list[float]]:
     """Calls/s, p50 and p99 (ms) and client CPU of ``callers`` callers; the health Checks' latencies."""
     ctx = mp.get_context("spawn")  # no gRPC state inherited through fork
     processes = min(callers, MAX_PROCESSES)
     go, out = ctx.Event(), ctx.Queue()
     threads = [callers // processes + (1 if i < callers % processes else 0) for i in range(processes)]
-    workers = [ctx.Process(target=_caller, args=(method, target, keys, n, seconds, go, out)) for n in threads]
+    workers = [
+        ctx.Process(target=_caller, args=(method, target, keys, n, seconds, go, out, shared)) for n in threads
+    ]
     if health is not None:
         workers.append(ctx.Process(target=_health, args=(health, seconds, go, out)))
     for worker in workers:
@@ -182,6 +204,9 @@ def main() -> None:
                 rows.append([count, "echo", n, *echo_row, ""])
                 health_p99 = f"{percentiles(checks)[1] * 1e3:.1f}" if checks else ""
                 rows.append([count, "Get", n, *get_row, health_p99])
+                if n > 1:
+                    shared_row, _ = measure(GET, daemon.target, args.keys, n, args.seconds, shared=True)
+                    rows.append([count, "Get, shared", n, *shared_row, ""])
                 ratio = float(get_row[0].replace(",", "")) / float(echo_row[0].replace(",", ""))
                 if n == 1:
                     p50_ratio = float(get_row[1]) / float(echo_row[1])

@@ -9,6 +9,7 @@ aligned with its batch. Real Spark, ZooKeeper, the tansu broker and the daemon.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import subprocess
 import sys
@@ -285,6 +286,42 @@ def test_cross_job_lookups_pinned_to_aligned_epochs_are_identical_on_replay(spar
         latest = client.get("orders", ["alice"])
         assert latest.epoch > first.epoch and latest.value != first.lookups["alice"].value, "orders moved on"
         assert client.get("orders", ["alice"], aligned_with=("enrich", 2)) == first.lookups["alice"]
+
+
+def test_lookups_on_the_daemons_node_read_its_store_in_process(spark: Any, chain: Chain) -> None:
+    """Naming the daemon's data directory, the driver and the executors read keys through
+    ``local://`` and answer exactly what they answer over gRPC."""
+    remote = chain.enrich.lookup
+    local = dataclasses.replace(remote, data_dir=str(chain.daemon.data_dir))
+    assert remote.reads_through() == chain.daemon.target
+    assert local.reads_through() == f"local://{chain.daemon.data_dir.absolute()}"
+    batch = max(chain.enrich.runs)
+    run = chain.enrich.runs[batch][-1]
+    users = sorted(run.lookups)
+    keys = [[user] for user in users]
+    assert local.get(batch, keys) == remote.get(batch, keys) == [run.lookups[u] for u in users]
+    assert local.get_at(run.epoch, keys) == remote.get_at(run.epoch, keys)
+
+    epoch = run.epoch
+
+    def both(frames: Iterator[Any]) -> Iterator[Any]:
+        given = list(frames)
+        in_process = list(local.with_state(epoch, ["user"])(iter(given)))
+        over_grpc = list(remote.with_state(epoch, ["user"])(iter(given)))
+        for mine, theirs in zip(in_process, over_grpc, strict=True):
+            out = mine.copy()
+            out["same"] = mine.equals(theirs)
+            out["through"] = local.reads_through()
+            yield out
+
+    users_frame = spark.createDataFrame([(u,) for u in users], "user string").coalesce(1)
+    rows = users_frame.mapInPandas(both, f"{STATE_SCHEMA}, same boolean, through string").collect()
+    assert {r.user: (r["count"], r["sum"], r.found) for r in rows} == {
+        u: (None, None, False) if not lk.found else (*(v for _, v in lk.value.fields), True)  # type: ignore[union-attr]
+        for u, lk in run.lookups.items()
+    }
+    assert all(r.same for r in rows)
+    assert {r.through for r in rows} == {local.reads_through()}
 
 
 def test_aligned_reads_wait_and_fail_clearly(

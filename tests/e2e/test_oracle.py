@@ -14,16 +14,19 @@ import os
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from epochstate.client import EpochNotReady, EpochStateClient
 from epochstate.client.values import to_row
 from epochstate.v1 import epochstate_pb2 as pb
 from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.metrics import free_port
 from tests.fixtures.oracle import StoreOracle, canon, plain, spark_state
 from tests.fixtures.over_time import assert_changes_equal_change_feed, assert_history_and_changes_equal_oracle
 from tests.fixtures.streams import CHANGELOG_CHECKPOINTING, FORMAT2_PROVIDERS, HDFS, FileStream, Provider
@@ -110,7 +113,8 @@ def test_every_epoch_and_key_equals_spark_reader(
     stream = FileStream(session, tmp_path / "in", tmp_path / "cp", build, schema, mode).start()
     # One run serves from two processes: every answer of each is checked against the main one's.
     processes = 2 if (name, provider) == ("dedup", HDFS) else 1
-    daemon = daemon_factory({name: str(tmp_path / "cp")}, serve_processes=processes)
+    metrics = {"EPOCHSTATE_METRICS_PORT": str(free_port())} if processes > 1 else {}
+    daemon = daemon_factory({name: str(tmp_path / "cp")}, serve_processes=processes, env=metrics)
     try:
         for batch in range(6):
             stream.feed(rows(batch))
@@ -186,6 +190,7 @@ def assert_serving_processes_equal(
     (private,) = serving_sockets(daemon)
     with EpochStateClient(daemon.unix_target) as main, EpochStateClient(f"unix://{private}") as other:
         assert_same_answers(main, other, job, rows, committed)
+        assert_one_client_spreads(daemon, main, job, rows, committed)
     (killed,) = serving_pids(daemon)
     answers: list[int] = []
     failures: list[Exception] = []
@@ -217,6 +222,44 @@ def assert_serving_processes_equal(
     ):
         other.jobs()  # retried until the restarted process serves
         assert_same_answers(main, other, job, rows, committed)
+
+
+def gets_by_process(daemon: DaemonProcess) -> dict[str, float]:
+    """The Gets each process of ``daemon`` answered, by process ("0": the main one), from
+    its metrics endpoint."""
+    port = int(daemon.env["EPOCHSTATE_METRICS_PORT"])
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        sample.labels.get("process", "0"): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name in ("epochstate_requests_total", "epochstate_serving_requests_total")
+        and sample.labels.get("method") == "Get"
+        and sample.labels.get("code") == "OK"
+    }
+
+
+def assert_one_client_spreads(
+    daemon: DaemonProcess, main: EpochStateClient, job: str, rows: list[pb.Row], committed: list[int]
+) -> None:
+    """One client's Gets land on both processes (its connections take turns), and answer
+    what the main process answers alone."""
+    before = gets_by_process(daemon)
+    connections = 12  # all on one process: odds of 1 in 2048
+    with EpochStateClient(daemon.target, connections=connections) as spread:
+        for epoch in committed:
+            for row in rows:
+                request = pb.GetRequest(
+                    store=pb.StoreRef(job=job), key=row, epoch=pb.EpochSelector(exact=epoch)
+                )
+                assert spread.stub.Get(request) == main.stub.Get(request), f"epoch {epoch}"
+    after = gets_by_process(daemon)
+    main_gets = len(committed) * len(rows)  # the main client's, over the Unix socket
+    spread_gets = {p: after.get(p, 0) - before.get(p, 0) for p in ("0", "1")}
+    spread_gets["0"] -= main_gets
+    assert sum(spread_gets.values()) == main_gets
+    assert all(n > 0 for n in spread_gets.values()), spread_gets
 
 
 def assert_local_reads_equal(

@@ -31,6 +31,8 @@ CASES = [
     # natural kinds: the one-pass path
     (ONE_LONG, row(pb.Value(int=42))),
     (ONE_LONG, row(pb.Value(int=-(2**63)))),
+    (schema(("id", "integer")), row(pb.Value(int=-(2**31)))),
+    (schema(("id", "byte")), row(pb.Value(int=127))),
     (
         MIXED,
         row(

@@ -4,6 +4,7 @@ published (a real RocksDB: the writer and its secondary in one process)."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -105,4 +106,39 @@ def test_no_store_or_another_layout_is_refused(tmp_path: Path) -> None:
     primary.db.flush()
     with pytest.raises(LayoutMismatch, match="layout version 99"):
         SecondaryStore(tmp_path / "store", tmp_path / "reader")
+    primary.close()
+
+
+def trusted(store: SecondaryStore) -> None:
+    """Until the primary's files are older than a clock tick or so: their signature is
+    then what decides whether a catch-up runs."""
+    deadline = time.monotonic() + 10
+    while store._files.signature() is None:
+        assert time.monotonic() < deadline, "the primary's files keep changing"
+        time.sleep(0.005)
+
+
+def test_a_catch_up_runs_only_when_a_primary_file_changed(tmp_path: Path) -> None:
+    primary = VersionedStore(tmp_path / "store")
+    job = primary.add_job("j", "/cp", "q", "hdfs")
+    sid = primary.add_store("j", 0, "agg", "default", 1, KEY, VALUE).store_id
+    primary.apply_epoch(job, 0, {sid: {KEYS[0]: keycodec.encode((0,))}}, record(0), fresh=True)
+    follower = SecondaryCatalog(SecondaryStore(tmp_path / "store", tmp_path / "reader"))
+    store = follower.store
+    trusted(store)
+    store.catch_up()
+    assert not store.catch_up()  # nothing changed: RocksDB not asked
+    assert store._seen is not None and store._files.signature() == store._seen
+
+    # A write appends to the write-ahead log; a flush writes a table and starts a new log.
+    for epoch, flush in ((1, False), (2, True), (3, False)):
+        primary.apply_epoch(job, epoch, {sid: {KEYS[epoch % 3]: keycodec.encode((epoch,))}}, record(epoch))
+        if flush:
+            assert primary._db is not None
+            primary._db.flush()
+        trusted(store)
+        assert store.catch_up(), f"epoch {epoch}"
+        follower._publish()
+        assert follower.catalog.get("j").progress.newest == epoch
+    follower.close()
     primary.close()

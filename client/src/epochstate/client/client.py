@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 
 from epochstate.client.alignment_admin import AlignmentAdmin
+from epochstate.client.channels import connections_for
 from epochstate.client.errors import DeadlineExceeded, IncarnationChanged, InvalidArgument, from_rpc_error
 from epochstate.client.jobs_admin import JobsAdmin
 from epochstate.client.local import is_local, open_local
@@ -164,12 +165,27 @@ class EpochStateClient:
     :class:`~epochstate.client.tls.TlsOptions`). A daemon that refuses the caller
     raises ``Unauthenticated`` or ``PermissionDenied``; a failed TLS handshake (a
     certificate the daemon does not trust) is ``Unavailable``.
+    ``connections``: how many connections to a TCP target the calls take turns on, so
+    that they spread over a daemon's serving processes (the kernel gives each
+    connection to one of them; see :mod:`epochstate.client.channels`); None:
+    :data:`~epochstate.client.channels.DEFAULT_CONNECTIONS`, and one to a Unix socket.
     """
 
-    def __init__(self, target: str, *, timeout: float = 10.0, tls: TlsOptions | None = None) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float = 10.0,
+        tls: TlsOptions | None = None,
+        connections: int | None = None,
+    ) -> None:
         self.target = target
         self.timeout = timeout
-        self._channel = open_local(target) if is_local(target) else open_channel(target, tls, CHANNEL_OPTIONS)
+        self._channel = (
+            open_local(target)
+            if is_local(target)
+            else open_channel(target, tls, CHANNEL_OPTIONS, connections_for(target, connections))
+        )
         self._stub = pb_grpc.EpochStateStub(self._channel)
         self._schemas: dict[str, JobDescription] = {}
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 from epochstate.client.errors import InvalidArgument
 from epochstate.v1 import epochstate_pb2 as pb
@@ -91,7 +91,24 @@ class ReadOptions:
     def of(cls, options: ReadOptions | None, keywords: ReadKeywords) -> ReadOptions:
         """``options`` (or the defaults) with ``keywords`` applied over it."""
         base = options if options is not None else _DEFAULT
-        return dataclasses.replace(base, **keywords) if keywords else base
+        if not keywords:
+            return base
+        if options is not None:
+            return dataclasses.replace(base, **keywords)
+        # Most reads pass the same few keywords (epoch=, operator_id=...): the options they
+        # make are remembered, since building a frozen dataclass costs more than a lookup.
+        try:
+            # The types too: True == 1 == 1.0, but epoch=True is refused and epoch=1 is not.
+            key = (*keywords.items(), *map(type, keywords.values()))
+            known = _MADE.get(key)
+        except TypeError:  # a value that is not hashable (covers=): built every time
+            return dataclasses.replace(base, **keywords)
+        if known is None:
+            known = dataclasses.replace(base, **keywords)
+            if len(_MADE) >= _MADE_MOST:
+                _MADE.clear()
+            _MADE[key] = known
+        return known
 
     @property
     def exact(self) -> int | None:
@@ -122,6 +139,11 @@ class ReadOptions:
 
 
 _DEFAULT = ReadOptions()
+# Options made from keywords alone, by their (name, value) pairs; emptied when full. A
+# dict's get and set are each one step under the interpreter's lock, and a lost entry
+# only costs making the options again.
+_MADE: dict[tuple[Any, ...], ReadOptions] = {}
+_MADE_MOST = 1024
 
 
 def selector(

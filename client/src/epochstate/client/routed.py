@@ -98,7 +98,8 @@ class RoutedClient(EpochStateClient):
     or several standalone daemons); reads go to the replicas ``Locate`` names,
     over connections with the same ``tls`` options. Calls other than the reads
     (``jobs``, ``describe``, ``epochs``, ``watch``, ``alignment``, ...) go to the
-    targets, the next one when a target is unreachable.
+    targets, the next one when a target is unreachable. ``connections``: per daemon,
+    as for :class:`EpochStateClient`.
     """
 
     def __init__(
@@ -108,13 +109,14 @@ class RoutedClient(EpochStateClient):
         timeout: float = 10.0,
         tls: TlsOptions | None = None,
         locate_every: float = LOCATE_EVERY,
+        connections: int | None = None,
     ) -> None:
         targets = [t.strip() for t in targets if t.strip()]
         if not targets:
             raise InvalidArgument("a routed client needs at least one target")
-        super().__init__(targets[0], timeout=timeout, tls=tls)
+        super().__init__(targets[0], timeout=timeout, tls=tls, connections=connections)
         self.targets = tuple(targets)
-        self._replicas = Replicas(tls, CHANNEL_OPTIONS)
+        self._replicas = Replicas(tls, CHANNEL_OPTIONS, connections)
         self._locate_every = locate_every
         self._lock = threading.Lock()
         self._locations: dict[str, Location] = {}

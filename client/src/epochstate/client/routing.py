@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from epochstate.client.channels import connections_for
 from epochstate.client.tls import TlsOptions, open_channel
 from epochstate.core.partition_ranges import LAST_PARTITION
 from epochstate.v1 import epochstate_pb2 as pb
@@ -127,11 +128,16 @@ class Location:
 
 
 class Replicas:
-    """One channel (and stubs) per daemon address; which addresses failed lately. Thread-safe."""
+    """One channel (and stubs) per daemon address, of ``connections`` connections each (None:
+    :func:`~epochstate.client.channels.connections_for`'s default); which addresses failed
+    lately. Thread-safe."""
 
-    def __init__(self, tls: TlsOptions | None, options: tuple[tuple[str, int], ...]) -> None:
+    def __init__(
+        self, tls: TlsOptions | None, options: tuple[tuple[str, int], ...], connections: int | None = None
+    ) -> None:
         self._tls = tls
         self._options = options
+        self._connections = connections
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, pb_grpc.EpochStateStub] = {}
@@ -157,7 +163,8 @@ class Replicas:
     def _channel(self, address: str) -> grpc.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = open_channel(address, self._tls, self._options)
+            connections = connections_for(address, self._connections)
+            channel = self._channels[address] = open_channel(address, self._tls, self._options, connections)
         return channel
 
     def failed(self, address: str) -> None:

@@ -89,6 +89,14 @@ class Struct(tuple[Any, ...]):
         return self
 
     @classmethod
+    def of_names(cls, names: tuple[str, ...], values: list[Any]) -> Struct:
+        """A struct of ``values`` named ``names``, as many of each (not checked: for decoders
+        that built both from one schema)."""
+        self = tuple.__new__(cls, values)
+        self.__dict__["_names"] = names
+        return self
+
+    @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[str, Any]]) -> Struct:
         """A struct of ``(name, value)`` pairs, in order (names may repeat)."""
         listed = list(pairs)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from epochstate.client.channels import LOCAL_SUBCHANNEL_POOL, ChannelPool
 from epochstate.client.errors import InvalidArgument
 
 _ENV = {
@@ -130,14 +131,25 @@ class _BearerToken(_UnaryUnary, _UnaryStream):
 
 
 def open_channel(
-    target: str, tls: TlsOptions | None = None, options: tuple[tuple[str, Any], ...] = ()
+    target: str,
+    tls: TlsOptions | None = None,
+    options: tuple[tuple[str, Any], ...] = (),
+    connections: int = 1,
 ) -> grpc.Channel:
     """A channel to ``target`` (``host:port`` or ``unix:///path``) with ``tls``
-    (None: :meth:`TlsOptions.from_env`).
+    (None: :meth:`TlsOptions.from_env`); with ``connections`` > 1, that many
+    connections whose calls take turns (:class:`~epochstate.client.channels.ChannelPool`).
 
     Raises InvalidArgument for files that cannot be read and for a token over plaintext TCP.
     """
     tls = TlsOptions.from_env() if tls is None else tls
+    if connections > 1:
+        own = (*options, LOCAL_SUBCHANNEL_POOL)
+        return ChannelPool([_open_one(target, tls, own) for _ in range(connections)])
+    return _open_one(target, tls, options)
+
+
+def _open_one(target: str, tls: TlsOptions, options: tuple[tuple[str, Any], ...]) -> grpc.Channel:
     unix = target.startswith("unix:")
     token = tls.token()
     if unix:

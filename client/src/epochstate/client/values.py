@@ -43,6 +43,10 @@ def to_value(value: Any, t: SparkType) -> pb.Value:
     """A Value message for ``value`` of Spark type ``t`` (the daemon validates it)."""
     if value is None:
         return pb.Value(null=True)
+    # The kinds most keys are made of first: one look at the value's own type.
+    plain = _PLAIN_TO.get(value.__class__)
+    if plain is not None and t.__class__ is AtomicType:
+        return pb.Value(**{plain: value})
     if isinstance(t, StructType):
         return pb.Value(struct=to_row(value, t))
     if isinstance(t, ArrayType):
@@ -76,6 +80,9 @@ def to_value(value: Any, t: SparkType) -> pb.Value:
 
 def to_row(value: Any, schema: StructType, *, partial: bool = False) -> pb.Row:
     """A Row for a struct given as a sequence (by position) or mapping (by name)."""
+    fields = schema.fields
+    if value.__class__ in (list, tuple) and len(value) <= len(fields):  # no ABC checks
+        return pb.Row(fields=[to_value(v, f.type) for v, f in zip(value, fields, strict=False)])
     if isinstance(value, Mapping):
         unknown = set(value) - set(schema.names)
         if unknown:
@@ -95,8 +102,16 @@ def to_row(value: Any, schema: StructType, *, partial: bool = False) -> pb.Row:
     )
 
 
+# Python types sent as the Value kind of the same name, and Value kinds read back as
+# they are, whatever the Spark type.
+_PLAIN_TO: dict[type, str] = {int: "int", str: "string", float: "float", bool: "bool", bytes: "binary"}
+_PLAIN_FROM = frozenset({"int", "string", "float", "bool", "binary"})
+
+
 def from_value(v: pb.Value, t: SparkType) -> Any:
     kind = v.WhichOneof("kind")
+    if kind in _PLAIN_FROM:
+        return getattr(v, kind)
     if kind is None or kind == "null":
         return None
     if kind == "struct":
@@ -127,9 +142,30 @@ def from_row(row: pb.Row, schema: StructType) -> Struct:
     """A struct value: one value per field the row holds, named by the schema, in
     schema order. Values beyond the schema's fields (never sent by a daemon that
     agrees on the schema) are kept, under the name ``""``."""
-    names = list(schema.names[: len(row.fields)])
-    values = [from_value(v, f.type) for f, v in zip(schema.fields, row.fields, strict=False)]
-    for extra in row.fields[len(names) :]:
+    given = row.fields
+    fields = schema.fields
+    values = [from_value(v, f.type) for f, v in zip(fields, given, strict=False)]
+    if len(given) == len(fields):
+        return Struct.of_names(_names_of(schema), values)
+    names = [f.name for f in fields[: len(given)]]
+    for extra in given[len(names) :]:
         names.append("")
         values.append(from_value(extra, AtomicType("null")))
     return Struct(names, values)
+
+
+# The field names of the schemas decoded lately, by id (the schema is held too, so
+# that its id is not another's while the entry lives); emptied when full.
+_NAMES: dict[int, tuple[StructType, tuple[str, ...]]] = {}
+_NAMES_MOST = 1024
+
+
+def _names_of(schema: StructType) -> tuple[str, ...]:
+    known = _NAMES.get(id(schema))
+    if known is not None and known[0] is schema:
+        return known[1]
+    names = schema.names
+    if len(_NAMES) >= _NAMES_MOST:
+        _NAMES.clear()
+    _NAMES[id(schema)] = (schema, names)
+    return names

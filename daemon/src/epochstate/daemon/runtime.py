@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
 
 import grpc
@@ -49,12 +50,13 @@ from epochstate.daemon.server.health import (
     IngestWatch,
 )
 from epochstate.daemon.server.jobs_admin import JobsAdminService, add_jobs_admin
-from epochstate.daemon.server.limits import CallLimits, limited_server
+from epochstate.daemon.server.limits import CallKind, CallLimits, limited_server, unlimited_server
 from epochstate.daemon.server.metrics import DaemonMetrics, JobLag
 from epochstate.daemon.server.probes import LIVENESS, ProbeListener
 from epochstate.daemon.server.process_metrics import ServingMetrics
 from epochstate.daemon.server.processes import (
     ServingProcesses,
+    calls_file,
     internal_socket,
     serving_dir,
     serving_processes,
@@ -64,6 +66,7 @@ from epochstate.daemon.server.routing import RoutingService, add_routing
 from epochstate.daemon.server.security import ServerSecurity
 from epochstate.daemon.server.security.checkpoints import PartitionedIngest
 from epochstate.daemon.server.service import EpochStateService
+from epochstate.daemon.server.shared_limits import SharedCalls
 from epochstate.daemon.store.catalog import Catalog, JobEntry
 from epochstate.daemon.store.descriptors import EpochRecord
 from epochstate.daemon.store.errors import StoreDamaged
@@ -153,7 +156,16 @@ class Daemon:
         )
         self.processes = serving_processes(settings)
         share = self.processes > 1
-        self.server = limited_server(self.limits, settings.max_request_bytes, self.metrics, share_port=share)
+        # With serving processes: their sockets, and the calls in flight of each (the limits
+        # are the daemon's, not each process's).
+        self.serving_dir: Path | None = serving_dir(settings) if share else None
+        self.shared_calls: SharedCalls | None = None
+        if self.serving_dir is not None:
+            calls = calls_file(self.serving_dir)
+            self.shared_calls = SharedCalls.create(calls, self.processes, len(CallKind))
+        self.server = limited_server(
+            self.limits, settings.max_request_bytes, self.metrics, share_port=share, shared=self.shared_calls
+        )
         # With serving processes: where they forward what they do not serve themselves.
         self.internal: grpc.Server | None = None
         self.serving: ServingProcesses | None = None
@@ -257,8 +269,9 @@ class Daemon:
         guarded: tuple[grpc.Server, Guard | None] = (self.server, self.security.guard)
         servers = [guarded]
         if self.processes > 1:
-            # The serving processes checked each caller already: the internal socket does not.
-            self.internal = limited_server(self.limits, self.settings.max_request_bytes, self.metrics)
+            # The serving processes checked each caller, and admitted each call against the
+            # daemon's limits, already: the internal socket does neither again.
+            self.internal = unlimited_server(self.limits, self.settings.max_request_bytes)
             servers.append((self.internal, None))
         for server, guard in servers:
             self._add_services(server, guard, zk)
@@ -332,14 +345,17 @@ class Daemon:
 
     def _start_serving_processes(self) -> None:
         """The serving processes beyond this one, on the TCP port this one bound."""
-        if self.internal is None:
+        if self.internal is None or self.serving_dir is None or self.shared_calls is None:
             return
-        directory = serving_dir(self.settings)
+        directory = self.serving_dir
         socket = internal_socket(directory)
         socket.unlink(missing_ok=True)
         self.internal.add_insecure_port(f"unix://{socket}")
         self.internal.start()
-        self.serving = ServingProcesses(self.settings, self.processes - 1, self.port, directory)
+        # A process that died took its calls with it: their slots are free again.
+        self.serving = ServingProcesses(
+            self.settings, self.processes - 1, self.port, directory, exited=self.shared_calls.clear
+        )
         self.serving.start()
         self.metrics.registry.register(ServingMetrics(self.serving))
 

@@ -152,6 +152,10 @@ _BOOLS = (bytes((_FALSE,)), bytes((_TRUE,)))
 INT_RANGE = (-_SIGN, _SIGN - 1)
 
 
+# encode_int(v) == INT_HEAD + U64.pack(v + INT_OFFSET), for loops that inline it.
+INT_HEAD, U64, INT_OFFSET = _INT_HEAD, _U64, _SIGN
+
+
 def encode_int(value: int) -> bytes:
     """``encode(value)`` for an int the caller has checked is within :data:`INT_RANGE`."""
     return _INT_HEAD + _U64.pack(value + _SIGN)

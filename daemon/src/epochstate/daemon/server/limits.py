@@ -25,6 +25,9 @@ Kinds (see :func:`kind_of`):
 * admin: FollowJob, AlignmentAdmin and any other method of ours.
 
 ``grpc.health.v1.Health/Check`` is never limited: it answers from memory at once.
+
+The limits are the daemon's: with several serving processes, their calls count
+together (:mod:`epochstate.daemon.server.shared_limits`).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import grpc
 
 from epochstate.daemon.server.metrics import DaemonMetrics
+from epochstate.daemon.server.shared_limits import SharedCalls
 from epochstate.daemon.server.status import ResponseTooLarge, TooManyCalls, abort
 
 OURS = "/epochstate.v1.EpochState/"
@@ -114,18 +118,41 @@ def kind_of(method: str, streams: bool, request: Any = None) -> CallKind | None:
 
 
 class _Gate:
-    """Admits up to ``limit`` calls of one kind at once; never blocks."""
+    """Admits up to ``limit`` calls of one kind at once; never blocks. With ``shared``, the
+    limit holds for every process of the daemon together (:mod:`shared_limits`)."""
 
-    def __init__(self, kind: CallKind, limit: int, metrics: DaemonMetrics) -> None:
+    def __init__(
+        self, kind: CallKind, limit: int, metrics: DaemonMetrics, shared: SharedCalls | None = None
+    ) -> None:
         self.kind = kind
         self.limit = limit
-        self._free = threading.BoundedSemaphore(limit)
         self._in_flight = metrics.calls_in_flight.labels(kind.value)
         self._refused = metrics.calls_refused.labels(kind.value)
+        if shared is None:
+            self._take: Callable[[], bool] = self._take_here
+            self._give: Callable[[], None] = self._give_here
+            self._lock = threading.Lock()
+            self._admitted = 0
+        else:
+            index = list(CallKind).index(kind)
+            self._take = lambda: shared.enter(index, limit)
+            self._give = lambda: shared.leave(index)
+
+    # A counter under a lock: a third of the CPU of threading's semaphore (a Condition).
+    def _take_here(self) -> bool:
+        with self._lock:
+            if self._admitted >= self.limit:
+                return False
+            self._admitted += 1
+            return True
+
+    def _give_here(self) -> None:
+        with self._lock:
+            self._admitted -= 1
 
     def enter(self, context: grpc.ServicerContext) -> Callable[[], None]:
         """Admit a call: returns what ends it (idempotent). Aborts the call past the limit."""
-        if not self._free.acquire(blocking=False):
+        if not self._take():
             self._refused.inc()
             abort(
                 context,
@@ -138,6 +165,7 @@ class _Gate:
         self._in_flight.inc()
         done = threading.Event()
         lock = threading.Lock()
+        give = self._give
 
         def leave() -> None:
             with lock:
@@ -145,7 +173,7 @@ class _Gate:
                     return
                 done.set()
             self._in_flight.dec()
-            self._free.release()
+            give()
 
         return leave
 
@@ -158,11 +186,13 @@ else:
 
 class CallLimiter(_Interceptor):
     """Admits every call against the limit of its kind (see the module docstring), and
-    refuses a raw (bytes) response larger than ``limits.max_response_bytes``."""
+    refuses a raw (bytes) response larger than ``limits.max_response_bytes``. ``shared``:
+    the counts of every process of the daemon, so that the limits hold for all of them
+    together (None: this process alone serves)."""
 
-    def __init__(self, limits: CallLimits, metrics: DaemonMetrics) -> None:
+    def __init__(self, limits: CallLimits, metrics: DaemonMetrics, shared: SharedCalls | None = None) -> None:
         self.limits = limits
-        self._gates = {kind: _Gate(kind, limits.of(kind), metrics) for kind in CallKind}
+        self._gates = {kind: _Gate(kind, limits.of(kind), metrics, shared) for kind in CallKind}
         # Method name -> (the handler given, its limited twin), built once per method.
         self._limited: dict[str, tuple[Handler, Handler]] = {}
 
@@ -251,19 +281,34 @@ def limited_server(
     metrics: DaemonMetrics,
     interceptors: Sequence[_Interceptor] = (),
     share_port: bool = False,
+    shared: SharedCalls | None = None,
 ) -> grpc.Server:
     """A gRPC server whose calls pass :class:`CallLimiter` (after ``interceptors``), on a
     pool of :attr:`CallLimits.threads` threads. gRPC itself refuses a request over
     ``max_request_bytes`` (RESOURCE_EXHAUSTED, "larger than max"); responses are capped
     a little above ``limits.max_response_bytes``, whose own check answers first with a
     reason. ``share_port``: other processes of this daemon bind the same TCP port
-    (SO_REUSEPORT; otherwise a port another process holds is refused)."""
+    (SO_REUSEPORT; otherwise a port another process holds is refused), and ``shared``
+    counts their calls with this one's."""
     return grpc.server(
         futures.ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="grpc"),
-        interceptors=[*interceptors, CallLimiter(limits, metrics)],
+        interceptors=[*interceptors, CallLimiter(limits, metrics, shared)],
         options=[
             ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", limits.max_response_bytes + (64 << 10)),
             ("grpc.so_reuseport", int(share_port)),
+        ],
+    )
+
+
+def unlimited_server(limits: CallLimits, max_request_bytes: int) -> grpc.Server:
+    """A server of the calls another process of the daemon admitted already (against the
+    daemon's limits, so they are not counted again), on as many threads as a
+    :func:`limited_server`: the calls admitted at once never need more."""
+    return grpc.server(
+        futures.ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="internal"),
+        options=[
+            ("grpc.max_receive_message_length", max_request_bytes),
+            ("grpc.max_send_message_length", limits.max_response_bytes + (64 << 10)),
         ],
     )

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -107,6 +108,11 @@ def internal_socket(directory: Path) -> Path:
     return directory / "internal.sock"
 
 
+def calls_file(directory: Path) -> Path:
+    """Where the daemon's processes count their calls in flight (:mod:`shared_limits`)."""
+    return directory / "calls"
+
+
 def private_socket(directory: Path, index: int) -> Path:
     """The Unix socket serving process ``index`` answers reads on for the daemon itself (its
     metrics) and for tests."""
@@ -114,10 +120,19 @@ def private_socket(directory: Path, index: int) -> Path:
 
 
 class ServingProcesses:
-    """``count`` serving processes sharing ``port``; restarted when they exit, until :meth:`stop`."""
+    """``count`` serving processes sharing ``port``; restarted when they exit, until :meth:`stop`.
+    ``exited(index)`` runs when process ``index`` has exited, before it starts again."""
 
-    def __init__(self, settings: DaemonSettings, count: int, port: int, directory: Path) -> None:
+    def __init__(
+        self,
+        settings: DaemonSettings,
+        count: int,
+        port: int,
+        directory: Path,
+        exited: Callable[[int], None] = lambda index: None,
+    ) -> None:
         self._settings = settings
+        self._exited = exited
         self._port = port
         self.directory = directory
         self._processes: dict[int, subprocess.Popen[bytes]] = {}
@@ -173,6 +188,7 @@ class ServingProcesses:
                 process.stdin.close()
             if self._stopping.is_set():
                 return
+            self._exited(index)
             log.error(
                 "serving process %d (pid %d) exited with %d; starting it again", index, process.pid, code
             )

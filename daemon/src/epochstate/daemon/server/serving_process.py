@@ -2,7 +2,8 @@
 
 Started by the main process (:mod:`epochstate.daemon.server.processes`), which writes
 its :class:`ServingPlan` on standard input. It serves the daemon's TCP port alongside
-the other processes (``SO_REUSEPORT``), with the daemon's TLS, roles and call limits:
+the other processes (``SO_REUSEPORT``), with the daemon's TLS, roles and call limits
+(counted with the other processes', :mod:`shared_limits`):
 
 * the reads (Get, MultiGet, Scan, ListJobs, DescribeJob, ListEpochs, WatchEpochs)
   from its own secondary of the store, through the daemon's servicer, so a pinned
@@ -35,12 +36,13 @@ from epochstate.daemon.registry.subject_view import SubjectView
 from epochstate.daemon.server.aligned import SubjectAlignment
 from epochstate.daemon.server.forwarding import ToMainProcess
 from epochstate.daemon.server.handlers import SERVICE, method_handlers
-from epochstate.daemon.server.limits import CallLimits, limited_server
+from epochstate.daemon.server.limits import CallKind, CallLimits, limited_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.process_metrics import METRICS_METHOD
-from epochstate.daemon.server.processes import READY, ServingPlan, read_plan
+from epochstate.daemon.server.processes import READY, ServingPlan, calls_file, read_plan
 from epochstate.daemon.server.secondary_service import SecondaryService
 from epochstate.daemon.server.security import ServerSecurity
+from epochstate.daemon.server.shared_limits import SharedCalls
 from epochstate.daemon.store.catalog import JobEntry
 from epochstate.daemon.store.secondary import SecondaryStore
 from epochstate.daemon.store.secondary_catalog import SecondaryCatalog
@@ -105,7 +107,8 @@ def serve(plan: ServingPlan) -> None:
     )
     service = SecondaryService(secondary, ingest=_NoIngest(), alignment=alignment, max_wait=settings.max_wait)
     main = grpc.insecure_channel(plan.internal)
-    public = limited_server(limits, settings.max_request_bytes, metrics, share_port=True)
+    shared = SharedCalls(calls_file(plan.directory), plan.index, len(CallKind))
+    public = limited_server(limits, settings.max_request_bytes, metrics, share_port=True, shared=shared)
     local = _reads(service, metrics, guard=security.guard)
     public.add_generic_rpc_handlers(
         (
@@ -149,6 +152,7 @@ def serve(plan: ServingPlan) -> None:
     close_alignment()
     service.close()
     secondary.close()
+    shared.close()
     shutil.rmtree(workdir, ignore_errors=True)
 
 

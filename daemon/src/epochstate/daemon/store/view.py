@@ -17,6 +17,9 @@ from rocksdict import Rdict, RdictIter
 from epochstate.daemon.store import damage, layout
 from epochstate.daemon.store.descriptors import JobProgress
 
+# From this many keys a read seeks them in key order (sorting costs less than it saves).
+_SORTED_FROM = 16
+
 
 class Version(NamedTuple):
     """A live version found by a read."""
@@ -79,30 +82,34 @@ class StoreView:
     def payloads(self, store_id: int, encoded_keys: Iterable[bytes], epoch: int) -> list[bytes | None]:
         """The payload of each key visible at ``epoch`` (None: absent). The read hot path.
 
-        One seek per key, in the caller's order; the calls into RocksDB per key are
-        kept to three (seek, key, value) because each costs as much as the seek.
+        One seek per key; the calls into RocksDB per key are kept to three (seek, key,
+        value) because each costs as much as the seek. Many keys are sought in key
+        order: each seek then starts near the last one's blocks (a seek costs about a
+        third less), and the answers are put back in the caller's order.
         """
+        keys = encoded_keys if isinstance(encoded_keys, list) else list(encoded_keys)
         it = self._it
         seek, key, value = it.seek, it.key, it.value
         prefix = layout.data_prefix(store_id)
         suffix = layout.epoch_suffix(epoch)
         width = layout.EPOCH_WIDTH
         tombstone = layout.TOMBSTONE
-        found: list[bytes | None] = []
-        append = found.append
-        for encoded in encoded_keys:
-            head = prefix + encoded
+        found: list[bytes | None] = [None] * len(keys)
+        order = (
+            range(len(keys)) if len(keys) < _SORTED_FROM else sorted(range(len(keys)), key=keys.__getitem__)
+        )
+        for index in order:
+            head = prefix + keys[index]
             seek(head + suffix)
             # The newest version <= epoch sorts first; it must be of this very key
             # (key() is None past the end of the keyspace).
             raw_key = key()
             if raw_key is not None and raw_key[:-width] == head:
                 raw = value()
-                append(None if raw[:1] == tombstone else raw[1:])
-            else:
-                if raw_key is None:  # past the end, or RocksDB failed: only status() tells
-                    damage.ended(it, f"a key of store id {store_id} at epoch {epoch}")
-                append(None)
+                if raw[:1] != tombstone:
+                    found[index] = raw[1:]
+            elif raw_key is None:  # past the end, or RocksDB failed: only status() tells
+                damage.ended(it, f"a key of store id {store_id} at epoch {epoch}")
         return found
 
     def scan(
