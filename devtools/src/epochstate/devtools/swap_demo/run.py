@@ -1,0 +1,330 @@
+"""``epochstate demo-swap``: hand the subject ``counts`` from job v1 to job v2 while it is read.
+
+Starts an embedded ZooKeeper, a Kafka-protocol broker (tansu), the daemon and
+Spark; an order producer registers an epoch of ``orders`` every half second;
+``counts-v1`` writes ``counts``, ``counts-v2`` runs in shadow and
+``counts-reader`` reads ``counts`` aligned. Once both versions run, it plans
+the swap at the earliest epoch, follows it with lookups, lets v2 write a few
+epochs, stops v1, and prints the counter check, the swap epoch, lookups on
+both sides of it and the shadow comparison.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from rich.console import Console
+
+from epochstate.client import EpochStateClient, EpochStateClientError
+from epochstate.core.alignment.subjects import SubjectRegistry
+from epochstate.core.swap.coordinator import SwapCoordinator
+from epochstate.core.swap.records import SwapRecord
+from epochstate.core.swap.registry import SwapRegistry
+from epochstate.devtools.chain_demo.run import Jobs
+from epochstate.devtools.local_daemon import LocalDaemon
+from epochstate.devtools.log_files import LogFiles
+from epochstate.devtools.query_shutdown import stop_between_batches
+from epochstate.devtools.spark_session import local_session
+from epochstate.devtools.swap_demo.checks import compare_shadow, counter_check
+from epochstate.devtools.swap_demo.jobs import COUNTS, NEW, OLD, READER, Wiring, start_counts, start_reader
+from epochstate.devtools.swap_demo.lookups import Answer, lookup, read_state
+from epochstate.devtools.swap_demo.orders import ORDERS, USERS, OrderProducer
+
+console = Console(highlight=False, soft_wrap=True)
+FIRST_BATCH_TIMEOUT = 300.0  # Spark, three queries and their Python workers on a busy machine
+SWAP_TIMEOUT = 180.0
+SWAP_DEADLINE = 120.0  # seconds for both jobs to prepare
+STOP_TIMEOUT = 10.0
+POLL = 0.25
+LEAD = 2  # input epochs the producer may run ahead of the slower version
+OK, FAILED = "[green]✓[/green]", "[red]✗[/red]"
+
+
+@dataclass
+class SwapDemoOptions:
+    workdir: Path
+    trigger_seconds: float = 1.0
+    epochs_after: int = 2  # epochs v2 writes before the demo stops
+    orders_per_epoch: int = 6
+
+
+@dataclass
+class Seen:
+    """What the demo saw: the reader's rows per batch, the swap as it went, the lookups."""
+
+    rows: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    states: list[tuple[float, str]] = field(default_factory=list)
+    failure: str | None = None
+
+
+def _log_paths(logs: LogFiles) -> list[Path]:
+    return [logs.spark, logs.spark_console, logs.daemon, logs.zookeeper, logs.kafka_broker, logs.demo]
+
+
+def _create_topics(bootstrap: str) -> None:
+    from epochstate.spark_plugin.kafka.admin import TopicAdmin
+    from epochstate.spark_plugin.kafka.config import ClientConfig
+
+    config = {"bootstrap.servers": bootstrap, "logger": logging.getLogger("epochstate.demo.kafka")}
+    admin = TopicAdmin(cast(ClientConfig, config))
+    admin.create_topic(ORDERS, 1)
+    admin.create_topic(COUNTS, 2)
+
+
+def run(options: SwapDemoOptions) -> int:
+    """Run the demo; the exit code is 0 when the swap completed exactly once and v2's shadow agreed."""
+    from kazoo.client import KazooClient
+
+    from epochstate.devtools.kafka_broker import TansuProcess
+    from epochstate.devtools.zookeeper import EmbeddedZooKeeper
+    from epochstate.spark_plugin.alignment import register
+    from epochstate.spark_plugin.alignment.connections import close_shared_clients
+    from epochstate.spark_plugin.listener import attach
+
+    directory = options.workdir.resolve() / f"run-{int(time.time())}"
+    logs = LogFiles(directory / "logs").fresh()
+    logs.route_python_logging()
+    seen = Seen()
+    with ExitStack() as stack:
+        with console.status("starting ZooKeeper, the Kafka broker and the daemon"):
+            zookeeper = stack.enter_context(
+                EmbeddedZooKeeper(directory / "zookeeper", log_path=logs.zookeeper)
+            )
+            broker = stack.enter_context(TansuProcess(directory / "kafka", log_path=logs.kafka_broker))
+            daemon = LocalDaemon(
+                directory / "daemon", {}, zookeeper=zookeeper.connect_string, log_path=logs.daemon
+            ).start(timeout=120)
+            stack.callback(daemon.stop)
+        console.print(
+            f"{OK} ZooKeeper {zookeeper.connect_string}, Kafka (tansu) {broker.bootstrap}, "
+            f"daemon {daemon.target}\n  logs: {logs.names(*_log_paths(logs))}"
+        )
+        _create_topics(broker.bootstrap)
+        zk = KazooClient(hosts=zookeeper.connect_string)
+        zk.start(timeout=30)
+        stack.callback(zk.stop)
+        subjects = SubjectRegistry(zk)
+        producer = OrderProducer(
+            broker.bootstrap,
+            subjects,
+            options.orders_per_epoch,
+            pace=lambda epoch: epoch <= min(_read(subjects, j) for j in (OLD, NEW)) + LEAD,
+        )
+        wiring = Wiring(
+            broker.bootstrap, zookeeper.connect_string, directory / "checkpoints", options.trigger_seconds
+        )
+        batches: queue.Queue[tuple[int, list[dict[str, Any]]]] = queue.Queue()
+        with console.status("starting Spark and the three jobs"):
+            spark = local_session(
+                "epochstate-demo-swap", log4j_file=logs.spark, console_file=logs.spark_console
+            )
+            stack.callback(close_shared_clients)
+            stack.callback(spark.stop)
+            register(spark)
+            attach(spark, daemon.target, checkpoints={j: wiring.checkpoint(j) for j in (OLD, NEW)})
+            producer.start()
+            stack.callback(producer.stop)
+            starters: dict[str, Callable[[], Any]] = {
+                OLD: lambda: start_counts(spark, wiring, OLD),
+                NEW: lambda: start_counts(spark, wiring, NEW),
+                READER: lambda: start_reader(
+                    spark, wiring, lambda f, b: batches.put((b, [r.asDict() for r in f.collect()]))
+                ),
+            }
+            jobs = Jobs(starters)
+            stack.callback(jobs.stop)
+        console.print(
+            f"{OK} orders: {options.orders_per_epoch} an epoch into subject {ORDERS!r}, "
+            f"at most {LEAD} epochs ahead of the jobs\n"
+            f"{OK} job v1 {OLD!r}: orders per user -> subject {COUNTS!r} (aligned sink)\n"
+            f"{OK} job v2 {NEW!r}: orders and amount per user -> {COUNTS!r}, in shadow (shadow=true)\n"
+            f"{OK} downstream {READER!r}: reads {COUNTS!r} aligned"
+        )
+        client = stack.enter_context(EpochStateClient(daemon.target, timeout=60))
+        coordinator = SwapCoordinator(subjects, SwapRegistry(zk))
+        swap = _swap(jobs, subjects, coordinator, client, batches, seen, options)
+        producer.stop()
+        if swap is not None and swap.state == "done":
+            # v1's part ends with the swap epoch; a user stops it now.
+            stop_between_batches(jobs.queries.pop(OLD), STOP_TIMEOUT)
+        jobs.stop()
+        _collect(batches, seen)
+        seen.failure = seen.failure or producer.failure
+        return _report(seen, swap, subjects, client, producer.written)
+    raise AssertionError("unreachable")
+
+
+def _collect(batches: queue.Queue[tuple[int, list[dict[str, Any]]]], seen: Seen) -> None:
+    while True:
+        try:
+            batch, rows = batches.get_nowait()
+        except queue.Empty:
+            return
+        seen.rows[batch] = rows  # a batch run again replaces its rows
+
+
+def _wait(
+    jobs: Jobs,
+    batches: queue.Queue[tuple[int, list[dict[str, Any]]]],
+    seen: Seen,
+    timeout: float,
+    until: Callable[[], bool],
+    every: Callable[[], None] = lambda: None,
+) -> bool:
+    """Poll ``until`` (restarting failed jobs, collecting the reader's rows) for up to ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen.failure = jobs.restart_failed()
+        if seen.failure is not None:
+            return False
+        _collect(batches, seen)
+        every()
+        if until():
+            return True
+        time.sleep(POLL)
+    seen.failure = f"gave up after {timeout:g} s"
+    return False
+
+
+def _read(subjects: SubjectRegistry, job: str) -> int:
+    """The newest epoch of ``orders`` job ``job`` has read (-1: none)."""
+    return max(_mapping(subjects, job).values(), default=-1)
+
+
+def _swap(
+    jobs: Jobs,
+    subjects: SubjectRegistry,
+    coordinator: SwapCoordinator,
+    client: EpochStateClient,
+    batches: queue.Queue[tuple[int, list[dict[str, Any]]]],
+    seen: Seen,
+    options: SwapDemoOptions,
+) -> SwapRecord | None:
+    """Plan the swap once both versions run, follow it to done, then let v2 write a few epochs."""
+    with console.status("waiting for both versions' first batches"):
+        running = _wait(
+            jobs,
+            batches,
+            seen,
+            FIRST_BATCH_TIMEOUT,
+            lambda: subjects.exists(COUNTS) and min(_read(subjects, OLD), _read(subjects, NEW)) >= 0,
+        )
+    if not running:
+        return None
+    record = coordinator.plan(COUNTS, OLD, NEW, deadline=SWAP_DEADLINE)
+    planned = time.monotonic()
+    console.print(
+        f"[bold]swap planned[/bold]: subject {COUNTS!r} from {OLD!r} to {NEW!r} at input epoch "
+        f"{record.epoch} of {ORDERS!r} (both jobs prepare in epoch {record.prepare_epoch})"
+    )
+    last = {"state": record.state, "epoch": -1}
+
+    def follow() -> None:
+        nonlocal record
+        record = coordinator.status(COUNTS)
+        if record.state != last["state"]:
+            last["state"] = record.state
+            console.print(f"  {time.monotonic() - planned:5.1f} s  swap {record.state}")
+        newest = max(_read(subjects, OLD), _read(subjects, NEW))
+        if newest > int(last["epoch"]):
+            last["epoch"] = newest
+            try:
+                answer = lookup(client, subjects, record, newest, USERS)
+            except EpochStateClientError:
+                answer = None  # the daemon has not seen the job yet
+            if answer is not None:
+                console.print(f"  {time.monotonic() - planned:5.1f} s  lookup {_counts(answer)}")
+
+    with console.status("following the swap; looking up the counts of every new epoch"):
+        if not _wait(jobs, batches, seen, SWAP_TIMEOUT, lambda: record.state in ("done", "aborted"), follow):
+            return record
+    if record.state != "done":
+        seen.failure = f"the swap was {record.state}: {record.aborted}"
+        return record
+    console.print(f"  swap done {time.monotonic() - planned:.1f} s after the plan")
+    target = (record.handover or 0) + options.epochs_after
+    with console.status(f"letting v2 write {options.epochs_after} epochs of {COUNTS!r}"):
+        _wait(
+            jobs,
+            batches,
+            seen,
+            SWAP_TIMEOUT,
+            lambda: max(subjects.epochs(COUNTS), default=-1) >= target,
+            follow,
+        )
+    return record
+
+
+def _counts(answer: Answer) -> str:
+    """One line of an answer: which job and batch, and each user's count (and amount, in v2)."""
+    users = ", ".join(
+        f"{u} {s['count']}" + (f" (amount {s['amount']})" if "amount" in s else "")
+        for u, s in sorted(answer.state.items())
+    )
+    return f"input epoch {answer.input_epoch} <- {answer.job} batch {answer.batch}: {users}"
+
+
+def _report(
+    seen: Seen,
+    swap: SwapRecord | None,
+    subjects: SubjectRegistry,
+    client: EpochStateClient,
+    written: dict[str, int],
+) -> int:
+    if seen.failure is not None:
+        console.print(f"{FAILED} {seen.failure}")
+    if swap is None or swap.state != "done" or swap.handover is None:
+        return 1
+    registered = [subjects.get_epoch(COUNTS, e) for e in subjects.epochs(COUNTS)]
+    epochs = [e.epoch for e in registered if e is not None]
+    writers = [e.writer for e in registered if e is not None]
+    unbroken = epochs == list(range(epochs[0], epochs[0] + len(epochs))) if epochs else False
+    first_new = writers.index(NEW) if NEW in writers else len(writers)
+    clean = unbroken and set(writers[:first_new]) <= {OLD} and set(writers[first_new:]) <= {NEW}
+    console.print(
+        f"{OK if clean else FAILED} subject {COUNTS!r}: epochs {epochs[0]}..{epochs[-1]}"
+        f"{' unbroken' if unbroken else ' WITH GAPS'}: up to {swap.handover} by {OLD}, "
+        f"{swap.handover + 1}..{epochs[-1]} by {NEW}"
+    )
+    rows = [row for batch in sorted(seen.rows) for row in seen.rows[batch]]
+    check = counter_check(written, rows)
+    console.print(
+        f"{OK if check.exact else FAILED} counter check: {check.written} orders in, {check.counted} counted "
+        f"downstream: {check.lost} lost, {check.doubled} doubled"
+        + (f"; running counts jump for {', '.join(check.gaps)}" if check.gaps else "")
+    )
+    console.print(
+        f"{OK} swap epoch: input epoch {swap.epoch} of {ORDERS!r} is v1's last (its output epoch "
+        f"{swap.handover}); v2 answers from input epoch {swap.epoch + 1} (output epoch {swap.handover + 1})"
+    )
+    for epoch in (swap.epoch, swap.epoch + 1):
+        answer = lookup(client, subjects, swap, epoch, USERS)
+        if answer is not None:
+            side = "before" if epoch <= swap.epoch else "after "
+            console.print(f"  lookup {side} the swap: {_counts(answer)}")
+    shadow = compare_shadow(
+        lambda job, batch, keys: read_state(client, job, batch, keys),
+        (OLD, _mapping(subjects, OLD)),
+        (NEW, _mapping(subjects, NEW)),
+        USERS,
+        range(max(0, swap.epoch - 4), swap.epoch + 1),
+    )
+    span = f"{shadow.epochs[0]}..{shadow.epochs[-1]}" if shadow.epochs else "none"
+    console.print(
+        f"{OK if shadow.same else FAILED} shadow comparison: {NEW}'s state against {OLD}'s "
+        f"({', '.join(shadow.fields) or 'no shared field'}) at input epochs {span}: "
+        f"{len(shadow.differences)} difference(s)"
+    )
+    return 0 if clean and check.exact and shadow.same and seen.failure is None else 1
+
+
+def _mapping(subjects: SubjectRegistry, job: str) -> dict[int, int]:
+    source = subjects.get_source(ORDERS, job)
+    return dict(source.mapping) if source else {}
