@@ -58,6 +58,8 @@ class OrderProducer(threading.Thread):
             {
                 "bootstrap.servers": bootstrap,
                 "linger.ms": 0,
+                # The broker stops before this process ends: not worth a line on stderr.
+                "log.connection.close": False,
                 "logger": logging.getLogger("epochstate.demo.kafka"),
             }
         )
