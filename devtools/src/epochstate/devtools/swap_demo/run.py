@@ -39,8 +39,8 @@ from epochstate.devtools.swap_demo.orders import ORDERS, USERS, OrderProducer
 
 console = Console(highlight=False, soft_wrap=True)
 FIRST_BATCH_TIMEOUT = 300.0  # Spark, three queries and their Python workers on a busy machine
-SWAP_TIMEOUT = 180.0
-SWAP_DEADLINE = 120.0  # seconds for both jobs to prepare
+SWAP_TIMEOUT = 360.0
+SWAP_DEADLINE = 300.0  # seconds for both jobs to prepare (a busy machine runs a batch in 15 s)
 STOP_TIMEOUT = 10.0
 POLL = 0.25
 LEAD = 2  # input epochs the producer may run ahead of the slower version
@@ -123,7 +123,11 @@ def run(options: SwapDemoOptions) -> int:
         batches: queue.Queue[tuple[int, list[dict[str, Any]]]] = queue.Queue()
         with console.status("starting Spark and the three jobs"):
             spark = local_session(
-                "epochstate-demo-swap", log4j_file=logs.spark, console_file=logs.spark_console
+                "epochstate-demo-swap",
+                # A JVM that starts fast (the JIT's first tier only): the demo lasts a minute or two.
+                conf={"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
+                log4j_file=logs.spark,
+                console_file=logs.spark_console,
             )
             stack.callback(close_shared_clients)
             stack.callback(spark.stop)
