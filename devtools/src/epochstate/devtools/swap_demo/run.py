@@ -43,7 +43,7 @@ SWAP_TIMEOUT = 360.0
 SWAP_DEADLINE = 300.0  # seconds for both jobs to prepare (a busy machine runs a batch in 15 s)
 STOP_TIMEOUT = 10.0
 POLL = 0.25
-LEAD = 2  # input epochs the producer may run ahead of the slower version
+LEAD = 1  # input epochs the producer may run ahead of the slower version
 OK, FAILED = "[green]✓[/green]", "[red]✗[/red]"
 
 
