@@ -3,5 +3,5 @@
 ``orders`` produces the input subject, ``jobs`` builds the Spark queries,
 ``lookups`` reads the swapped job's state on both sides of the swap epoch,
 ``checks`` holds the counter check and the shadow comparison, ``run`` starts
-everything and prints the story.
+everything and follows the swap, ``report`` prints what came of it.
 """

@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from rich.console import Console
-
 from epochstate.client import EpochStateClient, EpochStateClientError
 from epochstate.core.alignment.subjects import SubjectRegistry
 from epochstate.core.swap.coordinator import SwapCoordinator
@@ -32,19 +30,17 @@ from epochstate.devtools.local_daemon import LocalDaemon
 from epochstate.devtools.log_files import LogFiles
 from epochstate.devtools.query_shutdown import stop_between_batches
 from epochstate.devtools.spark_session import local_session
-from epochstate.devtools.swap_demo.checks import compare_shadow, counter_check
 from epochstate.devtools.swap_demo.jobs import COUNTS, NEW, OLD, READER, Wiring, start_counts, start_reader
-from epochstate.devtools.swap_demo.lookups import Answer, lookup, read_state
+from epochstate.devtools.swap_demo.lookups import lookup
 from epochstate.devtools.swap_demo.orders import ORDERS, USERS, OrderProducer
+from epochstate.devtools.swap_demo.report import OK, console, counts_line, mapping, report
 
-console = Console(highlight=False, soft_wrap=True)
 FIRST_BATCH_TIMEOUT = 300.0  # Spark, three queries and their Python workers on a busy machine
 SWAP_TIMEOUT = 360.0
 SWAP_DEADLINE = 300.0  # seconds for both jobs to prepare (a busy machine runs a batch in 15 s)
 STOP_TIMEOUT = 10.0
 POLL = 0.25
 LEAD = 1  # input epochs the producer may run ahead of the slower version
-OK, FAILED = "[green]✓[/green]", "[red]✗[/red]"
 
 
 @dataclass
@@ -164,7 +160,8 @@ def run(options: SwapDemoOptions) -> int:
         jobs.stop()
         _collect(batches, seen)
         seen.failure = seen.failure or producer.failure
-        code = _report(seen, swap, subjects, client, producer.written)  # the daemon still serves
+        rows = [row for batch in sorted(seen.rows) for row in seen.rows[batch]]
+        code = report(rows, seen.failure, swap, subjects, client, producer.written)  # the daemon still serves
     return code
 
 
@@ -202,7 +199,7 @@ def _wait(
 
 def _read(subjects: SubjectRegistry, job: str) -> int:
     """The newest epoch of ``orders`` job ``job`` has read (-1: none)."""
-    return max(_mapping(subjects, job).values(), default=-1)
+    return max(mapping(subjects, job).values(), default=-1)
 
 
 def _swap(
@@ -249,7 +246,7 @@ def _swap(
             except EpochStateClientError:
                 answer = None  # the daemon has not seen the job yet
             if answer is not None:
-                console.print(f"  {time.monotonic() - planned:5.1f} s  lookup {_counts(answer)}")
+                console.print(f"  {time.monotonic() - planned:5.1f} s  lookup {counts_line(answer)}")
 
     with console.status("following the swap; looking up the counts of every new epoch"):
         if not _wait(jobs, batches, seen, SWAP_TIMEOUT, lambda: record.state in ("done", "aborted"), follow):
@@ -269,71 +266,3 @@ def _swap(
             follow,
         )
     return record
-
-
-def _counts(answer: Answer) -> str:
-    """One line of an answer: which job and batch, and each user's count (and amount, in v2)."""
-    users = ", ".join(
-        f"{u} {s['count']}" + (f" (amount {s['amount']})" if "amount" in s else "")
-        for u, s in sorted(answer.state.items())
-    )
-    return f"input epoch {answer.input_epoch} <- {answer.job} batch {answer.batch}: {users}"
-
-
-def _report(
-    seen: Seen,
-    swap: SwapRecord | None,
-    subjects: SubjectRegistry,
-    client: EpochStateClient,
-    written: dict[str, int],
-) -> int:
-    if seen.failure is not None:
-        console.print(f"{FAILED} {seen.failure}")
-    if swap is None or swap.state != "done" or swap.handover is None:
-        return 1
-    registered = [subjects.get_epoch(COUNTS, e) for e in subjects.epochs(COUNTS)]
-    epochs = [e.epoch for e in registered if e is not None]
-    writers = [e.writer for e in registered if e is not None]
-    unbroken = epochs == list(range(epochs[0], epochs[0] + len(epochs))) if epochs else False
-    first_new = writers.index(NEW) if NEW in writers else len(writers)
-    clean = unbroken and set(writers[:first_new]) <= {OLD} and set(writers[first_new:]) <= {NEW}
-    console.print(
-        f"{OK if clean else FAILED} subject {COUNTS!r}: epochs {epochs[0]}..{epochs[-1]}"
-        f"{' unbroken' if unbroken else ' WITH GAPS'}: up to {swap.handover} by {OLD}, "
-        f"{swap.handover + 1}..{epochs[-1]} by {NEW}"
-    )
-    rows = [row for batch in sorted(seen.rows) for row in seen.rows[batch]]
-    check = counter_check(written, rows)
-    console.print(
-        f"{OK if check.exact else FAILED} counter check: {check.written} orders in, {check.counted} counted "
-        f"downstream: {check.lost} lost, {check.doubled} doubled"
-        + (f"; running counts jump for {', '.join(check.gaps)}" if check.gaps else "")
-    )
-    console.print(
-        f"{OK} swap epoch: input epoch {swap.epoch} of {ORDERS!r} is v1's last (its output epoch "
-        f"{swap.handover}); v2 answers from input epoch {swap.epoch + 1} (output epoch {swap.handover + 1})"
-    )
-    for epoch in (swap.epoch, swap.epoch + 1):
-        answer = lookup(client, subjects, swap, epoch, USERS)
-        if answer is not None:
-            side = "before" if epoch <= swap.epoch else "after "
-            console.print(f"  lookup {side} the swap: {_counts(answer)}")
-    shadow = compare_shadow(
-        lambda job, batch, keys: read_state(client, job, batch, keys),
-        (OLD, _mapping(subjects, OLD)),
-        (NEW, _mapping(subjects, NEW)),
-        USERS,
-        range(max(0, swap.epoch - 4), swap.epoch + 1),
-    )
-    span = f"{shadow.epochs[0]}..{shadow.epochs[-1]}" if shadow.epochs else "none"
-    console.print(
-        f"{OK if shadow.same else FAILED} shadow comparison: {NEW}'s state against {OLD}'s "
-        f"({', '.join(shadow.fields) or 'no shared field'}) at input epochs {span}: "
-        f"{len(shadow.differences)} difference(s)"
-    )
-    return 0 if clean and check.exact and shadow.same and seen.failure is None else 1
-
-
-def _mapping(subjects: SubjectRegistry, job: str) -> dict[int, int]:
-    source = subjects.get_source(ORDERS, job)
-    return dict(source.mapping) if source else {}
