@@ -19,6 +19,7 @@ from tests.e2e.test_oracle import windowed, windowed_rows
 from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import canon, plain, spark_state
+from tests.fixtures.over_time import served_changes, state_difference
 from tests.fixtures.snapshots import feed_until_skippable, full_versions, one_partition
 from tests.fixtures.streams import FileStream
 
@@ -120,6 +121,7 @@ def test_damaged_epoch_is_skipped_when_a_later_snapshot_loads_in_full(
                 client.get("skip", key, epoch=epoch)
         for epoch, state in expected.items():
             assert _scanned(client, "skip", epoch) == state, f"epoch {epoch}"
+        _assert_changes_across_the_gap(client, gap, resume, expected)
     daemon.stop()
 
     daemon.start()  # the unavailable epochs are remembered
@@ -128,3 +130,23 @@ def test_damaged_epoch_is_skipped_when_a_later_snapshot_loads_in_full(
         with pytest.raises(EpochDamaged, match=f"{damaged_version}.delta"):
             client.get("skip", key, epoch=gap[0])
         assert _scanned(client, "skip", resume) == expected[resume]
+
+
+def _assert_changes_across_the_gap(
+    client: EpochStateClient, gap: list[int], resume: int, expected: dict[int, Any]
+) -> None:
+    """A feed reaching a skipped epoch fails with its reason, never skips it silently; the
+    epoch after the gap carries the gap's changes: Spark's reader before the gap against
+    Spark's reader at that epoch (a key loaded in full but unchanged is an upsert of the
+    value it had)."""
+    with pytest.raises(EpochDamaged) as refused:
+        list(client.changes("skip", from_epoch=gap[0] - 1, to_epoch=resume))
+    assert refused.value.reason == "EPOCH_UNAVAILABLE"
+    before = expected[gap[0] - 1]
+    (feed,) = client.changes("skip", from_epoch=resume, to_epoch=resume)
+    got = served_changes([feed])[resume]
+    want = state_difference(before, expected[resume])
+    unchanged = {k: c for k, c in got.items() if k not in want}
+    assert all(kind == "upsert" and before[k][1] == value for k, (kind, value, _) in unchanged.items())
+    assert {k: c for k, c in got.items() if k not in unchanged} == want
+    assert want, "the gap changed nothing: the check would be empty"

@@ -17,6 +17,7 @@ from epochstate.client import (
     NotFound,
     PermissionDenied,
 )
+from epochstate.client.arrow import scan_table
 from epochstate.daemon.codec import keycodec
 from epochstate.daemon.codec.records import RecordEncoder
 from epochstate.daemon.store.catalog import StoreSchema
@@ -62,6 +63,8 @@ def test_local_reads_answer_and_refuse_as_the_daemon(tmp_path: Path) -> None:
         assert [lk.found for lk in client.multi_get("orders", [["u1"], ["u2"]], epoch=1)] == [True, False]
         assert client.get("orders", ["u1"]).epoch == 1  # latest
         assert [lk.key["user"] for lk in client.scan("orders", epoch=0, page_size=1)] == ["u1", "u2"]
+        table = scan_table(client, "orders", epoch=0, page_size=1)  # pages asked for ahead
+        assert table.column("value").to_pylist() == [{"orders": 1}, {"orders": 5}]
         feed = [
             (e.epoch, [(c.key["user"], c.type) for c in e.changes])
             for e in client.changes("orders", from_epoch=0)

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 import typer
 
+from epochstate.cli.alias import alias_app
 from epochstate.cli.align import align_app
 from epochstate.cli.connection import tls_options
 from epochstate.cli.console import fail
@@ -60,6 +61,7 @@ app.command()(watch)
 app.command()(health)
 app.add_typer(align_app, name="align")
 app.add_typer(swap_app, name="swap")
+app.add_typer(alias_app, name="alias")
 app.command()(daemon)
 app.command()(zookeeper)
 app.command("secure-zookeeper")(secure_zookeeper)

@@ -147,10 +147,10 @@ def epochs(
 def epoch_record(job: str, info: pb.EpochInfo) -> dict[str, Any]:
     """An epoch as JSON: ``{"job", "epoch", "query_id", "committed_at_ms", "ingested_at_ms",
     "watermark_ms", "sources"}`` (``query_id``: the job's incarnation the epoch belongs
-    to), times in milliseconds since the Unix epoch
+    to; an alias's epoch adds ``answered_by`` and ``job_epoch``), times in milliseconds since the Unix epoch
     (``ingested_at_ms``: when it became queryable); each source is ``{"source",
     "start", "end"}`` with Spark's offsets for the epoch, as JSON (null: none)."""
-    return {
+    record = {
         "job": job,
         "epoch": info.epoch,
         "query_id": info.query_id,
@@ -162,6 +162,9 @@ def epoch_record(job: str, info: pb.EpochInfo) -> dict[str, Any]:
             for s in info.sources
         ],
     }
+    if info.job:  # an epoch of an alias: the job answering it, at its own epoch
+        record["answered_by"], record["job_epoch"] = info.job, info.job_epoch
+    return record
 
 
 def _offset(text: str) -> Any:

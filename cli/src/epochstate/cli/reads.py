@@ -11,7 +11,8 @@ a later page fail, the lines before stay written and the exit code says so)::
 ``query_id`` the query (the job's incarnation) it belongs to: a recreated
 checkpoint holds another query, whose epochs restart at 0. ``--query-id`` pins
 the read to one query: it fails (exit code of FAILED_PRECONDITION) rather than be
-answered by another;
+answered by another. A read of an alias (docs/swap.md#aliases) adds ``answered_by``,
+the job whose state answered, ``epoch`` being the alias's;
 ``value`` and ``partition`` are null when ``found`` is false (a scan lists only
 found keys). Keys and values are objects, field name -> value in schema order,
 converted as :func:`epochstate.cli.output.jsonable` says; a struct whose schema
@@ -169,7 +170,7 @@ def _read(action: Callable[[], T]) -> T:
 
 def lookup_record(job: str, operator: int, store: str, lookup: Lookup) -> dict[str, Any]:
     """The JSON object of one record (see the module docstring)."""
-    return {
+    record = {
         "job": job,
         "operator": operator,
         "store": store,
@@ -180,6 +181,9 @@ def lookup_record(job: str, operator: int, store: str, lookup: Lookup) -> dict[s
         "value": lookup.value,
         "partition": lookup.partition,
     }
+    if lookup.job:  # a read of an alias: the job that answered
+        record["answered_by"] = lookup.job
+    return record
 
 
 def _print_lookups(job: str, operator: int, store: str, lookups: Sequence[Lookup], as_json: bool) -> None:

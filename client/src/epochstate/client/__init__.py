@@ -2,6 +2,7 @@
 
 from epochstate.client.client import EpochStateClient, JobDescription, Lookup, StoreSchema
 from epochstate.client.errors import (
+    AmbiguousName,
     CheckpointNotAllowed,
     CommandRefused,
     DataLoss,
@@ -37,6 +38,7 @@ from epochstate.client.tls import TlsOptions
 __all__ = [
     "AlignedWith",
     "AmbiguousField",
+    "AmbiguousName",
     "Change",
     "CheckpointNotAllowed",
     "CommandRefused",

@@ -70,7 +70,9 @@ class Lookup:
     ``query_id`` is the job's incarnation that answered (Spark's stable query id; a
     recreated checkpoint holds another, whose epochs restart at 0): pass it as
     ``query_id=`` to later reads to have them refused (:class:`IncarnationChanged`)
-    rather than answered by another query.
+    rather than answered by another query. ``job`` is set for a read of an alias (a
+    logical job name that follows hot-swaps): the job whose state answered; ``epoch`` is
+    then the alias's epoch.
     """
 
     epoch: int
@@ -79,6 +81,7 @@ class Lookup:
     value: Struct | None
     partition: int | None
     query_id: str = ""
+    job: str = ""
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ class StoreSchema:
 
 
 Answer = pb.GetResponse | pb.MultiGetResponse | pb.ScanResponse | pb.ChangesResponse
+_READS = (pb.GetResponse, pb.MultiGetResponse, pb.ScanResponse)
 
 
 def shape_of(answer: Answer | None) -> tuple[int, int] | None:
@@ -112,7 +116,15 @@ def shape_of(answer: Answer | None) -> tuple[int, int] | None:
     from a daemon that does not say."""
     if answer is None or not answer.HasField("shape_first_epoch"):
         return None
-    return answer.epoch, answer.shape_first_epoch
+    return own_epoch(answer), answer.shape_first_epoch
+
+
+def own_epoch(answer: Answer) -> int:
+    """The answering job's own epoch: ``job_epoch`` for an answer of an alias (whose
+    ``epoch`` is the alias's), else ``epoch``; the shapes of a store are in its job's epochs."""
+    if isinstance(answer, _READS) and answer.HasField("job_epoch"):
+        return answer.job_epoch
+    return answer.epoch
 
 
 @dataclass(frozen=True)
@@ -276,9 +288,15 @@ class EpochStateClient:
         description was cached, or the store took a new shape since: the new query or
         shape may have other schemas).
 
+        An answer of an alias (a logical job name that follows hot-swaps) names the job
+        whose state answered: its records are decoded with that job's schemas.
+
         Raises:
             IncarnationChanged: the job has moved on to yet another query meanwhile.
         """
+        if isinstance(answer, _READS) and answer.job and answer.job != job:
+            job = answer.job
+            schema = self._store(job, operator_id, store, query_id)
         described = self._schemas.get(job)
         if not query_id or described is None or described.query_id == query_id:
             shape = shape_of(answer)
@@ -341,7 +359,8 @@ class EpochStateClient:
         )
         response = self._call(self._stub.Get, request, o.timeout)
         schema = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
-        return _lookup(response.epoch, response.record, schema.at(response.epoch), response.query_id)
+        at = schema.at(own_epoch(response))
+        return _lookup(response.epoch, response.record, at, response.query_id, response.job)
 
     def multi_get(
         self,
@@ -361,8 +380,8 @@ class EpochStateClient:
         )
         response = self._call(self._stub.MultiGet, request, o.timeout)
         answered = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
-        at = answered.at(response.epoch)
-        return [_lookup(response.epoch, r, at, response.query_id) for r in response.records]
+        at = answered.at(own_epoch(response))
+        return [_lookup(response.epoch, r, at, response.query_id, response.job) for r in response.records]
 
     def pinned_epoch(
         self, job: str, *, options: ReadOptions | None = None, **read: Unpack[ReadKeywords]
@@ -408,7 +427,8 @@ class EpochStateClient:
             response = self._call(self._stub.Scan, request, o.timeout)
             schema = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
             for record in response.records:
-                yield _lookup(response.epoch, record, schema.at(response.epoch), response.query_id)
+                at = schema.at(own_epoch(response))
+                yield _lookup(response.epoch, record, at, response.query_id, response.job)
                 returned += 1
                 if limit is not None and returned >= limit:
                     return
@@ -530,7 +550,7 @@ def _struct_of(schema: pb.Schema) -> StructType:
     )
 
 
-def _lookup(epoch: int, record: pb.Record, schema: StoreSchema, query_id: str) -> Lookup:
+def _lookup(epoch: int, record: pb.Record, schema: StoreSchema, query_id: str, job: str = "") -> Lookup:
     return Lookup(
         epoch=epoch,
         key=from_row(record.key, schema.key),
@@ -538,4 +558,5 @@ def _lookup(epoch: int, record: pb.Record, schema: StoreSchema, query_id: str) -
         value=from_row(record.value, schema.value) if record.found else None,
         partition=record.partition if record.found else None,
         query_id=query_id,
+        job=job,
     )

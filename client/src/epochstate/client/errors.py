@@ -108,6 +108,10 @@ class SwapRefused(FailedPrecondition):
     far behind, another swap is in flight, or it is committed already (the reason says which)."""
 
 
+class AmbiguousName(FailedPrecondition):
+    """The name is both a job and an alias (a logical job name): delete or rename the alias."""
+
+
 class NoZooKeeper(FailedPrecondition):
     """The daemon runs without ZooKeeper, so it has no subjects to align or prune."""
 
@@ -268,6 +272,8 @@ BY_REASON: Mapping[str, type[EpochStateClientError]] = {
     reasons.NEW_TOO_FAR_BEHIND: SwapRefused,
     reasons.SWAP_IN_FLIGHT: SwapRefused,
     reasons.SWAP_COMMITTED: SwapRefused,
+    reasons.ALIAS_NOT_FOUND: NotFound,
+    reasons.AMBIGUOUS_NAME: AmbiguousName,
 }
 """The one table from the daemon's reasons to exception classes; it covers every reason."""
 

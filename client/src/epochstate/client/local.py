@@ -9,7 +9,6 @@ library itself needs none of the daemon's libraries.
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import Any
 
 import grpc
@@ -36,6 +35,10 @@ def open_local(target: str) -> grpc.Channel:
         raise InvalidArgument(
             f"a local target names an absolute data directory, local:///path; got {target!r}"
         )
+    # Imported here: reading the installed distributions' metadata costs a tenth of a
+    # second, which a client of a remote daemon should not pay at import.
+    from importlib.metadata import entry_points
+
     found = [e for e in entry_points(group=GROUP) if e.name == "local"]
     if not found:
         raise InvalidArgument(

@@ -315,3 +315,17 @@ SWAP_COMMITTED: Final = _reason(
     "run past the swap epoch.",
     "Nothing to undo; to go back, plan a swap from the new job to the old one after this one is done.",
 )
+ALIAS_NOT_FOUND: Final = _reason(
+    "ALIAS_NOT_FOUND",
+    "NOT_FOUND",
+    "No alias (logical job name) of that name is defined in ZooKeeper.",
+    "Check the name; `epochstate alias list` lists the aliases, `epochstate alias set` defines one.",
+)
+AMBIGUOUS_NAME: Final = _reason(
+    "AMBIGUOUS_NAME",
+    "FAILED_PRECONDITION",
+    "The name is both a job and an alias (logical job name), so a read cannot tell which is meant; "
+    "or an alias is to be defined under the name of a job. Metadata: job.",
+    "Delete the alias or give it another name (`epochstate alias delete`); jobs and aliases share one "
+    "namespace.",
+)

@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from kazoo.client import KazooClient
 from prometheus_client import start_http_server
 
+from epochstate.core.alias.registry import AliasRegistry
 from epochstate.core.errors import EpochStateError
 from epochstate.core.storage.location import StorageFactory, redact
 from epochstate.core.storage.location import configure as configure_storage
@@ -36,6 +37,7 @@ from epochstate.daemon.ingest.loop import IngestLoop
 from epochstate.daemon.ingest.registry_publisher import RegistryPublisher
 from epochstate.daemon.registry.subject_view import SubjectView
 from epochstate.daemon.server import unix_socket
+from epochstate.daemon.server.aliases import Aliases
 from epochstate.daemon.server.aligned import SubjectAlignment
 from epochstate.daemon.server.alignment_admin import add_alignment_admin
 from epochstate.daemon.server.handlers import Guard, add_to_server
@@ -238,8 +240,18 @@ class Daemon:
             reported = ReportedJobs(
                 zk, self.settings.zookeeper_root, self.settings.group, self.security.roots
             )
+        aliases = None
+        if self.subjects is not None:
+            registry = AliasRegistry(self.subjects.client, self.settings.zookeeper_root)
+            aliases = Aliases(registry, self.subjects, self.catalog)
         self.service = EpochStateService(
-            self.store, self.catalog, ingest, alignment, max_wait=self.settings.max_wait, reported=reported
+            self.store,
+            self.catalog,
+            ingest,
+            alignment,
+            max_wait=self.settings.max_wait,
+            reported=reported,
+            aliases=aliases,
         )
         self.group = self._group(ingest)
         guarded: tuple[grpc.Server, Guard | None] = (self.server, self.security.guard)

@@ -449,6 +449,8 @@ class GetResponse(_message.Message):
     RECORD_FIELD_NUMBER: _builtins.int
     QUERY_ID_FIELD_NUMBER: _builtins.int
     SHAPE_FIRST_EPOCH_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    JOB_EPOCH_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     query_id: _builtins.str
     """The query (the job's incarnation, see StoreRef.query_id) whose epoch answered."""
@@ -458,6 +460,12 @@ class GetResponse(_message.Message):
     description of the store predates that shape describes it again before it
     decodes them. Unset from a daemon that predates it.
     """
+    job: _builtins.str
+    """Set when the read named an alias (a logical job name that follows hot-swaps):
+    the job whose state answered, and that job's own epoch. `epoch` is then the
+    alias's epoch (the input subject's epoch both jobs read aligned).
+    """
+    job_epoch: _builtins.int
     @_builtins.property
     def record(self) -> Global___Record: ...
     def __init__(
@@ -467,13 +475,20 @@ class GetResponse(_message.Message):
         record: Global___Record | None = ...,
         query_id: _builtins.str = ...,
         shape_first_epoch: _builtins.int | None = ...,
+        job: _builtins.str = ...,
+        job_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch", "record", b"record", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_job_epoch", b"_job_epoch", "_shape_first_epoch", b"_shape_first_epoch", "job_epoch", b"job_epoch", "record", b"record", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch", "epoch", b"epoch", "query_id", b"query_id", "record", b"record", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_job_epoch", b"_job_epoch", "_shape_first_epoch", b"_shape_first_epoch", "epoch", b"epoch", "job", b"job", "job_epoch", b"job_epoch", "query_id", b"query_id", "record", b"record", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__job_epoch: _TypeAlias = _typing.Literal["job_epoch"]  # noqa: Y015
+    _WhichOneofArgType__job_epoch: _TypeAlias = _typing.Literal["_job_epoch", b"_job_epoch"]  # noqa: Y015
     _WhichOneofReturnType__shape_first_epoch: _TypeAlias = _typing.Literal["shape_first_epoch"]  # noqa: Y015
     _WhichOneofArgType__shape_first_epoch: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__job_epoch) -> _WhichOneofReturnType__job_epoch | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__shape_first_epoch) -> _WhichOneofReturnType__shape_first_epoch | None: ...
 
 Global___GetResponse: _TypeAlias = GetResponse  # noqa: Y015
@@ -514,6 +529,8 @@ class MultiGetResponse(_message.Message):
     RECORDS_FIELD_NUMBER: _builtins.int
     QUERY_ID_FIELD_NUMBER: _builtins.int
     SHAPE_FIRST_EPOCH_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    JOB_EPOCH_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     query_id: _builtins.str
     """The query (the job's incarnation, see StoreRef.query_id) whose epoch answered."""
@@ -523,6 +540,12 @@ class MultiGetResponse(_message.Message):
     description of the store predates that shape describes it again before it
     decodes them. Unset from a daemon that predates it.
     """
+    job: _builtins.str
+    """Set when the read named an alias (a logical job name that follows hot-swaps):
+    the job whose state answered, and that job's own epoch. `epoch` is then the
+    alias's epoch (the input subject's epoch both jobs read aligned).
+    """
+    job_epoch: _builtins.int
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]:
         """One record per requested key, in request order."""
@@ -534,13 +557,20 @@ class MultiGetResponse(_message.Message):
         records: _abc.Iterable[Global___Record] | None = ...,
         query_id: _builtins.str = ...,
         shape_first_epoch: _builtins.int | None = ...,
+        job: _builtins.str = ...,
+        job_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_job_epoch", b"_job_epoch", "_shape_first_epoch", b"_shape_first_epoch", "job_epoch", b"job_epoch", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch", "epoch", b"epoch", "query_id", b"query_id", "records", b"records", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_job_epoch", b"_job_epoch", "_shape_first_epoch", b"_shape_first_epoch", "epoch", b"epoch", "job", b"job", "job_epoch", b"job_epoch", "query_id", b"query_id", "records", b"records", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__job_epoch: _TypeAlias = _typing.Literal["job_epoch"]  # noqa: Y015
+    _WhichOneofArgType__job_epoch: _TypeAlias = _typing.Literal["_job_epoch", b"_job_epoch"]  # noqa: Y015
     _WhichOneofReturnType__shape_first_epoch: _TypeAlias = _typing.Literal["shape_first_epoch"]  # noqa: Y015
     _WhichOneofArgType__shape_first_epoch: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__job_epoch) -> _WhichOneofReturnType__job_epoch | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__shape_first_epoch) -> _WhichOneofReturnType__shape_first_epoch | None: ...
 
 Global___MultiGetResponse: _TypeAlias = MultiGetResponse  # noqa: Y015
@@ -605,6 +635,8 @@ class ScanResponse(_message.Message):
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     QUERY_ID_FIELD_NUMBER: _builtins.int
     SHAPE_FIRST_EPOCH_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    JOB_EPOCH_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     next_page_token: _builtins.bytes
     """Empty when there are no more records."""
@@ -618,6 +650,12 @@ class ScanResponse(_message.Message):
     description of the store predates that shape describes it again before it
     decodes them. Unset from a daemon that predates it.
     """
+    job: _builtins.str
+    """Set when the read named an alias (a logical job name that follows hot-swaps):
+    the job whose state answered, and that job's own epoch. `epoch` is then the
+    alias's epoch (the input subject's epoch both jobs read aligned).
+    """
+    job_epoch: _builtins.int
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]: ...
     def __init__(
@@ -628,13 +666,20 @@ class ScanResponse(_message.Message):
         next_page_token: _builtins.bytes = ...,
         query_id: _builtins.str = ...,
         shape_first_epoch: _builtins.int | None = ...,
+        job: _builtins.str = ...,
+        job_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_job_epoch", b"_job_epoch", "_shape_first_epoch", b"_shape_first_epoch", "job_epoch", b"job_epoch", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch", "epoch", b"epoch", "next_page_token", b"next_page_token", "query_id", b"query_id", "records", b"records", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_job_epoch", b"_job_epoch", "_shape_first_epoch", b"_shape_first_epoch", "epoch", b"epoch", "job", b"job", "job_epoch", b"job_epoch", "next_page_token", b"next_page_token", "query_id", b"query_id", "records", b"records", "shape_first_epoch", b"shape_first_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__job_epoch: _TypeAlias = _typing.Literal["job_epoch"]  # noqa: Y015
+    _WhichOneofArgType__job_epoch: _TypeAlias = _typing.Literal["_job_epoch", b"_job_epoch"]  # noqa: Y015
     _WhichOneofReturnType__shape_first_epoch: _TypeAlias = _typing.Literal["shape_first_epoch"]  # noqa: Y015
     _WhichOneofArgType__shape_first_epoch: _TypeAlias = _typing.Literal["_shape_first_epoch", b"_shape_first_epoch"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__job_epoch) -> _WhichOneofReturnType__job_epoch | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__shape_first_epoch) -> _WhichOneofReturnType__shape_first_epoch | None: ...
 
 Global___ScanResponse: _TypeAlias = ScanResponse  # noqa: Y015
@@ -1255,23 +1300,121 @@ class DescribeJobResponse(_message.Message):
 
     SUMMARY_FIELD_NUMBER: _builtins.int
     OPERATORS_FIELD_NUMBER: _builtins.int
+    ALIAS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def summary(self) -> Global___JobSummary: ...
     @_builtins.property
     def operators(self) -> _containers.RepeatedCompositeFieldContainer[Global___OperatorInfo]: ...
+    @_builtins.property
+    def alias(self) -> Global___AliasInfo:
+        """Set when DescribeJob named an alias: which job answers which of its epochs.
+        `summary` and `operators` are then those of the job answering the newest
+        epochs, with `summary.job` the alias and its epochs the alias's.
+        """
+
     def __init__(
         self,
         *,
         summary: Global___JobSummary | None = ...,
         operators: _abc.Iterable[Global___OperatorInfo] | None = ...,
+        alias: Global___AliasInfo | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["summary", b"summary"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "summary", b"summary"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["operators", b"operators", "summary", b"summary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "operators", b"operators", "summary", b"summary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeJobResponse: _TypeAlias = DescribeJobResponse  # noqa: Y015
+
+@_typing.final
+class AliasInfo(_message.Message):
+    """An alias: a logical job name that follows the hot-swaps of an output subject.
+    Its epochs are the epochs of the input subject its jobs read aligned.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    UNDECIDED_AFTER_FIELD_NUMBER: _builtins.int
+    PENDING_SWAP_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    subject: _builtins.str
+    """The output subject whose swaps move the alias, and the input subject whose
+    epochs number the alias's epochs.
+    """
+    input: _builtins.str
+    undecided_after: _builtins.int
+    """Set while a swap of the newest job is planned or prepared: epochs after it
+    are answered by nobody yet (a read waits as for an epoch not committed).
+    """
+    pending_swap: _builtins.int
+    """The id of that undecided swap (0: none)."""
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___AliasJob]:
+        """The jobs answering its epochs, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        subject: _builtins.str = ...,
+        input: _builtins.str = ...,
+        jobs: _abc.Iterable[Global___AliasJob] | None = ...,
+        undecided_after: _builtins.int | None = ...,
+        pending_swap: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_undecided_after", b"_undecided_after", "undecided_after", b"undecided_after"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_undecided_after", b"_undecided_after", "input", b"input", "jobs", b"jobs", "name", b"name", "pending_swap", b"pending_swap", "subject", b"subject", "undecided_after", b"undecided_after"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__undecided_after: _TypeAlias = _typing.Literal["undecided_after"]  # noqa: Y015
+    _WhichOneofArgType__undecided_after: _TypeAlias = _typing.Literal["_undecided_after", b"_undecided_after"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__undecided_after) -> _WhichOneofReturnType__undecided_after | None: ...
+
+Global___AliasInfo: _TypeAlias = AliasInfo  # noqa: Y015
+
+@_typing.final
+class AliasJob(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    FROM_EPOCH_FIELD_NUMBER: _builtins.int
+    TO_EPOCH_FIELD_NUMBER: _builtins.int
+    SWAP_FIELD_NUMBER: _builtins.int
+    job: _builtins.str
+    from_epoch: _builtins.int
+    """The first and last epochs of the alias it answers (unset: from the first;
+    to the newest).
+    """
+    to_epoch: _builtins.int
+    swap: _builtins.int
+    """The swap that moved the alias to it (0: the alias's first job)."""
+    def __init__(
+        self,
+        *,
+        job: _builtins.str = ...,
+        from_epoch: _builtins.int | None = ...,
+        to_epoch: _builtins.int | None = ...,
+        swap: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_from_epoch", b"_from_epoch", "_to_epoch", b"_to_epoch", "from_epoch", b"from_epoch", "to_epoch", b"to_epoch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_from_epoch", b"_from_epoch", "_to_epoch", b"_to_epoch", "from_epoch", b"from_epoch", "job", b"job", "swap", b"swap", "to_epoch", b"to_epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__from_epoch: _TypeAlias = _typing.Literal["from_epoch"]  # noqa: Y015
+    _WhichOneofArgType__from_epoch: _TypeAlias = _typing.Literal["_from_epoch", b"_from_epoch"]  # noqa: Y015
+    _WhichOneofReturnType__to_epoch: _TypeAlias = _typing.Literal["to_epoch"]  # noqa: Y015
+    _WhichOneofArgType__to_epoch: _TypeAlias = _typing.Literal["_to_epoch", b"_to_epoch"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__from_epoch) -> _WhichOneofReturnType__from_epoch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__to_epoch) -> _WhichOneofReturnType__to_epoch | None: ...
+
+Global___AliasJob: _TypeAlias = AliasJob  # noqa: Y015
 
 @_typing.final
 class SourcePosition(_message.Message):
@@ -1311,6 +1454,8 @@ class EpochInfo(_message.Message):
     SOURCES_FIELD_NUMBER: _builtins.int
     WATERMARK_MS_FIELD_NUMBER: _builtins.int
     QUERY_ID_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    JOB_EPOCH_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     committed_at_ms: _builtins.int
     """Milliseconds since the Unix epoch."""
@@ -1321,6 +1466,11 @@ class EpochInfo(_message.Message):
     follows one query: when the checkpoint is recreated it ends with
     FAILED_PRECONDITION (INCARNATION_CHANGED).
     """
+    job: _builtins.str
+    """ListEpochs of an alias: `epoch` is the alias's epoch; the job answering it
+    and that job's own epoch.
+    """
+    job_epoch: _builtins.int
     @_builtins.property
     def sources(self) -> _containers.RepeatedCompositeFieldContainer[Global___SourcePosition]: ...
     def __init__(
@@ -1332,12 +1482,16 @@ class EpochInfo(_message.Message):
         sources: _abc.Iterable[Global___SourcePosition] | None = ...,
         watermark_ms: _builtins.int = ...,
         query_id: _builtins.str = ...,
+        job: _builtins.str = ...,
+        job_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_job_epoch", b"_job_epoch", "job_epoch", b"job_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_at_ms", b"committed_at_ms", "epoch", b"epoch", "ingested_at_ms", b"ingested_at_ms", "query_id", b"query_id", "sources", b"sources", "watermark_ms", b"watermark_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_job_epoch", b"_job_epoch", "committed_at_ms", b"committed_at_ms", "epoch", b"epoch", "ingested_at_ms", b"ingested_at_ms", "job", b"job", "job_epoch", b"job_epoch", "query_id", b"query_id", "sources", b"sources", "watermark_ms", b"watermark_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__job_epoch: _TypeAlias = _typing.Literal["job_epoch"]  # noqa: Y015
+    _WhichOneofArgType__job_epoch: _TypeAlias = _typing.Literal["_job_epoch", b"_job_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__job_epoch) -> _WhichOneofReturnType__job_epoch | None: ...
 
 Global___EpochInfo: _TypeAlias = EpochInfo  # noqa: Y015
 

@@ -10,6 +10,7 @@
     <root>/subjects/<topic>/sources/<job>  a job reading the subject: mode, its epochs -> subject epochs
     <root>/subjects/<topic>/swap           the newest hot-swap of the subject's writer (core.swap)
     <root>/subjects/<topic>/swaps/<id>     written once: a finished swap the next plan replaced
+    <root>/aliases/<name>                  a logical job name that follows an output subject's swaps
     <root>/groups/<group>/jobs/<job>       a job definition of the group: checkpoint, replicas, state
     <root>/groups/<group>/members/<node>   ephemeral: a member of the group (address, version)
     <root>/groups/<group>/election         kazoo's Election recipe: the member that assigns
@@ -129,6 +130,13 @@ class Layout:
 
     def subject_past_swap(self, topic: str, swap: int) -> str:
         return f"{self.subject_swaps(topic)}/{epoch_name(swap)}"
+
+    @property
+    def aliases(self) -> str:
+        return f"{self._prefix}/aliases"
+
+    def alias(self, name: str) -> str:
+        return f"{self.aliases}/{check_name('alias', name)}"
 
     @property
     def groups(self) -> str:

@@ -56,10 +56,12 @@ def response_bytes(
     token: bytes = b"",
     query_id: str = "",
     shape_first_epoch: int | None = None,
+    job: str = "",
+    job_epoch: int | None = None,
 ) -> bytes:
     """Wire bytes of ``{int64 epoch = 1; repeated Record <record_field>; bytes token = 3;
-    string query_id = 4; optional int64 shape_first_epoch = 5}`` (the read responses
-    share these field numbers)."""
+    string query_id = 4; optional int64 shape_first_epoch = 5; string job = 6;
+    optional int64 job_epoch = 7}`` (the read responses share these field numbers)."""
     tag = bytes([(record_field << 3) | 2])
     parts = [b"\x08", int64(epoch)]
     for record in records:
@@ -71,4 +73,9 @@ def response_bytes(
         parts += (b"\x22", varint(len(encoded)), encoded)
     if shape_first_epoch is not None:
         parts += (b"\x28", int64(shape_first_epoch))
+    if job:
+        name = job.encode()
+        parts += (b"\x32", varint(len(name)), name)
+    if job_epoch is not None:
+        parts += (b"\x38", int64(job_epoch))
     return b"".join(parts)

@@ -191,7 +191,23 @@ class SubjectAlignment:
                 f"job {job!r} did not read subject epoch {subject_epoch} of {mine.topic!r} "
                 f"(read by epoch {epoch} of job {other!r})"
             )
+        for role in (theirs, mine):
+            self._check_written(role, subject_epoch)
         return found, ""
+
+    def _check_written(self, role: Role, subject_epoch: int) -> None:
+        """Refuse (NoSuchEpoch) a writer's epoch for a subject epoch another job wrote: after a
+        hot-swap the new job writes the subject's later epochs, which no epoch of the old one
+        produced (and the new job's batch ids are not the subject's epochs)."""
+        if not role.writes:
+            return
+        record = self.view.epoch(role.topic, subject_epoch)
+        if record is not None and not record.written_by(role.job, role.query_id or None):
+            raise NoSuchEpoch(
+                f"subject epoch {subject_epoch} of {role.topic!r} was written by job {record.writer!r}, "
+                f"not by job {role.job!r} (a hot-swap handed the subject over): read the alias "
+                "that follows the swap (docs/swap.md#aliases)"
+            )
 
     def _current(self, job: str) -> str:
         """The query the daemon follows for ``job`` now; "" when it follows none."""

@@ -190,6 +190,47 @@ class _Unary:
             return self._deserialize(response)
         return response
 
+    def future(self, request: Any, timeout: float | None = None, **ignored: Any) -> _Answered:
+        """The call as a future, as a stub's ``future`` gives it: answered in this thread
+        before it is returned (there is no network to overlap with)."""
+        try:
+            return _Answered(self(request, timeout), None)
+        except LocalCallError as error:
+            return _Answered(None, error)
+
+
+class _Answered(grpc.Future):  # type: ignore[type-arg]
+    """A finished call: its response or its error."""
+
+    def __init__(self, response: Any, error: LocalCallError | None) -> None:
+        self._response, self._error = response, error
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._response
+
+    def exception(self, timeout: float | None = None) -> LocalCallError | None:
+        return self._error
+
+    def traceback(self, timeout: float | None = None) -> None:
+        return None
+
+    def done(self) -> bool:
+        return True
+
+    def running(self) -> bool:
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        return False
+
+    def add_done_callback(self, fn: Callable[[Any], None]) -> None:
+        fn(self)
+
 
 class _Responses:
     """A stream's responses, which the caller may cancel as a gRPC call's."""

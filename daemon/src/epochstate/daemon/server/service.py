@@ -17,15 +17,18 @@ import math
 import struct
 import time
 from collections.abc import Iterator, Sequence
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import grpc
 
+from epochstate.core.alias.chain import AliasChain
 from epochstate.core.errors import EpochStateError
 from epochstate.core.sparktypes import StructType, type_to_json
 from epochstate.daemon.codec import keycodec
 from epochstate.daemon.codec.records import RecordEncoder, response_bytes
 from epochstate.daemon.server import epochs, over_time
+from epochstate.daemon.server.alias_epochs import AliasTarget
+from epochstate.daemon.server.aliases import Aliases
 from epochstate.daemon.server.held_partitions import check_held
 from epochstate.daemon.server.limits import may_wait
 from epochstate.daemon.server.reported_jobs import ReportedJobs
@@ -123,6 +126,11 @@ def epoch_info(record: EpochRecord, query_id: str) -> pb.EpochInfo:
     )
 
 
+def _answered_by(target: AliasTarget | None, job_epoch: int) -> dict[str, Any]:
+    """The response fields saying which job answered a read of an alias (none for a job)."""
+    return {} if target is None else {"job": target.job, "job_epoch": job_epoch}
+
+
 class _Codecs:
     """Per store schema version: the request-key encoder and the record encoder,
     compiled once."""
@@ -151,12 +159,14 @@ class EpochStateService:
         max_wait: float | None = None,
         reported: ReportedJobs | None = None,
         views: ReadViews | None = None,
+        aliases: Aliases | None = None,
     ) -> None:
         """``max_wait``: seconds a read without a deadline may wait for its epoch (None: for ever).
         ``reported``: the daemon's group, where a report naming a checkpoint defines its job
         (None: no group; such a report makes this daemon follow the job itself).
         ``views``: where reads take their views of ``store`` (None: fresh ones of it; a
-        reader of a secondary passes its catalog's, capped at what the catalog published)."""
+        reader of a secondary passes its catalog's, capped at what the catalog published).
+        ``aliases``: the logical job names in ZooKeeper (None: no ZooKeeper, names are jobs)."""
         self._reported = reported
         self._max_wait = max_wait
         self._store = store
@@ -165,6 +175,7 @@ class EpochStateService:
         self._ingest = ingest
         self._alignment = alignment
         self._codecs = _Codecs()
+        self._aliases = aliases
 
     # -- helpers -------------------------------------------------------------
 
@@ -197,11 +208,60 @@ class EpochStateService:
     def close(self) -> None:
         """Let go of the store's snapshots held for reads (before the store closes)."""
         self._views.clear()
+        if self._aliases is not None:
+            self._aliases.close()
 
-    def _handle(self, ref: pb.StoreRef) -> tuple[JobEntry, StoreHandle]:
+    # -- names ---------------------------------------------------------------------
+
+    def _named(self, name: str) -> JobEntry | AliasChain:
+        """Where every call's job name is resolved: a job this daemon follows, or else an
+        alias (its chain). A name that is both is refused (AmbiguousName); a name that is
+        neither fails JobNotFound."""
+        try:
+            entry = self._catalog.get(name)
+        except JobNotFound:
+            chain = None if self._aliases is None else self._aliases.find(name)
+            if chain is None:
+                raise
+            return chain
+        if self._aliases is not None:
+            self._aliases.check_job_name(name)
+        return entry
+
+    def _job(self, name: str, what: str) -> JobEntry:
+        """The job ``name`` names, for ``what`` (a call not offered on aliases)."""
+        named = self._named(name)
+        if isinstance(named, AliasChain):
+            jobs = ", ".join(dict.fromkeys(s.job for s in named.segments))
+            raise BadRequest(f"{what} is not offered on alias {name!r}: name its jobs ({jobs})")
+        return named
+
+    def _aliased(
+        self, ref: pb.StoreRef, selector: pb.EpochSelector, context: grpc.ServicerContext
+    ) -> tuple[pb.StoreRef, pb.EpochSelector, AliasTarget | None]:
+        """A read of an alias as the read of the job answering the epoch it selects, pinned to
+        that job's epoch (waiting for it to be ingested when the alias read may wait), and the
+        target to answer with; a read of a job as it is."""
         if not ref.job:
             raise BadRequest("store.job is required")
-        entry = self._catalog.get(ref.job)
+        named = self._named(ref.job)
+        if self._aliases is not None and selector.WhichOneof("kind") == "aligned_with":
+            selector = self._aliases.through_alias(selector, lambda: wait_budget(context, self._max_wait))
+        if not isinstance(named, AliasChain):
+            return ref, selector, None
+        assert self._aliases is not None
+        target = self._aliases.target(named, selector, lambda: wait_budget(context, self._max_wait))
+        job_ref = pb.StoreRef()
+        job_ref.CopyFrom(ref)
+        job_ref.job = target.job
+        return job_ref, pb.EpochSelector(exact=target.job_epoch, wait=may_wait(selector)), target
+
+    def _handle(self, ref: pb.StoreRef, what: str = "") -> tuple[JobEntry, StoreHandle]:
+        """The job and store a read names (``what``: a call not offered on aliases, whose
+        name is resolved here; otherwise the caller resolved it, :meth:`_aliased`)."""
+        if not ref.job:
+            raise BadRequest("store.job is required")
+        entry = self._job(ref.job, what) if what else self._catalog.get(ref.job)
         if ref.query_id and ref.query_id != entry.descriptor.query_id:
             raise epochs.IncarnationChanged.of(ref.job, ref.query_id, entry.descriptor.query_id, "the read")
         try:
@@ -288,6 +348,7 @@ class EpochStateService:
         context: grpc.ServicerContext,
     ) -> bytes:
         """Get and MultiGet: ``keys`` of one store at one pinned epoch, as response bytes."""
+        ref, selector, target = self._aliased(ref, selector, context)
         entry, handle = self._handle(ref)
         if len(keys) > MAX_KEYS_PER_CALL:
             raise BadRequest(f"{len(keys)} keys in one call; the limit is {MAX_KEYS_PER_CALL}")
@@ -297,26 +358,34 @@ class EpochStateService:
         check_held(entry, handle, schema, encoded, found)  # never "absent" for a key not held here
         records = self._records(handle, schema, keys, found)
         return response_bytes(
-            pinned.epoch, records, query_id=entry.descriptor.query_id, shape_first_epoch=schema.first_epoch
+            pinned.epoch if target is None else target.epoch,
+            records,
+            query_id=entry.descriptor.query_id,
+            shape_first_epoch=schema.first_epoch,
+            **_answered_by(target, pinned.epoch),
         )
 
     @domain_errors
     def Scan(self, request: pb.ScanRequest, context: grpc.ServicerContext) -> bytes:
         """A serialized ``ScanResponse``."""
-        entry, handle = self._handle(request.store)
         if request.limit < 0 or request.limit > MAX_PAGE:
             raise BadRequest(f"limit must be within 0..{MAX_PAGE}, got {request.limit}")
         limit = request.limit or DEFAULT_PAGE
         selector = request.epoch
         after: bytes | None = None
+        token_query = ""
         if request.page_token:
+            # The epoch of the first page: an alias's epoch for a scan of an alias, so that
+            # the next page resolves to the same job and epoch.
             token_epoch, token_query, after = _page_token(request.page_token)
-            if token_query != entry.descriptor.query_id:
-                # Never a page of another query: the job's checkpoint was recreated meanwhile.
-                raise epochs.IncarnationChanged.of(
-                    request.store.job, token_query, entry.descriptor.query_id, "the scan's page token"
-                )
             selector = pb.EpochSelector(exact=token_epoch)
+        ref, selector, target = self._aliased(request.store, selector, context)
+        entry, handle = self._handle(ref)
+        if token_query and token_query != entry.descriptor.query_id:
+            # Never a page of another query: the job's checkpoint was recreated meanwhile.
+            raise epochs.IncarnationChanged.of(
+                ref.job, token_query, entry.descriptor.query_id, "the scan's page token"
+            )
         if len(handle.schemas) == 1:
             lower, upper = _scan_bounds(request, handle.latest)
             pinned = self._pin(entry, selector, context)
@@ -329,19 +398,27 @@ class EpochStateService:
         self._views.done(pinned.view)
         token = b""
         query_id = entry.descriptor.query_id
+        epoch = pinned.epoch if target is None else target.epoch
         if len(versions) == limit:
             query = query_id.encode()
-            token = _TOKEN.pack(_TOKEN_FORMAT, pinned.epoch, len(query)) + query + versions[-1].encoded_key
+            token = _TOKEN.pack(_TOKEN_FORMAT, epoch, len(query)) + query + versions[-1].encoded_key
         shape = handle.schema_at(pinned.epoch).first_epoch
         payloads = [v.payload for v in versions]
-        return response_bytes(pinned.epoch, payloads, token=token, query_id=query_id, shape_first_epoch=shape)
+        return response_bytes(
+            epoch,
+            payloads,
+            token=token,
+            query_id=query_id,
+            shape_first_epoch=shape,
+            **_answered_by(target, pinned.epoch),
+        )
 
     # -- over time ---------------------------------------------------------------
 
     @domain_errors
     def History(self, request: pb.HistoryRequest, context: grpc.ServicerContext) -> bytes:
         """A serialized ``HistoryResponse`` (see :mod:`epochstate.daemon.server.over_time`)."""
-        entry, handle = self._handle(request.store)
+        entry, handle = self._handle(request.store, "History")
         last = request.to_epoch if request.HasField("to_epoch") else None
         first = request.from_epoch
         over_time.check_range(first, last)
@@ -381,7 +458,7 @@ class EpochStateService:
         """The changes of each epoch of the range (see :mod:`epochstate.daemon.server.over_time`),
         as serialized ``ChangesResponse`` messages; a bad range or a retired start fails the
         call before the stream starts."""
-        entry, handle = self._handle(request.store)
+        entry, handle = self._handle(request.store, "Changes")
         last = request.to_epoch if request.HasField("to_epoch") else None
         first = request.from_epoch
         over_time.check_range(first, last, request.follow)
@@ -489,7 +566,29 @@ class EpochStateService:
     def DescribeJob(
         self, request: pb.DescribeJobRequest, context: grpc.ServicerContext
     ) -> pb.DescribeJobResponse:
-        entry = self._catalog.get(request.job)
+        named = self._named(request.job)
+        if isinstance(named, AliasChain):
+            return self._describe_alias(named)
+        return self._describe(named)
+
+    def _describe_alias(self, chain: AliasChain) -> pb.DescribeJobResponse:
+        """The alias: which job answers which epochs, and the description of the job answering
+        its newest ones (its summary's range and newest epochs in the alias's epochs)."""
+        assert self._aliases is not None
+        self._aliases.epochs.require_followed(chain, chain.current, None)
+        response = self._describe(self._catalog.get(chain.current.job))
+        summary = response.summary
+        summary.job = chain.alias.name
+        newest = self._aliases.epochs.newest(chain)
+        summary.latest_epoch = -1 if newest is None else newest.epoch
+        epochs = self._alias_epochs(chain, 0, 1)
+        summary.oldest_epoch = epochs[0].epoch if epochs else -1
+        summary.committed_epoch = summary.latest_epoch
+        del summary.problems[:]  # they are the job's epochs: its own DescribeJob lists them
+        response.alias.CopyFrom(self._aliases.info(chain))
+        return response
+
+    def _describe(self, entry: JobEntry) -> pb.DescribeJobResponse:
         operators: dict[int, pb.OperatorInfo] = {}
         for (op_id, _), handle in sorted(entry.stores.items()):
             info = operators.setdefault(
@@ -520,18 +619,39 @@ class EpochStateService:
     def ListEpochs(
         self, request: pb.ListEpochsRequest, context: grpc.ServicerContext
     ) -> pb.ListEpochsResponse:
-        entry = self._catalog.get(request.job)
         if request.limit < 0:
             raise BadRequest(f"limit must be >= 0, got {request.limit}")
+        named = self._named(request.job)
+        if isinstance(named, AliasChain):
+            return pb.ListEpochsResponse(epochs=self._alias_epochs(named, request.from_epoch, request.limit))
+        entry = named
         records = self._store.epochs(entry.descriptor.job_id, request.from_epoch, request.limit)
         query_id = entry.descriptor.query_id
         return pb.ListEpochsResponse(epochs=[epoch_info(r, query_id) for r in records])
+
+    def _alias_epochs(self, chain: AliasChain, first: int, limit: int) -> list[pb.EpochInfo]:
+        """The retained epochs of an alias from ``first`` (alias epochs), at most ``limit``
+        (0: all): each the epoch of the job answering it, with ``epoch`` the alias's."""
+        assert self._aliases is not None
+        found: list[pb.EpochInfo] = []
+        for segment in self._aliases.epochs.followed(chain):
+            entry = self._catalog.get(segment.job)
+            query_id = entry.descriptor.query_id
+            for record in self._store.epochs(entry.descriptor.job_id):
+                epoch = self._aliases.epochs.alias_epoch(chain, segment, record.epoch)
+                if epoch is None or epoch < first:
+                    continue
+                info = epoch_info(record, query_id)
+                info.epoch, info.job, info.job_epoch = epoch, segment.job, record.epoch
+                found.append(info)
+        found.sort(key=lambda info: info.epoch)
+        return found[:limit] if limit else found
 
     @domain_errors
     def WatchEpochs(
         self, request: pb.WatchEpochsRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.EpochInfo]:
-        entry = self._catalog.get(request.job)  # fails the call before streaming starts
+        entry = self._job(request.job, "WatchEpochs")  # fails the call before streaming starts
         after = request.after_epoch if request.HasField("after_epoch") else -1
         if after < 0:
             after = entry.progress.newest

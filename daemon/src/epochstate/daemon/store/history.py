@@ -70,8 +70,9 @@ def changes(view: StoreView, store_id: int, first: int, last: int) -> dict[int, 
     """The keys each epoch of ``[first, last]`` changed, per epoch, in key order.
 
     An epoch with a change index (:func:`layout.changed_key`) costs a seek per changed
-    key; the epochs without one (written by a daemon before the index) are read by
-    one walk over the store's versions, whose cost grows with the store.
+    key; the epochs without one (a full load at epoch 0, whose changes are the whole
+    state, or an epoch written by a daemon before the index) are read by one walk over
+    the store's versions, whose cost grows with the store.
     """
     out: dict[int, list[ChangedKey]] = {}
     missing: list[int] = []

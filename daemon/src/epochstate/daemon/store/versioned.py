@@ -285,8 +285,10 @@ class VersionedStore(StoreReads):
         for chunk, start in enumerate(range(0, len(garbage), _GARBAGE_CHUNK)):
             value = layout.pack_keys(garbage[start : start + _GARBAGE_CHUNK])
             batch.put(layout.garbage_key(job.job_id, epoch, chunk), value)
-        # The changes of a full load are known only at epoch 0 (nothing came before it).
-        if not fresh or epoch == 0:
+        # A full load has no index: its changes are known only at epoch 0 (nothing came
+        # before it), where they are the whole state, read by a walk (history.changes);
+        # indexing every key of a large first load cost it about 40 % more time.
+        if not fresh:
             for store_id, part in zip(changes, placed, strict=True):
                 _index_changes(batch, store_id, epoch, part)
         oldest = current.oldest if current.oldest >= 0 else epoch
