@@ -45,8 +45,10 @@ def test_demo_swap_hands_the_subject_over_exactly_once(tmp_path: Path) -> None:
     assert written > 0 and seen == written and (lost, doubled) == (0, 0)
     swap = re.search(r"swap epoch: input epoch (\d+) of 'orders' is v1's last", output)
     assert swap is not None and int(swap.group(1)) >= 3
-    assert re.search(r"lookup before the swap: input epoch \d+ <- counts-v1 batch", output)
-    assert re.search(r"lookup after  the swap: input epoch \d+ <- counts-v2 batch .*amount", output)
+    assert re.search(r"lookup before the swap: order-counts at input epoch \d+ <- counts-v1 batch", output)
+    assert re.search(
+        r"lookup after  the swap: order-counts at input epoch \d+ <- counts-v2 batch .*amount", output
+    )
     assert "0 difference(s)" in output and "unbroken" in output
     assert "✗" not in output
     assert_ends_cleanly(result, {"spark.log", "daemon.log", "zookeeper.log", "kafka-broker.log", "demo.log"})

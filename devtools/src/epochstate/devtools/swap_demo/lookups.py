@@ -1,9 +1,9 @@
-"""Lookups of the swapped job's state: OLD's up to the swap epoch, NEW's after it.
+"""Lookups of the swapped job's state through its alias: OLD's up to the swap epoch, NEW's after it.
 
-A read names an input epoch of ``orders``; each job's batch that read that
-epoch comes from the job's mapping (the aligned source records it). The job
-that serves an epoch is :func:`serving_job`: the one place to change once the
-daemon serves a logical name for the pair.
+A read names an input epoch of ``orders``, which is an epoch of the alias
+``order-counts`` (docs/swap.md#aliases): the daemon picks the job that answers
+it and that job's batch that read the epoch. The answer also says, for the
+reader, which job and batch that is (:func:`serving_job`, the job's mapping).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from epochstate.core.alignment.subjects import SubjectRegistry
 from epochstate.core.swap.records import SwapRecord
 from epochstate.devtools.swap_demo.orders import ORDERS
 
+ALIAS = "order-counts"  # the logical name of counts-v1, then counts-v2
 LOOKUP_TIMEOUT = 60.0
 
 
@@ -43,10 +44,10 @@ def batch_of(subjects: SubjectRegistry, job: str, input_epoch: int) -> int | Non
 
 
 def read_state(
-    client: EpochStateClient, job: str, batch: int, users: Sequence[str]
+    client: EpochStateClient, job: str, epoch: int, users: Sequence[str]
 ) -> dict[str, dict[str, Any]]:
-    """Job ``job``'s state of ``users`` after batch ``batch`` (waits for the daemon to ingest it)."""
-    found = client.multi_get(job, [[u] for u in users], epoch=batch, wait=True, timeout=LOOKUP_TIMEOUT)
+    """Job (or alias) ``job``'s state of ``users`` at its epoch ``epoch`` (waits until ingested)."""
+    found = client.multi_get(job, [[u] for u in users], epoch=epoch, wait=True, timeout=LOOKUP_TIMEOUT)
     # applyInPandasWithState keeps a user's state in the value's "groupState" struct.
     return {u: lk.value["groupState"].asdict() for u, lk in zip(users, found, strict=True) if lk.value}
 
@@ -58,9 +59,9 @@ def lookup(
     input_epoch: int,
     users: Sequence[str],
 ) -> Answer | None:
-    """The users' counts at ``input_epoch`` through the swap (None: the serving job has not read it)."""
+    """The users' counts at ``input_epoch``, through the alias (None: the serving job has not read it)."""
     job = serving_job(swap, input_epoch)
     batch = batch_of(subjects, job, input_epoch)
     if batch is None:
         return None
-    return Answer(input_epoch, job, batch, read_state(client, job, batch, users))
+    return Answer(input_epoch, job, batch, read_state(client, ALIAS, input_epoch, users))

@@ -12,7 +12,7 @@ from epochstate.core.alignment.subjects import SubjectRegistry
 from epochstate.core.swap.records import SwapRecord
 from epochstate.devtools.swap_demo.checks import compare_shadow, counter_check
 from epochstate.devtools.swap_demo.jobs import COUNTS, NEW, OLD
-from epochstate.devtools.swap_demo.lookups import Answer, lookup, read_state
+from epochstate.devtools.swap_demo.lookups import ALIAS, Answer, lookup, read_state
 from epochstate.devtools.swap_demo.orders import ORDERS, USERS
 
 console = Console(highlight=False, soft_wrap=True)
@@ -25,7 +25,7 @@ def counts_line(answer: Answer) -> str:
         f"{u} {s['count']}" + (f" (amount {s['amount']})" if "amount" in s else "")
         for u, s in sorted(answer.state.items())
     )
-    return f"input epoch {answer.input_epoch} <- {answer.job} batch {answer.batch}: {users}"
+    return f"{ALIAS} at input epoch {answer.input_epoch} <- {answer.job} batch {answer.batch}: {users}"
 
 
 def report(

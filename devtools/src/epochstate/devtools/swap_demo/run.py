@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from epochstate.client import EpochStateClient, EpochStateClientError
-from epochstate.core.alignment.subjects import SubjectRegistry
+from epochstate.core.alias.records import AliasRecord
+from epochstate.core.alias.registry import AliasRegistry
+from epochstate.core.alignment.subjects import SubjectRegistry, wall_clock_ms
 from epochstate.core.swap.coordinator import SwapCoordinator
 from epochstate.core.swap.records import SwapRecord
 from epochstate.core.swap.registry import SwapRegistry
@@ -31,7 +33,7 @@ from epochstate.devtools.log_files import LogFiles
 from epochstate.devtools.query_shutdown import stop_between_batches
 from epochstate.devtools.spark_session import local_session
 from epochstate.devtools.swap_demo.jobs import COUNTS, NEW, OLD, READER, Wiring, start_counts, start_reader
-from epochstate.devtools.swap_demo.lookups import lookup
+from epochstate.devtools.swap_demo.lookups import ALIAS, lookup
 from epochstate.devtools.swap_demo.orders import ORDERS, USERS, OrderProducer
 from epochstate.devtools.swap_demo.report import OK, console, counts_line, mapping, report
 
@@ -106,6 +108,7 @@ def run(options: SwapDemoOptions) -> int:
         zk.start(timeout=30)
         stack.callback(zk.stop)
         subjects = SubjectRegistry(zk)
+        AliasRegistry(zk).define(AliasRecord(ALIAS, OLD, COUNTS, ORDERS, wall_clock_ms()))
         producer = OrderProducer(
             broker.bootstrap,
             subjects,
@@ -148,7 +151,8 @@ def run(options: SwapDemoOptions) -> int:
             f"at most {LEAD} epochs ahead of the jobs\n"
             f"{OK} job v1 {OLD!r}: orders per user -> subject {COUNTS!r} (aligned sink)\n"
             f"{OK} job v2 {NEW!r}: orders and amount per user -> {COUNTS!r}, in shadow (shadow=true)\n"
-            f"{OK} downstream {READER!r}: reads {COUNTS!r} aligned"
+            f"{OK} downstream {READER!r}: reads {COUNTS!r} aligned\n"
+            f"{OK} lookups read alias {ALIAS!r}: {OLD!r}'s state up to the swap epoch, {NEW!r}'s after it"
         )
         client = stack.enter_context(EpochStateClient(daemon.target, timeout=60))
         coordinator = SwapCoordinator(subjects, SwapRegistry(zk))
