@@ -2,8 +2,7 @@
 
 A read names an input epoch of ``orders``, which is an epoch of the alias
 ``order-counts`` (docs/swap.md#aliases): the daemon picks the job that answers
-it and that job's batch that read the epoch. The answer also says, for the
-reader, which job and batch that is (:func:`serving_job`, the job's mapping).
+it, reads that job's batch that read the epoch, and says which job it was.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from typing import Any
 
 from epochstate.client import EpochStateClient
 from epochstate.core.alignment.subjects import SubjectRegistry
-from epochstate.core.swap.records import SwapRecord
 from epochstate.devtools.swap_demo.orders import ORDERS
 
 ALIAS = "order-counts"  # the logical name of counts-v1, then counts-v2
@@ -27,13 +25,8 @@ class Answer:
 
     input_epoch: int
     job: str
-    batch: int
+    batch: int | None
     state: Mapping[str, Mapping[str, Any]]
-
-
-def serving_job(swap: SwapRecord, input_epoch: int) -> str:
-    """The job whose state answers for ``input_epoch``: OLD's up to the swap epoch, NEW's after it."""
-    return swap.old if input_epoch <= swap.epoch else swap.new
 
 
 def batch_of(subjects: SubjectRegistry, job: str, input_epoch: int) -> int | None:
@@ -45,23 +38,20 @@ def batch_of(subjects: SubjectRegistry, job: str, input_epoch: int) -> int | Non
 
 def read_state(
     client: EpochStateClient, job: str, epoch: int, users: Sequence[str]
-) -> dict[str, dict[str, Any]]:
-    """Job (or alias) ``job``'s state of ``users`` at its epoch ``epoch`` (waits until ingested)."""
+) -> tuple[str, dict[str, dict[str, Any]]]:
+    """Job (or alias) ``job``'s state of ``users`` at its epoch ``epoch`` (waits until ingested),
+    and the job that answered (for an alias, the one the daemon picked)."""
     found = client.multi_get(job, [[u] for u in users], epoch=epoch, wait=True, timeout=LOOKUP_TIMEOUT)
+    answered = next((lk.job for lk in found if lk.job), job)
     # applyInPandasWithState keeps a user's state in the value's "groupState" struct.
-    return {u: lk.value["groupState"].asdict() for u, lk in zip(users, found, strict=True) if lk.value}
+    return answered, {
+        u: lk.value["groupState"].asdict() for u, lk in zip(users, found, strict=True) if lk.value
+    }
 
 
 def lookup(
-    client: EpochStateClient,
-    subjects: SubjectRegistry,
-    swap: SwapRecord,
-    input_epoch: int,
-    users: Sequence[str],
-) -> Answer | None:
-    """The users' counts at ``input_epoch``, through the alias (None: the serving job has not read it)."""
-    job = serving_job(swap, input_epoch)
-    batch = batch_of(subjects, job, input_epoch)
-    if batch is None:
-        return None
-    return Answer(input_epoch, job, batch, read_state(client, ALIAS, input_epoch, users))
+    client: EpochStateClient, subjects: SubjectRegistry, input_epoch: int, users: Sequence[str]
+) -> Answer:
+    """The users' counts at input epoch ``input_epoch``, read through the alias."""
+    job, state = read_state(client, ALIAS, input_epoch, users)
+    return Answer(input_epoch, job, batch_of(subjects, job, input_epoch), state)

@@ -61,13 +61,15 @@ def report(
         f"{OK} swap epoch: input epoch {swap.epoch} of {ORDERS!r} is v1's last (its output epoch "
         f"{swap.handover}); v2 answers from input epoch {swap.epoch + 1} (output epoch {swap.handover + 1})"
     )
+    answered = True  # by the job the swap says: OLD up to the swap epoch, NEW after it
     for epoch in (swap.epoch, swap.epoch + 1):
-        answer = lookup(client, subjects, swap, epoch, USERS)
-        if answer is not None:
-            side = "before" if epoch <= swap.epoch else "after "
-            console.print(f"  lookup {side} the swap: {counts_line(answer)}")
+        answer = lookup(client, subjects, epoch, USERS)
+        side, expected = ("before", OLD) if epoch <= swap.epoch else ("after ", NEW)
+        answered = answered and answer.job == expected
+        mark = "" if answer.job == expected else f" {FAILED} (expected {expected})"
+        console.print(f"  lookup {side} the swap: {counts_line(answer)}{mark}")
     shadow = compare_shadow(
-        lambda job, batch, keys: read_state(client, job, batch, keys),
+        lambda job, batch, keys: read_state(client, job, batch, keys)[1],
         (OLD, mapping(subjects, OLD)),
         (NEW, mapping(subjects, NEW)),
         USERS,
@@ -79,7 +81,7 @@ def report(
         f"({', '.join(shadow.fields) or 'no shared field'}) at input epochs {span}: "
         f"{len(shadow.differences)} difference(s)"
     )
-    return 0 if clean and check.exact and shadow.same and failure is None else 1
+    return 0 if clean and check.exact and answered and shadow.same and failure is None else 1
 
 
 def mapping(subjects: SubjectRegistry, job: str) -> dict[int, int]:

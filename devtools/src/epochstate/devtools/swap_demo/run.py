@@ -246,7 +246,7 @@ def _swap(
         if newest > int(last["epoch"]):
             last["epoch"] = newest
             try:
-                answer = lookup(client, subjects, record, newest, USERS)
+                answer = lookup(client, subjects, newest, USERS)
             except EpochStateClientError:
                 answer = None  # the daemon has not seen the job yet
             if answer is not None:
