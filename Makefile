@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain test test-fast constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-state-size bench-object-store bench-s3-clients bench-alignment bench-arrow clean soak
+.PHONY: demo demo-chain demo-swap test test-fast constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-state-size bench-object-store bench-s3-clients bench-alignment bench-arrow clean soak
 
 # The repository is a monorepo of distributions sharing the namespace `epochstate`, one per
 # folder, each a src layout (core/src/epochstate/core/, ...); the root's pyproject.toml gathers
@@ -25,6 +25,10 @@ demo: $(STAMP)
 
 demo-chain: $(STAMP)
 	$(BIN)/epochstate demo-chain $(DEMO_ARGS)
+
+# v1 -> v2 of a counting job, hot-swapped while a downstream job reads its output (about a minute).
+demo-swap: $(STAMP)
+	$(BIN)/epochstate demo-swap $(DEMO_ARGS)
 
 test: lint typecheck imports docs pytest
 

@@ -32,7 +32,7 @@ from epochstate.cli.align import align_app
 from epochstate.cli.connection import tls_options
 from epochstate.cli.console import fail
 from epochstate.cli.daemon_command import daemon
-from epochstate.cli.dev_commands import demo, demo_chain, zookeeper
+from epochstate.cli.dev_commands import demo, demo_chain, demo_swap, zookeeper
 from epochstate.cli.group_jobs import jobs_app
 from epochstate.cli.health import health
 from epochstate.cli.jobs import describe, epochs
@@ -67,6 +67,7 @@ app.command()(zookeeper)
 app.command("secure-zookeeper")(secure_zookeeper)
 app.command()(demo)
 app.command("demo-chain")(demo_chain)
+app.command("demo-swap")(demo_swap)
 
 
 def run(args: Sequence[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Development commands: a local ZooKeeper and the two demos (they need the spark extra)."""
+"""Development commands: a local ZooKeeper and the demos (they need the spark extra)."""
 
 from __future__ import annotations
 
@@ -46,3 +46,20 @@ def demo_chain(
     except ImportError as error:
         raise fail(f"the demo needs the spark extra: pip install 'epochstate[spark]' ({error})", 1) from None
     raise typer.Exit(run(ChainDemoOptions(workdir=workdir, duration=duration, trigger_seconds=trigger)))
+
+
+def demo_swap(
+    trigger: Annotated[float, typer.Option(help="the jobs' trigger interval in seconds")] = 1.0,
+    epochs_after: Annotated[
+        int, typer.Option(help="epochs v2 writes after the swap before the demo stops")
+    ] = 3,
+    workdir: Annotated[Path, typer.Option(help="where the demo keeps its files")] = Path("var/demo-swap"),
+) -> None:
+    """Hot-swap a counting job for its new version (v1 -> v2) while a downstream job reads its output."""
+    try:
+        from epochstate.devtools.swap_demo.run import SwapDemoOptions, run
+    except ImportError as error:
+        raise fail(f"the demo needs the spark extra: pip install 'epochstate[spark]' ({error})", 1) from None
+    raise typer.Exit(
+        run(SwapDemoOptions(workdir=workdir, trigger_seconds=trigger, epochs_after=epochs_after))
+    )
