@@ -108,7 +108,9 @@ class ReportDelivery:
         self.timeout = timeout
         self._tls = TlsOptions.from_env() if tls is None else tls
         self._clock = clock
-        self._replicas = Replicas(self._tls, ())
+        # One connection each: reports are answered by a daemon's main process, which
+        # serving processes forward them to, so more connections would spread nothing.
+        self._replicas = Replicas(self._tls, (), connections=1)
         for target in self.targets:
             self._replicas.stub(target)
         self._home = 0  # index of the target that answered last
