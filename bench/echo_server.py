@@ -65,7 +65,7 @@ def _tcp_port(server: grpc.Server | grpc.aio.Server, args: argparse.Namespace) -
 def serve_threads(unix: str | None, args: argparse.Namespace) -> None:
     shared = args.processes > 1 or args.port
     options = [("grpc.so_reuseport", 1 if shared else 0)]
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=options)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.workers), options=options)
     server.add_generic_rpc_handlers((_handler(echo),))
     port = server.add_insecure_port(f"127.0.0.1:{args.port}") if args.port else _tcp_port(server, args)
     if unix:
@@ -75,7 +75,9 @@ def serve_threads(unix: str | None, args: argparse.Namespace) -> None:
     # each its own server on the same port, as the daemon's serving processes are.
     others = [
         subprocess.Popen(
-            [sys.executable, __file__, "--port", str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            [sys.executable, __file__, "--port", str(port), "--workers", str(args.workers)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
         )
         for _ in range(args.processes - 1)
     ]
@@ -114,6 +116,7 @@ if __name__ == "__main__":
     parser.add_argument("--tls-client-ca", help="require client certificates this CA signed (mTLS)")
     parser.add_argument("--processes", type=int, default=1, help="processes sharing the TCP port")
     parser.add_argument("--port", type=int, default=0, help="join the processes serving this port")
+    parser.add_argument("--workers", type=int, default=16, help="threads of each process's server pool")
     args = parser.parse_args()
     if args.asyncio:
         asyncio.run(serve_asyncio(args.unix, args))

@@ -14,7 +14,11 @@ port), and for each number of callers measures, in the same rounds:
 - ``Get, shared``: the same Gets, the callers of each client process sharing one
   client's connections (``EpochStateClient``'s default, taken in turn call by call):
   how one client's calls spread over the processes;
-- ``health``: the daemon's health Check from one more caller while the Gets run.
+- ``health``: the daemon's health Check from one more caller while the Gets run;
+- ``echo, daemon's pool``: the echo again, its server with as many threads as the
+  daemon's (one per call its limits admit at once, plus the reserve): what that pool
+  costs any Python gRPC server with many callers (threads contending for the
+  interpreter's lock).
 
 Callers are threads in up to four client processes, each thread with a connection of
 its own unless shared (connections, not calls, are what the kernel spreads over processes); the
@@ -47,6 +51,7 @@ from epochstate.client import EpochStateClient
 from epochstate.client.channels import LOCAL_SUBCHANNEL_POOL, connections_for
 from epochstate.client.client import CHANNEL_OPTIONS
 from epochstate.client.tls import TlsOptions, open_channel
+from epochstate.daemon.server.limits import CallLimits
 from epochstate.devtools.local_daemon import LocalDaemon
 from epochstate.devtools.spark_session import local_session
 from epochstate.v1 import epochstate_pb2 as pb
@@ -192,10 +197,18 @@ def main() -> None:
         daemon = LocalDaemon(workdir / f"daemon-{count}", {"bench": str(checkpoint)}, serve_processes=count)
         daemon.start()
         echo: subprocess.Popen[str] | None = None
+        pooled: subprocess.Popen[str] | None = None
         try:
             with EpochStateClient(daemon.target, timeout=120) as client:
                 client.wait_for("bench", 1, timeout=120)
             echo, targets = echo_server(workdir / f"echo-{count}.sock", "--processes", str(count))
+            pooled, pooled_targets = echo_server(
+                workdir / f"echo-pool-{count}.sock",
+                "--processes",
+                str(count),
+                "--workers",
+                str(CallLimits().threads),
+            )
             for n in callers:
                 echo_row, _ = measure(ECHO, targets[0], args.keys, n, args.seconds)
                 get_row, checks = measure(
@@ -207,6 +220,8 @@ def main() -> None:
                 if n > 1:
                     shared_row, _ = measure(GET, daemon.target, args.keys, n, args.seconds, shared=True)
                     rows.append([count, "Get, shared", n, *shared_row, ""])
+                    pool_row, _ = measure(ECHO, pooled_targets[0], args.keys, n, args.seconds)
+                    rows.append([count, f"echo, daemon's pool ({CallLimits().threads})", n, *pool_row, ""])
                 ratio = float(get_row[0].replace(",", "")) / float(echo_row[0].replace(",", ""))
                 if n == 1:
                     p50_ratio = float(get_row[1]) / float(echo_row[1])
@@ -221,9 +236,10 @@ def main() -> None:
                         f"({'met' if checks and percentiles(checks)[1] < 0.05 else 'NOT met'}: < 50 ms)"
                     )
         finally:
-            if echo is not None and echo.stdin is not None:
-                echo.stdin.close()
-                echo.wait(10)
+            for server in (echo, pooled):
+                if server is not None and server.stdin is not None:
+                    server.stdin.close()
+                    server.wait(10)
             daemon.stop()
     print(
         f"\nGet of one of {args.keys} keys pinned to epoch 1; {os.cpu_count()} cores; "
