@@ -29,6 +29,8 @@ from epochstate.client.over_time import (
     KeyVersion,
     Schemas,
     changes_request,
+    history_request,
+    next_history_page,
     versions_of,
     whole_epochs,
 )
@@ -474,24 +476,24 @@ class EpochStateClient:
         deadline) for a ``to_epoch`` not queryable yet. Raises :class:`EpochRetired` for a
         ``from_epoch`` older than retention, ``InvalidArgument`` for a bad range."""
         schema = self._store(job, operator_id, store, query_id)
-        request = pb.HistoryRequest(
-            store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
-            key=to_row(key, schema.at(to_epoch).key),
+        request = history_request(
+            job,
+            to_row(key, schema.at(to_epoch).key),
             from_epoch=from_epoch,
+            to_epoch=to_epoch,
             wait=wait,
-            limit=page_size,
+            operator_id=operator_id,
+            store=store,
+            query_id=query_id,
+            page_size=page_size,
         )
-        if to_epoch is not None:
-            request.to_epoch = to_epoch
         versions: list[KeyVersion] = []
-        while True:
+        more = True
+        while more:
             response = self._call(self._stub.History, request, timeout)
             schema = self._answered(job, operator_id, store, schema, response.query_id)
             versions += versions_of(response, _schemas_of(schema))
-            if not response.HasField("next_from_epoch"):
-                break
-            request.from_epoch = response.next_from_epoch
-            request.to_epoch = response.to_epoch
+            more = next_history_page(request, response)
         return KeyHistory(job, from_epoch, response.to_epoch, response.query_id, tuple(versions))
 
     def changes(

@@ -145,3 +145,39 @@ def changes_request(
     if to_epoch is not None:
         request.to_epoch = to_epoch
     return request
+
+
+def history_request(
+    job: str,
+    key: pb.Row,
+    *,
+    from_epoch: int,
+    to_epoch: int | None,
+    wait: bool,
+    operator_id: int,
+    store: str,
+    query_id: str | None,
+    page_size: int,
+) -> pb.HistoryRequest:
+    """The first request of a key's history (``to_epoch`` None: left unset, the newest
+    queryable); :func:`next_history_page` turns it into the next page's."""
+    request = pb.HistoryRequest(
+        store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
+        key=key,
+        from_epoch=from_epoch,
+        wait=wait,
+        limit=page_size,
+    )
+    if to_epoch is not None:
+        request.to_epoch = to_epoch
+    return request
+
+
+def next_history_page(request: pb.HistoryRequest, response: pb.HistoryResponse) -> bool:
+    """Point ``request`` at the page after ``response``, pinned to the range's end the first
+    page resolved; False when ``response`` was the last page."""
+    if not response.HasField("next_from_epoch"):
+        return False
+    request.from_epoch = response.next_from_epoch
+    request.to_epoch = response.to_epoch
+    return True

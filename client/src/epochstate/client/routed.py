@@ -44,6 +44,8 @@ from epochstate.client.over_time import (
     KeyVersion,
     Schemas,
     changes_request,
+    history_request,
+    next_history_page,
     versions_of,
 )
 from epochstate.client.partitions import key_partition
@@ -550,15 +552,17 @@ class RoutedClient(EpochStateClient):
         at = schema.at(to_epoch)
         row = to_row(key, at.key)
         shard = self._shard_index(location, operator_id, store, row, at, to_epoch)
-        request = pb.HistoryRequest(
-            store=pb.StoreRef(job=job, operator_id=operator_id, store=store, query_id=query_id or ""),
-            key=row,
+        request = history_request(
+            job,
+            row,
             from_epoch=from_epoch,
+            to_epoch=to_epoch,
             wait=wait,
-            limit=page_size,
+            operator_id=operator_id,
+            store=store,
+            query_id=query_id,
+            page_size=page_size,
         )
-        if to_epoch is not None:
-            request.to_epoch = to_epoch
         # Unpinned, the range ends at least at the newest epoch seen (``_monotonic``).
         newest, derived = self._monotonic(job, pb.EpochSelector(latest=True))
         versions: list[KeyVersion] = []
@@ -575,10 +579,8 @@ class RoutedClient(EpochStateClient):
             self._saw(job, response.query_id, response.to_epoch)
             schema = self._answered(job, operator_id, store, schema, response.query_id)
             versions += versions_of(response, _schemas_of(schema))
-            if not response.HasField("next_from_epoch"):
+            if not next_history_page(request, response):
                 break
-            request.from_epoch = response.next_from_epoch
-            request.to_epoch = response.to_epoch
         return KeyHistory(job, from_epoch, response.to_epoch, response.query_id, tuple(versions))
 
     def changes(
