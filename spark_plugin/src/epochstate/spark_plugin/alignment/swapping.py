@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from epochstate.core.alignment.subjects import SubjectRegistry
 from epochstate.core.swap.participant import SwapParticipant
-from epochstate.core.swap.records import turn
+from epochstate.core.swap.records import SwapRecord, turn
 from epochstate.core.swap.registry import SwapRegistry
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class SwapGate:
         """Where batch ``batch``'s output goes; blocks while the swap says hold."""
         record = self.swaps.get(self.topic)
         if record is None or self.job not in (record.old, record.new):
-            return Registration(batch, None if self.shadow else batch)
+            return Registration(batch, None if self._bystander(record) else batch)
         source = self.registry.get_source(record.input, self.job)
         input_epoch = None if source is None else source.mapping.get(batch)
         if input_epoch is None:
@@ -73,7 +73,7 @@ class SwapGate:
             if step.turn == "skip":
                 return Registration(batch, None, input_epoch)
             if step.turn == "write":
-                epoch = batch if self.job == step.record.old else step.output_epoch
+                epoch = batch if step.output_epoch is None else step.output_epoch
                 return Registration(batch, epoch, input_epoch)
             log.info(
                 "batch %d (epoch %d of %r) waits for swap %d of %r (%s)",
@@ -97,12 +97,24 @@ class SwapGate:
         """
         record = self.swaps.get(self.topic)
         if record is None or self.job not in (record.old, record.new):
-            return self.shadow
+            return self._bystander(record)
         source = self.registry.get_source(record.input, self.job)
         input_epoch = None if source is None else source.mapping.get(batch)
         if input_epoch is None:
             return self.job != record.old
         return turn(record, self.job, input_epoch) == "skip"
+
+    def _bystander(self, record: SwapRecord | None) -> bool:
+        """Whether this job, not named by the subject's newest swap ``record``, registers nothing.
+
+        A shadow registers nothing until a swap names it, and a job that handed the
+        subject over in a done swap never again: its batches would be registered
+        after the new writer's epochs, a second copy of their input.
+        """
+        if self.shadow or record is None:
+            return self.shadow
+        done = record if record.state == "done" else self.swaps.newest_done(self.topic)
+        return done is not None and done.new != self.job
 
     def registered(self, registration: Registration) -> None:
         """Report a registration made in a swap (the old job's last epoch ends it)."""
