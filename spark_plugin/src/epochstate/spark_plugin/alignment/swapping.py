@@ -41,7 +41,12 @@ class Registration:
 
 
 class SwapGate:
-    """The decisions of job ``job``'s sink on subject ``topic``; ``stop`` ends a hold (shutdown)."""
+    """The decisions of job ``job``'s sink on subject ``topic``.
+
+    A hold needs no stop signal of its own: it runs in the Python worker of the
+    driver's commit, and stopping the query interrupts that commit, whereupon Spark
+    ends the worker, hold and all. The batch runs again when the query starts again.
+    """
 
     def __init__(self, registry: SubjectRegistry, topic: str, job: str, *, shadow: bool = False) -> None:
         self.registry = registry
@@ -50,7 +55,6 @@ class SwapGate:
         self.job = job
         self.shadow = shadow
         self.participant = SwapParticipant(self.swaps, registry, topic, job)
-        self.stop = threading.Event()
 
     def decide(self, batch: int) -> Registration:
         """Where batch ``batch``'s output goes; blocks while the swap says hold."""
@@ -84,8 +88,6 @@ class SwapGate:
                 self.topic,
                 step.record.state,
             )
-            if self.stop.is_set():
-                raise InterruptedError(f"batch {batch} stopped while swap {step.record.id} held it")
             changed.wait(HOLD_POLL)
 
     def skips(self, batch: int) -> bool:
