@@ -246,6 +246,18 @@ def _spark() -> Any:
     return spark
 
 
+def _import_plugin(batches: Any) -> Any:
+    import epochstate.spark_plugin.alignment.partitions
+    import epochstate.spark_plugin.alignment.sink  # noqa: F401 - what the query's tasks import
+
+    yield from batches
+
+
+def _warm_up(spark: Any) -> None:
+    """Start a Python worker that has imported the plugin: Spark reuses it for the query's tasks."""
+    spark.range(1, numPartitions=1).mapInArrow(_import_plugin, "id long").collect()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.alignment.jobs")
     parser.add_argument("kind", choices=["upstream", "downstream", "relay"])
@@ -262,6 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     spark = _spark()
     if args.standby:
         go = Path(args.standby)
+        _warm_up(spark)
         Path(f"{go}.ready").touch()
         waiting = threading.Event()
         while not go.exists():

@@ -3,8 +3,8 @@ driver's commit, proceeds once the swap is decided, and lets the query stop mean
 
 The old job runs in the test's SparkSession; the new job is only its steps in
 ZooKeeper (its mapping and :class:`SwapParticipant`), so that the test decides
-the swap when it likes. The input subject is written by an upstream query in
-the same session.
+the swap when it likes. The test itself writes the input subject's rows and
+registers its epochs, as an upstream job's aligned sink does.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from epochstate.core.alignment.subjects import SubjectRegistry
+from epochstate.core.alignment.records import SubjectEpoch
+from epochstate.core.alignment.subjects import SubjectRegistry, wall_clock_ms
 from epochstate.core.swap.coordinator import SwapCoordinator
 from epochstate.core.swap.participant import SwapParticipant
 from epochstate.core.swap.registry import SwapRegistry
@@ -26,7 +27,8 @@ from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 from epochstate.spark_plugin.alignment import register
 from epochstate.spark_plugin.alignment.connections import close_shared_clients
 from epochstate.spark_plugin.alignment.planned import PlannedOffsets
-from tests.alignment.conftest import UpstreamJob, fresh_topic
+from epochstate.spark_plugin.kafka.producer import PartitionWriter
+from tests.alignment.conftest import fresh_topic
 from tests.alignment.jobs import Wiring, start_relay
 from tests.alignment.test_exactly_once import reads_epoch, wait_until
 from tests.fixtures.kafka import KafkaBroker
@@ -76,7 +78,6 @@ def test_a_held_batch_waits_in_the_commit_until_decided_and_the_query_stops_mean
 ) -> None:
     register(spark)
     source, output = fresh_topic(kafka_broker, 2), fresh_topic(kafka_broker, 2)
-    upstream = UpstreamJob(spark, tmp_path / "upstream", source, kafka_broker, zk_connect).start()
     wiring = Wiring(tmp_path / "old", source, kafka_broker.bootstrap, zk_connect)
     subjects = SubjectRegistry(zk_client)
     coordinator = SwapCoordinator(subjects, SwapRegistry(zk_client))
@@ -85,8 +86,18 @@ def test_a_held_batch_waits_in_the_commit_until_decided_and_the_query_stops_mean
     query: Any = None
 
     def feed_until(epoch: int) -> None:
-        while len(upstream.fed) <= epoch:
-            upstream.feed([f"id-{len(upstream.fed)}-{i}" for i in range(3)])
+        """Publish the input's epochs up to ``epoch`` as an upstream sink would: rows, then the epoch."""
+        while (newest := len(subjects.epochs(source))) <= epoch:
+            with PartitionWriter(kafka_broker.config(), source, 0) as writer:
+                for i in range(3):
+                    writer.write(None, f"id-{newest}-{i}".encode())
+                written = writer.finish()
+            previous = subjects.get_epoch(source, newest - 1) if newest else None
+            ranges = () if written is None else (written,)
+            end = {} if previous is None else previous.end_position
+            subjects.register_epoch(
+                SubjectEpoch(source, newest, ranges, "upstream", None, wall_clock_ms(), end)
+            )
 
     def new_reads(epoch: int) -> None:
         subjects.record_mapping(source, NEW, "aligned", [(100 + epoch, epoch)], keep=100)
@@ -100,19 +111,18 @@ def test_a_held_batch_waits_in_the_commit_until_decided_and_the_query_stops_mean
         pass
 
     try:
-        feed_until(2)
+        feed_until(0)
         query = start_relay(spark, wiring, OLD, output, "v1", shadow=False)
-        for epoch in range(3):
-            new_reads(epoch)
-        old_read(2)
+        new_reads(0)
+        old_read(0)
         first = coordinator.plan(output, OLD, NEW, deadline=600)
-        assert first.epoch == 5
+        assert first.epoch == 3
         feed_until(first.epoch + 1)
-        # The old job prepares in 3, writes 4 and 5, and holds 6: the new job has not prepared.
+        # The old job prepares in 1, writes 2 and 3, and holds 4: the new job has not prepared.
         wait_until(
-            lambda: held_in(wiring.checkpoint, source, 6) is not None, "the batch of 6 holds", TIMEOUT, feed
+            lambda: held_in(wiring.checkpoint, source, 4) is not None, "the batch of 4 holds", TIMEOUT, feed
         )
-        held = held_in(wiring.checkpoint, source, 6)
+        held = held_in(wiring.checkpoint, source, 4)
         assert held is not None
         assert commit_workers(), "the held batch waits in a Python commit worker of the driver"
         stopping = threading.Thread(target=query.stop, daemon=True)
@@ -130,36 +140,35 @@ def test_a_held_batch_waits_in_the_commit_until_decided_and_the_query_stops_mean
         record = coordinator.abort(output)
         assert record.state == "aborted"
 
-        # Aborted: the batch runs again and the old job owns epoch 6.
+        # Aborted: the batch runs again and the old job owns epoch 4.
         query = start_relay(spark, wiring, OLD, output, "v1", shadow=False)
-        old_read(6)
+        old_read(4)
         assert subjects.epochs(output)[-1] == held
         assert subjects.get_epoch(output, held).writer == OLD  # type: ignore[union-attr]
 
-        # A second swap: the old job holds 10 until the new one prepares (7) and commits (8).
-        for epoch in range(3, 7):
+        # A second swap: the old job holds 8 until the new one prepares (5) and commits (6).
+        for epoch in range(1, 5):
             new_reads(epoch)
         second = coordinator.plan(output, OLD, NEW, deadline=600)
-        assert second.epoch == 9
+        assert second.epoch == 7
         feed_until(second.epoch + 1)
         wait_until(
-            lambda: held_in(wiring.checkpoint, source, 10) is not None, "the batch of 10 holds", TIMEOUT, feed
+            lambda: held_in(wiring.checkpoint, source, 8) is not None, "the batch of 8 holds", TIMEOUT, feed
         )
-        batch = held_in(wiring.checkpoint, source, 10)
+        batch = held_in(wiring.checkpoint, source, 8)
         assert batch is not None
         decided_at = time.time()
-        for epoch in (7, 8):
+        for epoch in (5, 6):
             new_reads(epoch)
             step = new.step(epoch)
             assert step is not None and step.turn == "skip"
         swap = SwapRegistry(zk_client).get(output)
         assert swap is not None and (swap.state, swap.handover) == ("done", batch - 1)
-        old_read(10)
+        old_read(8)
         committed = (wiring.checkpoint / "commits" / str(batch)).stat().st_mtime
         assert committed >= decided_at, "the held batch committed only once the swap was decided"
-        assert subjects.epochs(output)[-1] == batch - 1, "the old job's batch of epoch 10 registered nothing"
+        assert subjects.epochs(output)[-1] == batch - 1, "the old job's batch of epoch 8 registered nothing"
     finally:
         if query is not None:
             query.stop()
-        upstream.stop()
         close_shared_clients()
