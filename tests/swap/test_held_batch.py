@@ -1,10 +1,11 @@
 """The aligned sink's hold in a real Spark query: a batch the swap has not decided waits in the
 driver's commit, proceeds once the swap is decided, and lets the query stop meanwhile.
 
-The old job runs in the test's SparkSession; the new job is only its steps in
-ZooKeeper (its mapping and :class:`SwapParticipant`), so that the test decides
-the swap when it likes. The test itself writes the input subject's rows and
-registers its epochs, as an upstream job's aligned sink does.
+The new job (a shadow sink) runs in the test's SparkSession; the old job is
+only what its sink does in ZooKeeper (its mapping, :class:`SwapParticipant`,
+its output epochs), so that the test decides the swap when it likes. The test
+itself writes the input subject's rows and registers its epochs, as an upstream
+job's aligned sink does.
 """
 
 from __future__ import annotations
@@ -78,53 +79,60 @@ def test_a_held_batch_waits_in_the_commit_until_decided_and_the_query_stops_mean
 ) -> None:
     register(spark)
     source, output = fresh_topic(kafka_broker, 2), fresh_topic(kafka_broker, 2)
-    wiring = Wiring(tmp_path / "old", source, kafka_broker.bootstrap, zk_connect)
+    wiring = Wiring(tmp_path / "new", source, kafka_broker.bootstrap, zk_connect)
     subjects = SubjectRegistry(zk_client)
     coordinator = SwapCoordinator(subjects, SwapRegistry(zk_client))
-    new = SwapParticipant(SwapRegistry(zk_client), subjects, output, NEW)
-    subjects.register_source(source, NEW, "aligned")
+    old = SwapParticipant(SwapRegistry(zk_client), subjects, output, OLD)
+    subjects.register_source(source, OLD, "aligned")
     query: Any = None
 
-    def feed_until(epoch: int) -> None:
-        """Publish the input's epochs up to ``epoch`` as an upstream sink would: rows, then the epoch."""
-        while (newest := len(subjects.epochs(source))) <= epoch:
-            with PartitionWriter(kafka_broker.config(), source, 0) as writer:
-                for i in range(3):
-                    writer.write(None, f"id-{newest}-{i}".encode())
-                written = writer.finish()
-            previous = subjects.get_epoch(source, newest - 1) if newest else None
-            ranges = () if written is None else (written,)
+    def publish(epoch: int) -> None:
+        """The input's epoch ``epoch``, as an upstream sink writes it: rows, then the epoch."""
+        with PartitionWriter(kafka_broker.config(), source, 0) as writer:
+            for i in range(3):
+                writer.write(None, f"id-{epoch}-{i}".encode())
+            written = writer.finish()
+        previous = subjects.get_epoch(source, epoch - 1) if epoch else None
+        ranges = () if written is None else (written,)
+        end = {} if previous is None else previous.end_position
+        subjects.register_epoch(SubjectEpoch(source, epoch, ranges, "upstream", None, wall_clock_ms(), end))
+
+    def old_runs(epoch: int) -> None:
+        """The old job's batch ``epoch`` of input epoch ``epoch``, as its sink's commit runs it."""
+        subjects.record_mapping(source, OLD, "aligned", [(epoch, epoch)], keep=100)
+        step = old.step(epoch)
+        if step is None or step.turn == "write":
+            previous = subjects.get_epoch(output, epoch - 1) if epoch else None
             end = {} if previous is None else previous.end_position
-            subjects.register_epoch(
-                SubjectEpoch(source, newest, ranges, "upstream", None, wall_clock_ms(), end)
-            )
+            subjects.register_epoch(SubjectEpoch(output, epoch, (), OLD, None, wall_clock_ms(), end))
+            old.wrote(epoch, epoch)
 
     def new_reads(epoch: int) -> None:
-        subjects.record_mapping(source, NEW, "aligned", [(100 + epoch, epoch)], keep=100)
-
-    def old_read(epoch: int) -> None:
         wait_until(
-            lambda: reads_epoch(wiring.checkpoint, source, epoch), f"{OLD} reads epoch {epoch}", TIMEOUT, feed
+            lambda: reads_epoch(wiring.checkpoint, source, epoch), f"{NEW} reads epoch {epoch}", TIMEOUT, idle
         )
 
-    def feed() -> None:
+    def idle() -> None:
         pass
 
+    def holding(epoch: int) -> bool:
+        """Whether the new job's batch of ``epoch`` is in its commit (a commit worker runs, and only
+        that batch is not committed)."""
+        return held_in(wiring.checkpoint, source, epoch) is not None and bool(commit_workers())
+
     try:
-        feed_until(0)
-        query = start_relay(spark, wiring, OLD, output, "v1", shadow=False)
+        publish(0)
+        old_runs(0)
+        query = start_relay(spark, wiring, NEW, output, "v2", shadow=True)
         new_reads(0)
-        old_read(0)
-        first = coordinator.plan(output, OLD, NEW, deadline=600)
-        assert first.epoch == 3
-        feed_until(first.epoch + 1)
-        # The old job prepares in 1, writes 2 and 3, and holds 4: the new job has not prepared.
-        wait_until(
-            lambda: held_in(wiring.checkpoint, source, 4) is not None, "the batch of 4 holds", TIMEOUT, feed
-        )
+        swap = coordinator.plan(output, OLD, NEW, deadline=600)
+        assert swap.epoch == 3
+        for epoch in range(1, swap.epoch + 2):
+            publish(epoch)
+        # The new job prepares in 1, skips 2 and 3, and holds 4: the old job has not prepared.
+        wait_until(lambda: holding(4), "the batch of 4 holds in its commit", TIMEOUT, idle)
         held = held_in(wiring.checkpoint, source, 4)
         assert held is not None
-        assert commit_workers(), "the held batch waits in a Python commit worker of the driver"
         stopping = threading.Thread(target=query.stop, daemon=True)
         began = time.monotonic()
         stopping.start()
@@ -134,40 +142,24 @@ def test_a_held_batch_waits_in_the_commit_until_decided_and_the_query_stops_mean
         )
         print(f"query.stop() on a held batch took {time.monotonic() - began:.1f} s")
         assert not Checkpoint(wiring.checkpoint).is_committed(held)
-        # Its hold ended with it: the worker is gone, so it cannot register the epoch once decided.
-        wait_until(lambda: not commit_workers(), "the commit worker ends", TIMEOUT, feed)
-        assert subjects.epochs(output)[-1] == held - 1  # the old job's epoch 5 is its newest
-        record = coordinator.abort(output)
-        assert record.state == "aborted"
+        # Its hold ends with the worker, which Spark ends only about a minute after the stop: until
+        # then it steps the swap, and would register the epoch were the swap decided meanwhile.
+        wait_until(lambda: not commit_workers(), "the commit worker ends", TIMEOUT, idle)
+        assert subjects.epochs(output) == [0]
 
-        # Aborted: the batch runs again and the old job owns epoch 4.
-        query = start_relay(spark, wiring, OLD, output, "v1", shadow=False)
-        old_read(4)
-        assert subjects.epochs(output)[-1] == held
-        assert subjects.get_epoch(output, held).writer == OLD  # type: ignore[union-attr]
-
-        # A second swap: the old job holds 8 until the new one prepares (5) and commits (6).
-        for epoch in range(1, 5):
-            new_reads(epoch)
-        second = coordinator.plan(output, OLD, NEW, deadline=600)
-        assert second.epoch == 7
-        feed_until(second.epoch + 1)
-        wait_until(
-            lambda: held_in(wiring.checkpoint, source, 8) is not None, "the batch of 8 holds", TIMEOUT, feed
-        )
-        batch = held_in(wiring.checkpoint, source, 8)
-        assert batch is not None
+        # Started again, the batch holds again, until the old job prepares, commits and hands over.
+        query = start_relay(spark, wiring, NEW, output, "v2", shadow=True)
+        wait_until(lambda: holding(4), "the batch of 4 holds again", TIMEOUT, idle)
         decided_at = time.time()
-        for epoch in (5, 6):
-            new_reads(epoch)
-            step = new.step(epoch)
-            assert step is not None and step.turn == "skip"
-        swap = SwapRegistry(zk_client).get(output)
-        assert swap is not None and (swap.state, swap.handover) == ("done", batch - 1)
-        old_read(8)
-        committed = (wiring.checkpoint / "commits" / str(batch)).stat().st_mtime
+        for epoch in range(1, swap.epoch + 1):
+            old_runs(epoch)
+        record = SwapRegistry(zk_client).get(output)
+        assert record is not None and (record.state, record.handover) == ("done", 3)
+        new_reads(4)
+        committed = (wiring.checkpoint / "commits" / str(held)).stat().st_mtime
         assert committed >= decided_at, "the held batch committed only once the swap was decided"
-        assert subjects.epochs(output)[-1] == batch - 1, "the old job's batch of epoch 8 registered nothing"
+        assert subjects.epochs(output) == [0, 1, 2, 3, 4]
+        assert subjects.get_epoch(output, 4).writer == NEW  # type: ignore[union-attr]
     finally:
         if query is not None:
             query.stop()

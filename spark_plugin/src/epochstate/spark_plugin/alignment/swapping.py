@@ -43,9 +43,10 @@ class Registration:
 class SwapGate:
     """The decisions of job ``job``'s sink on subject ``topic``.
 
-    A hold needs no stop signal of its own: it runs in the Python worker of the
-    driver's commit, and stopping the query interrupts that commit, whereupon Spark
-    ends the worker, hold and all. The batch runs again when the query starts again.
+    A hold has no stop signal of its own: it runs in the Python worker of the
+    driver's commit, and stopping the query interrupts that commit at once, but
+    Spark ends the worker, hold and all, only about a minute later. The batch runs
+    again when the query starts again.
     """
 
     def __init__(self, registry: SubjectRegistry, topic: str, job: str, *, shadow: bool = False) -> None:
