@@ -187,8 +187,11 @@ def test_killed_and_restarted_jobs_count_every_record_exactly_once(
         for job in jobs.values():
             job.start()
         feeder.feed(2)
+        for job in jobs.values():
+            job.prewarm()  # the process of its restart boots meanwhile
         for name in rng.sample(KILLS, len(KILLS)):
             victim = jobs[name]
+            wait_until(victim.warm, f"{name}'s next process boots", START_TIMEOUT, nudge)
             since = newest_commit(victim.checkpoint)
             feeder.feed()
             wait_until(
@@ -202,7 +205,7 @@ def test_killed_and_restarted_jobs_count_every_record_exactly_once(
             batch = victim.checkpoint.planned_epochs()[-1]
             victim.kill()
             killed.append(f"{name} in batch {batch}")
-            victim.start()
+            victim.start().prewarm()
             if reference is None:
                 reference = Reference(spark, wiring("reference"))
             reference.supervise()
@@ -225,7 +228,7 @@ def test_killed_and_restarted_jobs_count_every_record_exactly_once(
             )
     finally:
         for job in jobs.values():
-            job.kill()
+            job.kill(standby=True)
         if reference is not None:
             reference.stop()
         close_shared_clients()

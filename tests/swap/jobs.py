@@ -22,9 +22,9 @@ from epochstate.core.swap.participant import Step, SwapParticipant
 from epochstate.core.swap.registry import SwapRegistry
 
 IN, OUT = "orders", "counts"
-OLD, NEW = "counts-v1", "counts-v2"
-# Batch ids of the two jobs differ: the new job started later.
-FIRST_BATCH = {OLD: 0, NEW: 100}
+OLD, NEW, THIRD = "counts-v1", "counts-v2", "counts-v3"
+# Batch ids of the jobs differ: each newer job started later.
+FIRST_BATCH = {OLD: 0, NEW: 100, THIRD: 200}
 
 # Where a job may die: "step" after stepping an epoch, "registered" after registering its output.
 Point = str

@@ -108,7 +108,7 @@ class SwapParticipant:
             handover = self._handover(record)
             if handover is not None:
                 record = self._done(handover)
-        return Step(turn(record, self.job, epoch), record, record.output_epoch(epoch))
+        return Step(turn(record, self.job, epoch), record, self._output_epoch(record, epoch))
 
     def wrote(self, epoch: int, output_epoch: int) -> SwapRecord | None:
         """Report that this job registered output epoch ``output_epoch`` for input epoch ``epoch``.
@@ -126,14 +126,34 @@ class SwapParticipant:
             self.subject, lambda r: r.with_done(handover, now) if r.state == "committed" else r
         )
 
+    def _output_epoch(self, record: SwapRecord, epoch: int) -> int | None:
+        """The output epoch of this job's input epoch ``epoch`` (None: the batch id, as without swaps).
+
+        The new job's follow the swap's handover; the old job's follow the handover
+        of the earlier swap in which it took the subject over, if it did.
+        """
+        if self.job == record.new:
+            return record.output_epoch(epoch)
+        if self.job != record.old:
+            return None
+        previous = self.took_over(record)
+        return None if previous is None else previous.output_epoch(epoch)
+
+    def took_over(self, record: SwapRecord) -> SwapRecord | None:
+        """The earlier swap in which ``record``'s old job took the subject over (None: it wrote it first)."""
+        previous = self.swaps.newest_done(record.subject)
+        if previous is not None and previous.new == record.old and previous.input == record.input:
+            return previous
+        return None
+
     def _handover(self, record: SwapRecord) -> int | None:
         """The output epoch the old job registered for the swap epoch, if it did (from ZooKeeper).
 
         A job writes its batch ``n`` as output epoch ``n``, unless it took the subject
         over in an earlier swap: then its epochs follow that swap's handover.
         """
-        previous = next((p for p in reversed(self.swaps.past(record.subject)) if p.state == "done"), None)
-        if previous is not None and previous.new == record.old and previous.input == record.input:
+        previous = self.took_over(record)
+        if previous is not None:
             output = previous.output_epoch(record.epoch)
         else:
             source = self.subjects.get_source(record.input, record.old)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from epochstate.core.alignment.subjects import SubjectRegistry
 from epochstate.core.swap.participant import SwapParticipant
-from epochstate.core.swap.records import turn
+from epochstate.core.swap.records import SwapRecord, turn
 from epochstate.core.swap.registry import SwapRegistry
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,13 @@ class Registration:
 
 
 class SwapGate:
-    """The decisions of job ``job``'s sink on subject ``topic``; ``stop`` ends a hold (shutdown)."""
+    """The decisions of job ``job``'s sink on subject ``topic``.
+
+    A hold has no stop signal of its own: it runs in the Python worker of the
+    driver's commit, and stopping the query interrupts that commit at once, but
+    Spark ends the worker, hold and all, only about a minute later. The batch runs
+    again when the query starts again.
+    """
 
     def __init__(self, registry: SubjectRegistry, topic: str, job: str, *, shadow: bool = False) -> None:
         self.registry = registry
@@ -50,13 +56,12 @@ class SwapGate:
         self.job = job
         self.shadow = shadow
         self.participant = SwapParticipant(self.swaps, registry, topic, job)
-        self.stop = threading.Event()
 
     def decide(self, batch: int) -> Registration:
         """Where batch ``batch``'s output goes; blocks while the swap says hold."""
         record = self.swaps.get(self.topic)
         if record is None or self.job not in (record.old, record.new):
-            return Registration(batch, None if self.shadow else batch)
+            return Registration(batch, None if self._bystander(record) else batch)
         source = self.registry.get_source(record.input, self.job)
         input_epoch = None if source is None else source.mapping.get(batch)
         if input_epoch is None:
@@ -73,7 +78,7 @@ class SwapGate:
             if step.turn == "skip":
                 return Registration(batch, None, input_epoch)
             if step.turn == "write":
-                epoch = batch if self.job == step.record.old else step.output_epoch
+                epoch = batch if step.output_epoch is None else step.output_epoch
                 return Registration(batch, epoch, input_epoch)
             log.info(
                 "batch %d (epoch %d of %r) waits for swap %d of %r (%s)",
@@ -84,8 +89,6 @@ class SwapGate:
                 self.topic,
                 step.record.state,
             )
-            if self.stop.is_set():
-                raise InterruptedError(f"batch {batch} stopped while swap {step.record.id} held it")
             changed.wait(HOLD_POLL)
 
     def skips(self, batch: int) -> bool:
@@ -97,12 +100,24 @@ class SwapGate:
         """
         record = self.swaps.get(self.topic)
         if record is None or self.job not in (record.old, record.new):
-            return self.shadow
+            return self._bystander(record)
         source = self.registry.get_source(record.input, self.job)
         input_epoch = None if source is None else source.mapping.get(batch)
         if input_epoch is None:
             return self.job != record.old
         return turn(record, self.job, input_epoch) == "skip"
+
+    def _bystander(self, record: SwapRecord | None) -> bool:
+        """Whether this job, not named by the subject's newest swap ``record``, registers nothing.
+
+        A shadow registers nothing until a swap names it, and a job that handed the
+        subject over in a done swap never again: its batches would be registered
+        after the new writer's epochs, a second copy of their input.
+        """
+        if self.shadow or record is None:
+            return self.shadow
+        done = record if record.state == "done" else self.swaps.newest_done(self.topic)
+        return done is not None and done.new != self.job
 
     def registered(self, registration: Registration) -> None:
         """Report a registration made in a swap (the old job's last epoch ends it)."""
