@@ -18,6 +18,7 @@ from epochstate.client.arrow.types import changes_schema
 from epochstate.client.client import EpochStateClient, StoreSchema
 from epochstate.client.errors import from_rpc_error
 from epochstate.client.over_time import changes_request
+from epochstate.client.read_ahead import ReadAhead
 from epochstate.v1 import epochstate_pb2 as pb
 
 
@@ -62,11 +63,18 @@ def changes_batches_of(
         return schema.at(message.epoch)
 
     stream = client.stub.Changes(request, timeout=timeout)
+    # Over the network the stream is read ahead: the daemon makes the next messages while
+    # this thread builds batches (in process, the daemon's work is this thread's anyway).
+    messages: Iterable[pb.ChangesResponse] = (
+        ReadAhead[pb.ChangesResponse](stream) if isinstance(stream, grpc.Call) else stream
+    )
     try:
-        yield from epoch_batches(stream, shape)
+        yield from epoch_batches(messages, shape)
     except grpc.RpcError as error:
         raise from_rpc_error(error) from None
     finally:
+        if isinstance(messages, ReadAhead):
+            messages.close()
         stream.cancel()  # type: ignore[no-untyped-call]
 
 
