@@ -514,12 +514,13 @@ class EpochStateService:
                     end = min(end, last)
                 over_time.check_available(name, following, end, entry.unavailable)
                 handle = entry.store(*operator)
-                found = history.changes(view, handle.descriptor.store_id, following, end)
                 records = self._store.epochs(job_id, following, end - following + 1)
                 committed = {r.epoch: r.committed_at_ms for r in records}
-                for epoch in range(following, end + 1):
+                # Each epoch is sent as soon as it is read: the caller works on it meanwhile.
+                store_id = handle.descriptor.store_id
+                for epoch, found in history.changes_by_epoch(view, store_id, following, end):
                     yield from over_time.epoch_messages(
-                        epoch, found[epoch], handle.schema_at(epoch), limit, query_id, committed.get(epoch, 0)
+                        epoch, found, handle.schema_at(epoch), limit, query_id, committed.get(epoch, 0)
                     )
                 following = end + 1
         except EpochStateError as error:

@@ -67,25 +67,38 @@ def versions(view: StoreView, store_id: int, encoded_key: bytes, newest: int) ->
 
 
 def changes(view: StoreView, store_id: int, first: int, last: int) -> dict[int, list[ChangedKey]]:
-    """The keys each epoch of ``[first, last]`` changed, per epoch, in key order.
+    """The keys each epoch of ``[first, last]`` changed, per epoch, in key order."""
+    return dict(changes_by_epoch(view, store_id, first, last))
+
+
+def changes_by_epoch(
+    view: StoreView, store_id: int, first: int, last: int
+) -> Iterator[tuple[int, list[ChangedKey]]]:
+    """:func:`changes`, epoch by epoch in epoch order, each as soon as it is read (a caller
+    streaming them sends one epoch while the next is read).
 
     An epoch with a change index (:func:`layout.changed_key`) costs a seek per changed
-    key; the epochs without one (a full load at epoch 0, whose changes are the whole
-    state, or an epoch written by a daemon before the index) are read by one walk over
-    the store's versions, whose cost grows with the store.
+    key; a run of epochs without one (a full load at epoch 0, whose changes are the
+    whole state, or epochs written by a daemon before the index) is read by one walk
+    over the store's versions, whose cost grows with the store.
     """
-    out: dict[int, list[ChangedKey]] = {}
     missing: list[int] = []
     for epoch in range(first, last + 1):
         found = _indexed(view, store_id, epoch)
         if found is None:
             missing.append(epoch)
-        else:
-            out[epoch] = found
+            continue
+        if missing:
+            yield from _walked(view, store_id, missing)
+            missing = []
+        yield epoch, found
     if missing:
-        walked = walk(view, store_id, missing[0], missing[-1])
-        out |= {e: walked[e] for e in missing}
-    return {e: out[e] for e in range(first, last + 1)}
+        yield from _walked(view, store_id, missing)
+
+
+def _walked(view: StoreView, store_id: int, epochs: list[int]) -> Iterator[tuple[int, list[ChangedKey]]]:
+    found = walk(view, store_id, epochs[0], epochs[-1])
+    return ((e, found[e]) for e in epochs)
 
 
 def _indexed(view: StoreView, store_id: int, epoch: int) -> list[ChangedKey] | None:
