@@ -15,8 +15,6 @@ from epochstate.client.client import StoreSchema
 from epochstate.v1 import epochstate_pb2 as pb
 
 _FOUND = attrgetter("found")
-_RECORD, _TYPE, _PARTITION = attrgetter("record"), attrgetter("type"), attrgetter("partition")
-_KEY_FIELDS, _VALUE_FIELDS = attrgetter("key.fields"), attrgetter("value.fields")
 _DELETE = pb.Change.Type.DELETE
 _KIND = {False: "upsert", True: "delete"}
 
@@ -100,22 +98,28 @@ def wire_changes_batch(
     """:func:`changes_batch` of ``changes``, the ``Change`` messages of one epoch as a
     Changes stream sends them, read column by column (no object made per change)."""
     schema = schema or changes_schema(store)
-    records = list(map(_RECORD, changes))
-    deleted = [t == _DELETE for t in map(_TYPE, changes)]
-    key = struct_column(list(map(_KEY_FIELDS, records)), store.key, schema.field("key").type)
-    if any(deleted):
-        values = [() if d else r.value.fields for r, d in zip(records, deleted, strict=True)]
-    else:
-        values = list(map(_VALUE_FIELDS, records))
+    keys: list[Sequence[pb.Value]] = []
+    values: list[Sequence[pb.Value]] = []
+    partitions: list[int] = []
+    deleted: list[bool] = []
+    # One pass, as state_batch: each access to a change's record makes its Python object anew.
+    for change in changes:
+        record = change.record
+        removed = change.type == _DELETE
+        deleted.append(removed)
+        keys.append(record.key.fields)
+        values.append(() if removed else record.value.fields)
+        partitions.append(record.partition)
+    key = struct_column(keys, store.key, schema.field("key").type)
     value = struct_column(values, store.value, schema.field("value").type, deleted)
     return pa.RecordBatch.from_arrays(
         [
-            pa.repeat(pa.scalar(epoch, type=pa.int64()), len(records)),
+            pa.repeat(pa.scalar(epoch, type=pa.int64()), len(keys)),
             # Not pyarrow.compute's if_else: importing it costs a client process 0.1 s.
             pa.array([_KIND[d] for d in deleted], type=pa.string()),
             key,
             value,
-            pa.array(list(map(_PARTITION, records)), type=pa.int32()),
+            pa.array(partitions, type=pa.int32()),
         ],
         schema=schema,
     )
