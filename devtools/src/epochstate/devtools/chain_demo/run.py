@@ -30,7 +30,7 @@ from epochstate.devtools.chain_demo.jobs import (
     start_pr_hotness,
 )
 from epochstate.devtools.chain_demo.workload import CommentWriter, Workload
-from epochstate.devtools.local_daemon import LocalDaemon
+from epochstate.devtools.demo_services import start_services
 from epochstate.devtools.log_files import LogFiles
 from epochstate.devtools.query_shutdown import drain, stop_between_batches
 from epochstate.devtools.spark_session import local_session
@@ -104,10 +104,6 @@ class Jobs:
                 stop_between_batches(query, STOP_TIMEOUT)
 
 
-def _log_paths(logs: LogFiles) -> list[Path]:
-    return [logs.spark, logs.spark_console, logs.daemon, logs.zookeeper, logs.kafka_broker, logs.demo]
-
-
 def _spark(logs: LogFiles) -> Any:
     return local_session("epochstate-demo-chain", log4j_file=logs.spark, console_file=logs.spark_console)
 
@@ -127,8 +123,6 @@ def run(options: ChainDemoOptions) -> int:
     """Run the demo; the exit code is 0 when every checked batch agreed with job 1's aligned state."""
     from kazoo.client import KazooClient
 
-    from epochstate.devtools.kafka_broker import TansuProcess
-    from epochstate.devtools.zookeeper import EmbeddedZooKeeper
     from epochstate.spark_plugin.alignment import SubjectRegistry, register
     from epochstate.spark_plugin.alignment.connections import close_shared_clients
     from epochstate.spark_plugin.listener import attach
@@ -138,19 +132,8 @@ def run(options: ChainDemoOptions) -> int:
     logs.route_python_logging()
     workload = Workload(comments_per_second=options.comments_per_second)
     with ExitStack() as stack:
-        with console.status("starting ZooKeeper, the Kafka broker and the daemon"):
-            zookeeper = stack.enter_context(
-                EmbeddedZooKeeper(directory / "zookeeper", log_path=logs.zookeeper)
-            )
-            broker = stack.enter_context(TansuProcess(directory / "kafka", log_path=logs.kafka_broker))
-            daemon = LocalDaemon(
-                directory / "daemon", {}, zookeeper=zookeeper.connect_string, log_path=logs.daemon
-            ).start(timeout=120)
-            stack.callback(daemon.stop)
-        console.print(
-            f"[green]✓[/green] ZooKeeper {zookeeper.connect_string}, Kafka (tansu) {broker.bootstrap}, "
-            f"daemon {daemon.target}\n  logs: {logs.names(*_log_paths(logs))}"
-        )
+        services = start_services(stack, directory, logs, console)
+        zookeeper, broker, daemon = services.zookeeper, services.broker, services.daemon
         _create_subject_topic(broker.bootstrap, 2)
         writer = CommentWriter(directory / "comments", workload)
         wiring = Wiring(

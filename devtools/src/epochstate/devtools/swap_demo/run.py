@@ -28,7 +28,7 @@ from epochstate.core.swap.coordinator import SwapCoordinator
 from epochstate.core.swap.records import SwapRecord
 from epochstate.core.swap.registry import SwapRegistry
 from epochstate.devtools.chain_demo.run import Jobs
-from epochstate.devtools.local_daemon import LocalDaemon
+from epochstate.devtools.demo_services import start_services
 from epochstate.devtools.log_files import LogFiles
 from epochstate.devtools.query_shutdown import stop_between_batches
 from epochstate.devtools.spark_session import local_session
@@ -61,10 +61,6 @@ class Seen:
     failure: str | None = None
 
 
-def _log_paths(logs: LogFiles) -> list[Path]:
-    return [logs.spark, logs.spark_console, logs.daemon, logs.zookeeper, logs.kafka_broker, logs.demo]
-
-
 def _create_topics(bootstrap: str) -> None:
     from epochstate.spark_plugin.kafka.admin import TopicAdmin
     from epochstate.spark_plugin.kafka.config import ClientConfig
@@ -79,8 +75,6 @@ def run(options: SwapDemoOptions) -> int:
     """Run the demo; the exit code is 0 when the swap completed exactly once and v2's shadow agreed."""
     from kazoo.client import KazooClient
 
-    from epochstate.devtools.kafka_broker import TansuProcess
-    from epochstate.devtools.zookeeper import EmbeddedZooKeeper
     from epochstate.spark_plugin.alignment import register
     from epochstate.spark_plugin.alignment.connections import close_shared_clients
     from epochstate.spark_plugin.listener import attach
@@ -90,19 +84,8 @@ def run(options: SwapDemoOptions) -> int:
     logs.route_python_logging()
     seen = Seen()
     with ExitStack() as stack:
-        with console.status("starting ZooKeeper, the Kafka broker and the daemon"):
-            zookeeper = stack.enter_context(
-                EmbeddedZooKeeper(directory / "zookeeper", log_path=logs.zookeeper)
-            )
-            broker = stack.enter_context(TansuProcess(directory / "kafka", log_path=logs.kafka_broker))
-            daemon = LocalDaemon(
-                directory / "daemon", {}, zookeeper=zookeeper.connect_string, log_path=logs.daemon
-            ).start(timeout=120)
-            stack.callback(daemon.stop)
-        console.print(
-            f"{OK} ZooKeeper {zookeeper.connect_string}, Kafka (tansu) {broker.bootstrap}, "
-            f"daemon {daemon.target}\n  logs: {logs.names(*_log_paths(logs))}"
-        )
+        services = start_services(stack, directory, logs, console)
+        zookeeper, broker, daemon = services.zookeeper, services.broker, services.daemon
         _create_topics(broker.bootstrap)
         zk = KazooClient(hosts=zookeeper.connect_string)
         zk.start(timeout=30)
