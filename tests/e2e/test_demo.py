@@ -36,30 +36,24 @@ def assert_ends_cleanly(result: subprocess.CompletedProcess[str], nonempty: set[
             assert fault not in text, f"{fault!r} in {path}"
 
 
-@pytest.mark.timeout(600)
-def test_demo_runs_and_pinned_answers_hold(tmp_path: Path) -> None:
+def run_demo(workdir: Path, command: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """``epochstate <command> <options> --workdir <workdir>`` run to its end (and succeeded);
+    its output is printed, for -s."""
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "epochstate.cli.app",
-            "demo",
-            "--duration",
-            "4",
-            "--interval",
-            "2",
-            "--trigger",
-            "1",
-            "--workdir",
-            str(tmp_path),
-        ],
+        [sys.executable, "-m", "epochstate.cli.app", command, *options, "--workdir", str(workdir)],
         capture_output=True,
         text=True,
         timeout=560,  # the demo's own patience, within the test's
         env={**os.environ, "COLUMNS": "200"},
     )
-    print(result.stdout)  # the trace, for -s
+    print(result.stdout)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.timeout(600)
+def test_demo_runs_and_pinned_answers_hold(tmp_path: Path) -> None:
+    result = run_demo(tmp_path, "demo", "--duration", "4", "--interval", "2", "--trigger", "1")
     assert "asked again -> identical" in result.stdout
     assert "DIFFERENT" not in result.stdout
     assert "Spark's own state reader" in result.stdout

@@ -3,38 +3,18 @@ and the jobs stop without aborting a batch."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_demo import assert_ends_cleanly
+from tests.e2e.test_demo import assert_ends_cleanly, run_demo
 
 
 @pytest.mark.timeout(600)
 def test_demo_chain_runs_and_aligned_lookups_explain_every_batch(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "epochstate.cli.app",
-            "demo-chain",
-            "--duration",
-            "3",
-            "--workdir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=560,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    result = run_demo(tmp_path, "demo-chain", "--duration", "3")
     output = result.stdout
-    print(output)  # the trace, for -s
-    assert result.returncode == 0, output[-3000:] + result.stderr[-3000:]
     summary = re.search(
         r"(\d+) batches of job 2 \((\d+) pull-request updates\) checked .*: (\d+) mismatch", output
     )

@@ -3,40 +3,18 @@ order exactly once across it, v2's shadow state agreed with v1's, and the jobs s
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_demo import assert_ends_cleanly
+from tests.e2e.test_demo import assert_ends_cleanly, run_demo
 
 
 @pytest.mark.timeout(600)
 def test_demo_swap_hands_the_subject_over_exactly_once(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "epochstate.cli.app",
-            "demo-swap",
-            "--epochs-after",
-            "1",
-            "--trigger",
-            "0.5",
-            "--workdir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=560,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    result = run_demo(tmp_path, "demo-swap", "--epochs-after", "1", "--trigger", "0.5")
     output = result.stdout
-    print(output)  # the trace, for -s
-    assert result.returncode == 0, output[-3000:] + result.stderr[-3000:]
     counted = re.search(
         r"counter check: (\d+) orders in, (\d+) counted downstream: (\d+) lost, (\d+) doubled", output
     )
