@@ -31,7 +31,14 @@ from epochstate.cli.align_control import AlignControl, AlignFailure, CommandKind
 from epochstate.cli.console import fail
 from epochstate.cli.output import print_document, print_line
 from epochstate.cli.tables import print_table
-from epochstate.cli.zookeeper_options import AuthFileOpt, RootOpt, ZooKeeperOpt
+from epochstate.cli.zookeeper_options import (
+    AuthFileOpt,
+    JsonOpt,
+    RootOpt,
+    TargetOpt,
+    TimeoutOpt,
+    ZooKeeperOpt,
+)
 
 align_app = typer.Typer(
     name="align",
@@ -42,19 +49,9 @@ align_app = typer.Typer(
 )
 T = TypeVar("T")
 
-TargetOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--target",
-        "-t",
-        help="go through this daemon (host:port or unix:///path) instead of ZooKeeper",
-    ),
-]
 WaitOpt = Annotated[
     float, typer.Option("--wait", help="seconds to wait until the source did it (0: do not wait)")
 ]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", help="seconds to wait for ZooKeeper or the daemon")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document instead of text")]
 Topic = Annotated[str, typer.Argument(help="the subject (Kafka topic)")]
 Job = Annotated[str, typer.Argument(help="the reading job (the source's option job)")]
 

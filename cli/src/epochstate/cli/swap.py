@@ -26,7 +26,14 @@ import typer
 from epochstate.cli.align_control import AlignFailure
 from epochstate.cli.console import fail
 from epochstate.cli.output import print_document, print_line
-from epochstate.cli.zookeeper_options import AuthFileOpt, RootOpt, ZooKeeperOpt
+from epochstate.cli.zookeeper_options import (
+    AuthFileOpt,
+    JsonOpt,
+    RootOpt,
+    TargetOpt,
+    TimeoutOpt,
+    ZooKeeperOpt,
+)
 
 if TYPE_CHECKING:
     from epochstate.core.swap.coordinator import SwapCoordinator
@@ -44,14 +51,6 @@ T = TypeVar("T")
 SwapRow = dict[str, Any]
 
 SubjectOpt = Annotated[str, typer.Option("--subject", "-s", help="the output subject (Kafka topic)")]
-TargetOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--target", "-t", help="go through this daemon (host:port or unix:///path) instead of ZooKeeper"
-    ),
-]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", help="seconds to wait for ZooKeeper or the daemon")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document instead of text")]
 
 
 def record_row(record: SwapRecord) -> SwapRow:
@@ -133,9 +132,19 @@ def _through_daemon(target: str, timeout: float, action: Callable[[Any], pb.Swap
     return message_row(DaemonControl(target, timeout).call(lambda client: action(client.alignment)))
 
 
-def _run(action: Callable[[], SwapRow]) -> SwapRow:
+def _swap_row(
+    where: tuple[str | None, str, str, float, Path | None],
+    on_daemon: Callable[[Any], pb.Swap],
+    on_zookeeper: Callable[[SwapCoordinator], SwapRow],
+    daemon_timeout: float | None = None,
+) -> SwapRow:
+    """The swap row one call gives: through the daemon ``target`` when one is named, else
+    straight on ZooKeeper. ``where``: (target, zookeeper, root, timeout, auth file)."""
+    target, zookeeper, root, timeout, auth_file = where
     try:
-        return action()
+        if target:
+            return _through_daemon(target, timeout if daemon_timeout is None else daemon_timeout, on_daemon)
+        return _on_zookeeper(zookeeper, root, timeout, auth_file, on_zookeeper)
     except AlignFailure as failure:
         raise fail(str(failure), failure.code) from None
 
@@ -183,23 +192,19 @@ def plan(
     as_json: JsonOpt = False,
 ) -> None:
     """Plan the swap of SUBJECT from --from to --to at input epoch --at: the old job writes up to it."""
-    if target:
-        row = _run(
-            lambda: _through_daemon(
-                target,
-                timeout + wait,
-                lambda admin: admin.plan_swap(
-                    subject, from_job, to_job, at, input=input, deadline=deadline, wait=wait
-                ),
-            )
-        )
-    else:
 
-        def planned(coordinator: SwapCoordinator) -> SwapRow:
-            record = coordinator.plan(subject, from_job, to_job, at, input=input or None, deadline=deadline)
-            return record_row(coordinator.wait(subject, record.id, wait) if wait > 0 else record)
+    def planned(coordinator: SwapCoordinator) -> SwapRow:
+        record = coordinator.plan(subject, from_job, to_job, at, input=input or None, deadline=deadline)
+        return record_row(coordinator.wait(subject, record.id, wait) if wait > 0 else record)
 
-        row = _run(lambda: _on_zookeeper(zookeeper, root, timeout, zookeeper_auth_file, planned))
+    row = _swap_row(
+        (target, zookeeper, root, timeout, zookeeper_auth_file),
+        lambda admin: admin.plan_swap(
+            subject, from_job, to_job, at, input=input, deadline=deadline, wait=wait
+        ),
+        planned,
+        daemon_timeout=timeout + wait,
+    )
     _show(row, as_json)
 
 
@@ -214,14 +219,11 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the newest swap of SUBJECT (one past its deadline unprepared is aborted first)."""
-    if target:
-        row = _run(lambda: _through_daemon(target, timeout, lambda admin: admin.swap_status(subject)))
-    else:
-        row = _run(
-            lambda: _on_zookeeper(
-                zookeeper, root, timeout, zookeeper_auth_file, lambda c: record_row(c.status(subject))
-            )
-        )
+    row = _swap_row(
+        (target, zookeeper, root, timeout, zookeeper_auth_file),
+        lambda admin: admin.swap_status(subject),
+        lambda coordinator: record_row(coordinator.status(subject)),
+    )
     _show(row, as_json)
 
 
@@ -236,12 +238,9 @@ def abort(
     as_json: JsonOpt = False,
 ) -> None:
     """Abort the swap of SUBJECT before its commit (refused, SWAP_COMMITTED, after it)."""
-    if target:
-        row = _run(lambda: _through_daemon(target, timeout, lambda admin: admin.abort_swap(subject)))
-    else:
-        row = _run(
-            lambda: _on_zookeeper(
-                zookeeper, root, timeout, zookeeper_auth_file, lambda c: record_row(c.abort(subject))
-            )
-        )
+    row = _swap_row(
+        (target, zookeeper, root, timeout, zookeeper_auth_file),
+        lambda admin: admin.abort_swap(subject),
+        lambda coordinator: record_row(coordinator.abort(subject)),
+    )
     _show(row, as_json)

@@ -1,4 +1,5 @@
-"""Options of the commands that talk to ZooKeeper directly (``align``, ``secure-zookeeper``)."""
+"""Options of the commands that talk to ZooKeeper directly (``align``, ``swap``, ``alias``,
+``secure-zookeeper``), or to a daemon in its place."""
 
 from __future__ import annotations
 
@@ -27,3 +28,12 @@ AuthFileOpt = Annotated[
         "(default: $EPOCHSTATE_ZOOKEEPER_AUTH_FILE; neither: no authentication)",
     ),
 ]
+# Of the commands that can go through a daemon instead (``align``, ``swap``).
+TargetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--target", "-t", help="go through this daemon (host:port or unix:///path) instead of ZooKeeper"
+    ),
+]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="seconds to wait for ZooKeeper or the daemon")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document instead of text")]
