@@ -20,6 +20,7 @@ from epochstate.cli.zookeeper_session import connect
 if TYPE_CHECKING:
     from epochstate.core.alignment.commands import Command
     from epochstate.core.alignment.coordinator import AlignmentCoordinator, SourceStatus
+    from epochstate.core.alignment.subjects import SubjectRegistry
 
 
 def exit_code(error: Exception) -> int:
@@ -54,6 +55,39 @@ def source_row(status: SourceStatus) -> SourceRow:
     }
 
 
+@contextmanager
+def subjects_session(
+    zookeeper: str, root: str, timeout: float, auth_file: Path | None
+) -> Iterator[SubjectRegistry]:
+    """One ZooKeeper session for one command, closed when it ends. The errors of the
+    alignment and swap recipes become :class:`AlignFailure` with their exit code:
+    a bad ``--root`` 2, an unknown subject 3, a refused command 4, no answer 5,
+    ZooKeeper unavailable 6, access denied 1."""
+    from epochstate.core.alignment.errors import AlignmentError
+    from epochstate.core.alignment.layout import SubjectLayout
+    from epochstate.core.alignment.subjects import SubjectRegistry
+    from epochstate.core.zookeeper.errors import AccessDenied, RegistryError, RegistryUnavailable
+
+    try:
+        SubjectLayout(root)
+    except AlignmentError as error:
+        raise AlignFailure(f"--root: {error}", 2) from None
+    client = connect(zookeeper, auth_file, timeout)
+    try:
+        yield SubjectRegistry(client, root, timeout=timeout)
+    except AlignmentError as error:
+        raise AlignFailure(str(error), exit_code(error)) from None
+    except AccessDenied as error:
+        raise AlignFailure(str(error), 1) from None
+    except RegistryUnavailable as error:
+        raise AlignFailure(str(error), 6) from None
+    except RegistryError as error:
+        raise AlignFailure(str(error), 4) from None
+    finally:
+        client.stop()
+        client.close()
+
+
 class ZooKeeperControl:
     """Each call connects to ZooKeeper, does its work and disconnects."""
 
@@ -65,27 +99,11 @@ class ZooKeeperControl:
     def _coordinator(self) -> Iterator[AlignmentCoordinator]:
         try:
             from epochstate.core.alignment.coordinator import AlignmentCoordinator
-            from epochstate.core.alignment.errors import AlignmentError
-            from epochstate.core.alignment.layout import SubjectLayout
-            from epochstate.core.alignment.subjects import SubjectRegistry
-            from epochstate.core.zookeeper.errors import AccessDenied
         except ImportError as error:
             needs = f"align needs the spark extra: pip install 'epochstate[spark]' ({error})"
             raise AlignFailure(needs, 1) from None
-        try:
-            SubjectLayout(self._root)
-        except AlignmentError as error:
-            raise AlignFailure(f"--root: {error}", 2) from None
-        client = connect(self._zookeeper, self._auth_file, self._timeout)
-        try:
-            yield AlignmentCoordinator(SubjectRegistry(client, self._root, timeout=self._timeout))
-        except AlignmentError as error:
-            raise AlignFailure(str(error), exit_code(error)) from None
-        except AccessDenied as error:
-            raise AlignFailure(str(error), 1) from None
-        finally:
-            client.stop()
-            client.close()
+        with subjects_session(self._zookeeper, self._root, self._timeout, self._auth_file) as subjects:
+            yield AlignmentCoordinator(subjects)
 
     def status(self, topic: str) -> list[SourceRow]:
         with self._coordinator() as coordinator:

@@ -100,30 +100,18 @@ def message_row(swap: pb.Swap) -> SwapRow:
 def _on_zookeeper(
     zookeeper: str, root: str, timeout: float, auth_file: Path | None, action: Callable[[SwapCoordinator], T]
 ) -> T:
-    from epochstate.cli.align_zookeeper import exit_code
-    from epochstate.cli.zookeeper_session import connect
-    from epochstate.core.alignment.errors import AlignmentError
-    from epochstate.core.alignment.subjects import SubjectRegistry
+    from epochstate.cli.align_zookeeper import subjects_session
     from epochstate.core.swap.coordinator import SwapCoordinator
     from epochstate.core.swap.errors import SwapError, SwapNotFound
     from epochstate.core.swap.registry import SwapRegistry
-    from epochstate.core.zookeeper.errors import AccessDenied, RegistryError
 
-    client = connect(zookeeper, auth_file, timeout)
-    try:
-        subjects = SubjectRegistry(client, root, timeout=timeout)
-        return action(SwapCoordinator(subjects, SwapRegistry(client, root, timeout=timeout)))
-    except SwapNotFound as error:
-        raise AlignFailure(f"{error.reason}: {error}", 3) from None
-    except SwapError as error:
-        raise AlignFailure(f"{error.reason}: {error}", 4) from None
-    except AlignmentError as error:
-        raise AlignFailure(str(error), exit_code(error)) from None
-    except (AccessDenied, RegistryError) as error:
-        raise AlignFailure(str(error), 1 if isinstance(error, AccessDenied) else 4) from None
-    finally:
-        client.stop()
-        client.close()
+    with subjects_session(zookeeper, root, timeout, auth_file) as subjects:
+        try:
+            return action(SwapCoordinator(subjects, SwapRegistry(subjects.client, root, timeout=timeout)))
+        except SwapNotFound as error:
+            raise AlignFailure(f"{error.reason}: {error}", 3) from None
+        except SwapError as error:
+            raise AlignFailure(f"{error.reason}: {error}", 4) from None
 
 
 def _through_daemon(target: str, timeout: float, action: Callable[[Any], pb.Swap]) -> SwapRow:
