@@ -335,9 +335,9 @@ class RoutedClient(EpochStateClient):
         # so the read is one Get to one of its replicas (the common case, kept lean).
         schema = self._store(job, o.operator_id, o.store, o.query_id)
         requested, derived = self._monotonic(job, o.selector())
-        request = pb.GetRequest(
-            store=o.store_ref(job), key=to_row(key, schema.at(routed_at).key), epoch=requested
-        )
+        # ``latest`` made ``at_least`` (derived) sends its own selector.
+        request = pb.GetRequest(store=o.store_ref(job), epoch=requested) if derived else o.get_request(job)
+        to_row(key, schema.at(routed_at).key, into=request.key)
         try:
             response = self._route(
                 job,
