@@ -373,10 +373,10 @@ class EpochStateClient:
         o = ReadOptions.of(options, read)
         schema = self._store(job, o.operator_id, o.store, o.query_id)
         request = o.get_request(job)
-        to_row(key, schema.at(o.exact).key, into=request.key)
+        to_row(key, (schema.at(o.exact) if schema.earlier else schema).key, into=request.key)
         response = self._call(self._stub.Get, request, o.timeout)
         schema = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
-        at = schema.at(own_epoch(response))
+        at = schema.at(own_epoch(response)) if schema.earlier else schema
         return _lookup(response.epoch, response.record, at, response.query_id, response.job)
 
     def multi_get(
@@ -574,12 +574,14 @@ def _lookup(epoch: int, record: pb.Record, schema: StoreSchema, query_id: str, j
     # which costs as much as decoding the key and the value of a local read.
     made = object.__new__(Lookup)
     made.__dict__.update(
-        epoch=epoch,
-        key=from_row(record.key, schema.key),
-        found=found,
-        value=from_row(record.value, schema.value) if found else None,
-        partition=record.partition if found else None,
-        query_id=query_id,
-        job=job,
+        {
+            "epoch": epoch,
+            "key": from_row(record.key, schema.key),
+            "found": found,
+            "value": from_row(record.value, schema.value) if found else None,
+            "partition": record.partition if found else None,
+            "query_id": query_id,
+            "job": job,
+        }
     )
     return made
