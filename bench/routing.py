@@ -14,9 +14,15 @@ concurrent callers, it measures Gets of random keys pinned to one epoch:
 
 Callers are threads in up to four client processes (each process has its own
 client, as independent callers would), all started together; calls/s is the sum
-over the run, p50 and p99 the latency over every call. On a 2-core machine the
-daemons, ZooKeeper and the callers share the cores: the table says what routing
-costs and what spreading gains here, measured in the same run as the echo floor.
+over the run, p50 and p99 the latency over every call, client CPU the CPU time the
+client processes used per call. On a 2-core machine the daemons, ZooKeeper and the
+callers share the cores: the table says what routing costs and what spreading gains
+here, measured in the same run as the echo floor.
+
+The target, a routed Get's p50 at most 1.1x a direct one's with one caller, is
+measured paired, so that the load of other processes on the machine falls on both
+alike: one caller alternates a direct Get (on a daemon serving the job) and a routed
+one (of ``r1``: the same daemon; of ``r3``: spread over three), ``--repeat`` times.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,6 +111,7 @@ def _caller(
     out.put(None)
     go.wait()
     latencies: list[list[float]] = [[] for _ in range(threads)]
+    cpu = time.process_time()
     end = time.perf_counter() + seconds
 
     def loop(index: int) -> None:
@@ -117,7 +125,40 @@ def _caller(
         worker.start()
     for worker in workers:
         worker.join()
-    out.put([x for mine in latencies for x in mine])
+    out.put(([x for mine in latencies for x in mine], time.process_time() - cpu))
+
+
+def _paired(direct_target: str, targets: list[str], job: str, keys: int, seconds: float, out: Any) -> None:
+    """One caller alternating a direct Get of ``job`` on ``direct_target`` and a routed one
+    over ``targets``, for ``seconds``: both latencies, for the same key each turn."""
+    rng = random.Random(os.getpid())
+    direct, routed = EpochStateClient(direct_target), RoutedClient(targets)
+    clients = (direct, routed)
+    for _ in range(100):  # connections made (every one of each pool), schemas and locations cached
+        for client in clients:
+            client.get(job, [f"user-{rng.randrange(keys)}"], epoch=1, timeout=30)
+    latencies: tuple[list[float], list[float]] = ([], [])
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        key = [f"user-{rng.randrange(keys)}"]
+        for client, mine in zip(clients, latencies, strict=True):
+            before = time.perf_counter()
+            client.get(job, key, epoch=1, timeout=30)
+            mine.append(time.perf_counter() - before)
+    out.put(latencies)
+
+
+def paired_ratio(direct_target: str, targets: list[str], job: str, keys: int, seconds: float) -> float:
+    """A routed Get's p50 over a direct one's, measured in turns by one caller process."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    worker = ctx.Process(target=_paired, args=(direct_target, targets, job, keys, seconds, out))
+    worker.start()
+    direct, routed = out.get()
+    worker.join()
+    return percentiles(routed)[0] / percentiles(direct)[0]
 
 
 def measure(kind: str, targets: list[str], job: str, keys: int, callers: int, seconds: float) -> list[Any]:
@@ -135,11 +176,18 @@ def measure(kind: str, targets: list[str], job: str, keys: int, callers: int, se
     for _ in workers:
         out.get()
     go.set()
-    latencies = [x for _ in workers for x in out.get()]
+    answers = [out.get() for _ in workers]
     for worker in workers:
         worker.join()
+    latencies = [x for mine, _ in answers for x in mine]
+    cpu = sum(used for _, used in answers)
     p50, p99 = percentiles(latencies)
-    return [f"{len(latencies) / seconds:,.0f}", f"{p50 * 1e3:.2f}", f"{p99 * 1e3:.2f}"]
+    return [
+        f"{len(latencies) / seconds:,.0f}",
+        f"{p50 * 1e3:.2f}",
+        f"{p99 * 1e3:.2f}",
+        f"{cpu / len(latencies) * 1e6:,.0f}",
+    ]
 
 
 def main() -> None:
@@ -149,6 +197,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--callers", default="1,4,16,64", help="concurrent callers, comma-separated")
+    parser.add_argument("--repeat", type=int, default=3, help="paired measurements of the target")
     args = parser.parse_args()
     callers = [int(c) for c in args.callers.split(",")]
     workdir = Path(tempfile.mkdtemp(prefix="bench-routing-"))
@@ -177,6 +226,7 @@ def main() -> None:
             time.sleep(2)  # every member joined: no replica moves while we measure
             for replicas in (1, 2, 3):
                 admin.group_jobs.add(f"r{replicas}", str(checkpoint), replicas=replicas)
+        serving_r1 = ""
         with RoutedClient([d.target for d in daemons]) as probe:
             for replicas in (1, 2, 3):
                 deadline = time.monotonic() + 180
@@ -192,6 +242,7 @@ def main() -> None:
                         if r.serving and r.newest_epoch >= 1
                     ]
                     if len(serving) == replicas:
+                        serving_r1 = serving[0].address if replicas == 1 else serving_r1
                         break
                     if time.monotonic() > deadline:
                         raise SystemExit(f"job r{replicas}: {len(serving)} of {replicas} replicas serving")
@@ -208,11 +259,27 @@ def main() -> None:
             for replicas in (1, 2, 3):
                 figures = measure("routed", everyone, f"r{replicas}", args.keys, count, args.seconds)
                 rows.append([f"routed {replicas}", count, *figures])
+        # r1 read directly on the daemon that serves it; r3 on the first daemon (it serves it too).
+        ratios = {
+            job: [
+                paired_ratio(direct_target, everyone, job, args.keys, args.seconds)
+                for _ in range(args.repeat)
+            ]
+            for job, direct_target in (("r1", serving_r1), ("r3", everyone[0]))
+        }
         print(
             f"\nGet of one of {args.keys} keys pinned to epoch 1; {os.cpu_count()} cores; "
             f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
         )
-        print_table(["reads", "callers", "calls/s", "p50 ms", "p99 ms"], rows)
+        print_table(["reads", "callers", "calls/s", "p50 ms", "p99 ms", "client CPU µs"], rows)
+        print("\ntargets:")
+        for job, measured in ratios.items():
+            median = statistics.median(measured)
+            each = ", ".join(f"{r:.2f}x" for r in measured)
+            print(
+                f"  routed Get p50 <= 1.1x direct, 1 caller, job {job} ({job[1]} replica(s)): "
+                f"{median:.2f}x ({'met' if median <= 1.1 else 'NOT met'}; paired runs {each})"
+            )
     finally:
         if echo_process is not None and echo_process.stdin is not None:
             echo_process.stdin.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from epochstate.client import AmbiguousName, JobNotFound
+from epochstate.client import AmbiguousName, InvalidArgument, JobNotFound, RoutedClient
 from epochstate.core.alias import errors
 from epochstate.core.alias.records import AliasRecord
 from epochstate.core.alias.registry import AliasRegistry
@@ -30,6 +30,18 @@ def test_a_daemon_names_the_job_answering_an_alias_that_it_does_not_follow(
             client.describe("orders")
         with pytest.raises(JobNotFound, match="unknown job 'nobody'"):
             client.get("nobody", ["a"])
+    # Locate does not resolve aliases: the routed client says so, rather than "no such job".
+    with RoutedClient([daemon.target]) as routed:
+        with pytest.raises(
+            InvalidArgument, match="'orders' is an alias, which Locate does not resolve"
+        ) as refused:
+            routed.locate("orders")
+        assert (refused.value.reason, refused.value.metadata) == ("BAD_REQUEST", {"alias": "orders"})
+        with pytest.raises(InvalidArgument, match="is an alias"):
+            routed.get("orders", ["a"])
+        with pytest.raises(JobNotFound):
+            routed.locate("nobody")
+    with daemon.client() as client:
         # A followed job's name that is an alias too is refused once the alias appears.
         client.describe("own")
         # ``alias set`` refuses a registered job's name; an alias written before the job

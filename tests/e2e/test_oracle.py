@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from epochstate.client import EpochNotReady, EpochStateClient
+from epochstate.client import EpochNotReady, EpochStateClient, RoutedClient
 from epochstate.client.values import to_row
 from epochstate.v1 import epochstate_pb2 as pb
 from tests.fixtures.daemon import DaemonProcess
@@ -191,6 +191,7 @@ def assert_serving_processes_equal(
     with EpochStateClient(daemon.unix_target) as main, EpochStateClient(f"unix://{private}") as other:
         assert_same_answers(main, other, job, rows, committed)
         assert_one_client_spreads(daemon, main, job, rows, committed)
+        assert_routed_client_spreads(daemon, client, job, keys, committed)
     (killed,) = serving_pids(daemon)
     answers: list[int] = []
     failures: list[Exception] = []
@@ -260,6 +261,25 @@ def assert_one_client_spreads(
     spread_gets["0"] -= main_gets
     assert sum(spread_gets.values()) == main_gets
     assert all(n > 0 for n in spread_gets.values()), spread_gets
+
+
+def assert_routed_client_spreads(
+    daemon: DaemonProcess, client: EpochStateClient, job: str, keys: list[Any], committed: list[int]
+) -> None:
+    """A routed client's Gets land on both processes of the replica it routes to, as a direct
+    client's do, and answer what the direct client answers."""
+    epoch = committed[-1]
+    expected = [client.get(job, key, epoch=epoch) for key in keys]
+    before = gets_by_process(daemon)
+    calls = 0
+    with RoutedClient([daemon.target], connections=12) as routed:
+        while calls < 48:  # past the calls the first connection takes alone
+            assert [routed.get(job, key, epoch=epoch) for key in keys] == expected
+            calls += len(keys)
+    after = gets_by_process(daemon)
+    routed_gets = {p: after.get(p, 0) - before.get(p, 0) for p in ("0", "1")}
+    assert sum(routed_gets.values()) == calls
+    assert all(n > 0 for n in routed_gets.values()), routed_gets
 
 
 def assert_local_reads_equal(

@@ -372,12 +372,11 @@ class EpochStateClient:
         :class:`IncarnationChanged` instead of being answered by it."""
         o = ReadOptions.of(options, read)
         schema = self._store(job, o.operator_id, o.store, o.query_id)
-        request = pb.GetRequest(
-            store=o.store_ref(job), key=to_row(key, schema.at(o.exact).key), epoch=o.selector()
-        )
+        request = o.get_request(job)
+        to_row(key, (schema.at(o.exact) if schema.earlier else schema).key, into=request.key)
         response = self._call(self._stub.Get, request, o.timeout)
         schema = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
-        at = schema.at(own_epoch(response))
+        at = schema.at(own_epoch(response)) if schema.earlier else schema
         return _lookup(response.epoch, response.record, at, response.query_id, response.job)
 
     def multi_get(
@@ -569,12 +568,20 @@ def _struct_of(schema: pb.Schema) -> StructType:
 
 
 def _lookup(epoch: int, record: pb.Record, schema: StoreSchema, query_id: str, job: str = "") -> Lookup:
-    return Lookup(
-        epoch=epoch,
-        key=from_row(record.key, schema.key),
-        found=record.found,
-        value=from_row(record.value, schema.value) if record.found else None,
-        partition=record.partition if record.found else None,
-        query_id=query_id,
-        job=job,
+    found = record.found
+    # Every field set at once, as __init__ would (every field is given here, and Lookup
+    # checks nothing): a frozen dataclass's __init__ sets each through object.__setattr__,
+    # which costs as much as decoding the key and the value of a local read.
+    made = object.__new__(Lookup)
+    made.__dict__.update(
+        {
+            "epoch": epoch,
+            "key": from_row(record.key, schema.key),
+            "found": found,
+            "value": from_row(record.value, schema.value) if found else None,
+            "partition": record.partition if found else None,
+            "query_id": query_id,
+            "job": job,
+        }
     )
+    return made

@@ -131,6 +131,27 @@ class ReadOptions:
             as_of_time=self.as_of_time,
         )
 
+    def get_request(self, job: str) -> pb.GetRequest:
+        """A new ``GetRequest`` of ``job`` with ``store`` and ``epoch`` set as :meth:`store_ref`
+        and :meth:`selector` make them, and no key yet.
+
+        Copied from one these options made once for ``job`` (and keep): copying a message
+        costs a fraction of making its parts anew, which a read of one key notices.
+
+        Raises:
+            InvalidArgument: an epoch that is neither an int nor "latest".
+        """
+        made: dict[str, pb.GetRequest] = self.__dict__.get("_gets", {})
+        template = made.get(job)
+        if template is None:
+            template = pb.GetRequest(store=self.store_ref(job), epoch=self.selector())
+            # Beside the fields (which stay as they are), replaced whole: a thread reading
+            # the previous dict meanwhile only makes its own template again.
+            self.__dict__["_gets"] = {**made, job: template}
+        request = pb.GetRequest()
+        request.CopyFrom(template)
+        return request
+
     def store_ref(self, job: str, query_id: str | None = None) -> pb.StoreRef:
         """The ``StoreRef`` of the store read, pinned to ``query_id`` (default: these
         options' own)."""

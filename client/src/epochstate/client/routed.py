@@ -120,6 +120,8 @@ class RoutedClient(EpochStateClient):
         self.targets = tuple(targets)
         self._replicas = Replicas(tls, CHANNEL_OPTIONS, connections)
         self._locate_every = locate_every
+        # Each of these dicts is never changed once published: a change replaces it whole,
+        # under the lock, so that the reads every routed call makes take no lock.
         self._lock = threading.Lock()
         self._locations: dict[str, Location] = {}
         self._newest: dict[str, tuple[str, int]] = {}  # job -> (query, newest epoch answered)
@@ -137,8 +139,7 @@ class RoutedClient(EpochStateClient):
 
     def locate(self, job: str, *, refresh: bool = False, timeout: float | None = None) -> Location:
         """Where ``job`` is served (cached for ``locate_every`` seconds unless ``refresh``)."""
-        with self._lock:
-            known = self._locations.get(job)
+        known = self._locations.get(job)
         if not refresh and known is not None and time.monotonic() - known.fetched_at < self._locate_every:
             return known
 
@@ -148,7 +149,7 @@ class RoutedClient(EpochStateClient):
 
         location = self._failover(lambda _, __: self._contacts(job), ask, timeout, waits=False)
         with self._lock:
-            self._locations[job] = location
+            self._locations = {**self._locations, job: location}
         return location
 
     def _location_for(self, job: str, round_: int, left: float) -> Location:
@@ -156,8 +157,7 @@ class RoutedClient(EpochStateClient):
         asked afresh after the first round (within the read's own deadline); when that
         fails (the deadline is near, the daemons asked are down), the location known
         serves, so the read ends with its replicas' answers, not with Locate's error."""
-        with self._lock:
-            known = self._locations.get(job)
+        known = self._locations.get(job)
         if known is not None and left <= 0:
             return known
         try:
@@ -171,8 +171,7 @@ class RoutedClient(EpochStateClient):
         """Daemons to ask about anything: the targets, then the known replicas of ``job``;
         those that failed lately last."""
         addresses = list(self.targets)
-        with self._lock:
-            location = None if job is None else self._locations.get(job)
+        location = None if job is None else self._locations.get(job)
         if location is not None:
             addresses += [r.address for s in location.shards for r in s.replicas if r.address]
         unique = list(dict.fromkeys(addresses))
@@ -213,22 +212,25 @@ class RoutedClient(EpochStateClient):
         timeout: float | None,
         *,
         waits: bool,
+        located: Location | None = None,
     ) -> A:
         """``send`` to a serving replica of shard ``shard`` of ``job``: first those known to
-        hold the epoch ``chosen`` asks for (by their replica znodes or their own answers)."""
+        hold the epoch ``chosen`` asks for (by their replica znodes or their own answers).
+        ``located``: the location the read was routed by, which the first round uses."""
         wanted = self._wanted(job, chosen)
 
         def candidates(round_: int, left: float) -> list[str]:
-            location = self._location_for(job, round_, left)
+            location = located if round_ == 0 and located else self._location_for(job, round_, left)
             shards = location.shards
             replicas = shards[shard].replicas if shard < len(shards) else ()
             return [r.address for r in self._replicas.order(replicas, wanted)]
 
         def attempt(address: str, seconds: float) -> A:
             answer = send(self._replicas.stub(address), seconds)
-            with self._lock:
-                known = self._held.get((job, address), -1)
-                self._held[(job, address)] = max(known, answer.epoch)
+            if answer.epoch > self._held.get((job, address), -1):
+                with self._lock:
+                    known = self._held.get((job, address), -1)
+                    self._held = {**self._held, (job, address): max(known, answer.epoch)}
             return answer
 
         return self._failover(candidates, attempt, timeout, waits=waits)
@@ -277,31 +279,31 @@ class RoutedClient(EpochStateClient):
         it moves on to another)."""
         if request.WhichOneof("kind") != "latest":
             return request, False
-        with self._lock:
-            seen = self._newest.get(job)
-            location = self._locations.get(job)
+        seen = self._newest.get(job)
+        location = self._locations.get(job)
         if seen is None or (location is not None and location.query_id and location.query_id != seen[0]):
             return request, False
         return pb.EpochSelector(at_least=seen[1]), True
 
     def _saw(self, job: str, query_id: str, epoch: int) -> None:
+        if self._newest.get(job) == (query_id, epoch):  # most reads: nothing new
+            return
         with self._lock:
             seen = self._newest.get(job)
             if seen is None or seen[0] != query_id or epoch > seen[1]:  # another query: its own epochs
-                self._newest[job] = (query_id, epoch)
+                self._newest = {**self._newest, job: (query_id, epoch)}
 
     def newest_seen(self, job: str) -> int | None:
         """The newest epoch of ``job`` this client was answered with (None: none yet)."""
-        with self._lock:
-            seen = self._newest.get(job)
+        seen = self._newest.get(job)
         return None if seen is None else seen[1]
 
     def _wanted(self, job: str, request: pb.EpochSelector) -> Callable[[Replica], bool]:
         kind = request.WhichOneof("kind")
+        held = self._held
 
         def newest(replica: Replica) -> int:
-            with self._lock:
-                return max(replica.newest_epoch, self._held.get((job, replica.address), -1))
+            return max(replica.newest_epoch, held.get((job, replica.address), -1))
 
         if kind == "exact":
             return lambda r: r.oldest_epoch <= request.exact <= newest(r)
@@ -324,7 +326,37 @@ class RoutedClient(EpochStateClient):
         self, job: str, key: Any, *, options: ReadOptions | None = None, **read: Unpack[ReadKeywords]
     ) -> Lookup:
         """:meth:`EpochStateClient.get`, sent to a replica of the key's partition."""
-        return self.multi_get(job, [key], options=ReadOptions.of(options, read))[0]
+        o = ReadOptions.of(options, read)
+        location = self.locate(job)
+        routed_at = o.exact
+        if not location.single or (routed_at is not None and routed_at > location.newest_epoch):
+            return self.multi_get(job, [key], options=o)[0]
+        # One shard holds every partition: whatever epoch answers, the key was routed right,
+        # so the read is one Get to one of its replicas (the common case, kept lean).
+        schema = self._store(job, o.operator_id, o.store, o.query_id)
+        requested, derived = self._monotonic(job, o.selector())
+        # ``latest`` made ``at_least`` (derived) sends its own selector.
+        request = pb.GetRequest(store=o.store_ref(job), epoch=requested) if derived else o.get_request(job)
+        to_row(key, schema.at(routed_at).key, into=request.key)
+        try:
+            response = self._route(
+                job,
+                0,
+                requested,
+                functools.partial(_get, request),
+                o.timeout,
+                waits=self._waits(requested) and not derived,
+                located=location,
+            )
+        except PartitionNotHeld:
+            if routed_at is not None:
+                raise
+            return self.multi_get(job, [key], options=o)[0]  # the shards moved: routed afresh
+        self._saw(job, response.query_id, response.epoch)
+        at = self._answered(job, o.operator_id, o.store, schema, response.query_id, response).at(
+            response.epoch
+        )
+        return _lookup(response.epoch, response.record, at, response.query_id)
 
     def multi_get(
         self,
@@ -440,6 +472,7 @@ class RoutedClient(EpochStateClient):
                 functools.partial(_multi_get, request),
                 left,
                 waits=self._waits(chosen) and not (derived and pin is None),
+                located=location,
             )
             if pin is None:
                 pin = _Pin(response.epoch, response.query_id, response)
@@ -690,6 +723,10 @@ def _multi_get(
     request: pb.MultiGetRequest, stub: pb_grpc.EpochStateStub, seconds: float
 ) -> pb.MultiGetResponse:
     return stub.MultiGet(request, timeout=seconds)
+
+
+def _get(request: pb.GetRequest, stub: pb_grpc.EpochStateStub, seconds: float) -> pb.GetResponse:
+    return stub.Get(request, timeout=seconds)
 
 
 def routed(

@@ -140,18 +140,23 @@ class Replicas:
         self._connections = connections
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
+        # Like ``_failed`` below: replaced whole under the lock, read without it.
         self._stubs: dict[str, pb_grpc.EpochStateStub] = {}
         self._routing: dict[str, pb_grpc.RoutingStub] = {}
+        # Address -> when it failed: a dict never changed once published, replaced whole
+        # under the lock, so that every read (one per routed call) takes no lock.
         self._failed: dict[str, float] = {}
         self._random = random.Random()
 
     def stub(self, address: str) -> pb_grpc.EpochStateStub:
-        with self._lock:
-            stub = self._stubs.get(address)
-            if stub is None:
-                channel = self._channel(address)
-                stub = self._stubs[address] = pb_grpc.EpochStateStub(channel)
-            return stub
+        stub = self._stubs.get(address)
+        if stub is None:
+            with self._lock:
+                stub = self._stubs.get(address)
+                if stub is None:
+                    stub = pb_grpc.EpochStateStub(self._channel(address))
+                    self._stubs = {**self._stubs, address: stub}
+        return stub
 
     def routing(self, address: str) -> pb_grpc.RoutingStub:
         with self._lock:
@@ -170,15 +175,16 @@ class Replicas:
     def failed(self, address: str) -> None:
         """``address`` failed a call (unreachable): try it after the others for a while."""
         with self._lock:
-            self._failed[address] = time.monotonic()
+            self._failed = {**self._failed, address: time.monotonic()}
 
     def answered(self, address: str) -> None:
+        if address not in self._failed:  # the common case: nothing to publish
+            return
         with self._lock:
-            self._failed.pop(address, None)
+            self._failed = {a: t for a, t in self._failed.items() if a != address}
 
     def suspect(self, address: str) -> bool:
-        with self._lock:
-            since = self._failed.get(address)
+        since = self._failed.get(address)
         return since is not None and time.monotonic() - since < SUSPECT_SECONDS
 
     def order(self, replicas: tuple[Replica, ...], wanted: Callable[[Replica], bool]) -> list[Replica]:
@@ -186,14 +192,18 @@ class Replicas:
         order, which spreads the load), then the serving ones, then suspects; never a
         replica that is not serving."""
         serving = [r for r in replicas if r.serving and r.address]
+        if len(serving) < 2:
+            return serving
         self._random.shuffle(serving)
+        if not self._failed:
+            return sorted(serving, key=lambda r: not wanted(r))
         return sorted(serving, key=lambda r: (self.suspect(r.address), not wanted(r)))
 
     def close(self) -> None:
         with self._lock:
             channels = list(self._channels.values())
             self._channels.clear()
-            self._stubs.clear()
+            self._stubs = {}
             self._routing.clear()
         for channel in channels:
             channel.close()

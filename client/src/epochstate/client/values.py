@@ -78,11 +78,21 @@ def to_value(value: Any, t: SparkType) -> pb.Value:
     return pb.Value(string=str(value))
 
 
-def to_row(value: Any, schema: StructType, *, partial: bool = False) -> pb.Row:
-    """A Row for a struct given as a sequence (by position) or mapping (by name)."""
+def to_row(value: Any, schema: StructType, *, partial: bool = False, into: pb.Row | None = None) -> pb.Row:
+    """A Row for a struct given as a sequence (by position) or mapping (by name); with
+    ``into``, its fields are added to that (empty) Row, a request's own, and it is returned."""
+    row = pb.Row() if into is None else into
     fields = schema.fields
     if value.__class__ in (list, tuple) and len(value) <= len(fields):  # no ABC checks
-        return pb.Row(fields=[to_value(v, f.type) for v, f in zip(value, fields, strict=False)])
+        # Added in place: a Row made from a list of Values copies each of them.
+        add, append = row.fields.add, row.fields.append
+        for v, f in zip(value, fields, strict=False):
+            plain = _PLAIN_TO.get(v.__class__)
+            if plain is not None and f.type.__class__ is AtomicType:
+                add(**{plain: v})
+            else:
+                append(to_value(v, f.type))
+        return row
     if isinstance(value, Mapping):
         unknown = set(value) - set(schema.names)
         if unknown:
@@ -93,13 +103,14 @@ def to_row(value: Any, schema: StructType, *, partial: bool = False) -> pb.Row:
         values = list(value)
     else:
         values = [value]  # a single-field key given bare
-    return pb.Row(
-        fields=[to_value(v, f.type) for v, f in zip(values, schema.fields, strict=False)]
+    row.fields.extend(
+        [to_value(v, f.type) for v, f in zip(values, schema.fields, strict=False)]
         + [
             pb.Value(string=str(v))
             for v in values[len(schema.fields) :]  # too many: let the daemon say so
         ]
     )
+    return row
 
 
 # Python types sent as the Value kind of the same name, and Value kinds read back as
@@ -144,7 +155,10 @@ def from_row(row: pb.Row, schema: StructType) -> Struct:
     agrees on the schema) are kept, under the name ``""``."""
     given = row.fields
     fields = schema.fields
-    values = [from_value(v, f.type) for f, v in zip(fields, given, strict=False)]
+    values = []
+    for f, v in zip(fields, given, strict=False):
+        kind = v.WhichOneof("kind")  # the plain kinds here, saving a call per value
+        values.append(getattr(v, kind) if kind in _PLAIN_FROM else from_value(v, f.type))
     if len(given) == len(fields):
         return Struct.of_names(_names_of(schema), values)
     names = [f.name for f in fields[: len(given)]]

@@ -48,6 +48,10 @@ class RegistryView:
         queries its recreated checkpoint held before), or None if not registered."""
         return self._record(self.layout.job(job))
 
+    def alias(self, name: str) -> JsonObject | None:
+        """The record of alias ``name`` (a logical job name), or None if there is none."""
+        return self._record(self.layout.alias(name))
+
     def list_epochs(self, job: str) -> list[int]:
         """The registered (committed, not yet retired) epochs of ``job``, ascending."""
         names = self._children(self.layout.epochs(job))

@@ -112,6 +112,14 @@ class RoutingService:
         assigned = None if assignment is None else assignment.jobs.get(job)
         if record is None and assigned is None:
             if entry is None:
+                if view.alias(job) is not None:
+                    # Each epoch of an alias is answered by one of its jobs, each with shards
+                    # and replicas of its own: no one location routes its reads.
+                    raise BadRequest(
+                        f"{job!r} is an alias, which Locate does not resolve: read it through a "
+                        "daemon that follows its jobs (EpochStateClient), or route reads of its jobs",
+                        metadata={"alias": job},
+                    )
                 raise JobNotFound(f"no daemon registered job {job!r}", metadata={"job": job})
             return self._itself(entry)
         # A group job none of whose replicas registered it yet: its shards, nobody serving.
