@@ -232,13 +232,14 @@ ATOMIC_VALUE = struct(
     ("at", "timestamp"),
     ("ntz", "timestamp_ntz"),
     ("n", "integer"),
+    ("none", "void"),
 )
 ATOMIC = StoreSchema(0, "agg", "default", 3, ATOMIC_KEY, ATOMIC_VALUE)
 
 
 def atomic_changes(count: int) -> list[pb.Change]:
-    """Changes of :data:`ATOMIC` (fields of every atomic kind, some repeated): defaults
-    (0, "", False, b""), deletes, partition 0 (which is not on the wire)."""
+    """Changes of :data:`ATOMIC` (fields of every atomic kind, some repeated, and a void
+    one): defaults (0, "", False, b""), deletes, partition 0 (which is not on the wire)."""
     out = []
     for i in range(count):
         zero = i % 3 == 0
@@ -257,6 +258,7 @@ def atomic_changes(count: int) -> list[pb.Change]:
             dt.datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC) + dt.timedelta(days=i),
             dt.datetime(2024, 2, 29, 12, 0, 0, 1) - dt.timedelta(hours=i),
             i - 5,
+            None,
         )
         record = pb.Record(key=key, value=to_row(value, ATOMIC_VALUE), found=True, partition=i % 3)
         out.append(pb.Change(type=pb.Change.UPSERT, record=record))

@@ -14,12 +14,13 @@ is that column. The other reading, :data:`_PARTITIONS`, gives each change's part
 
 The columns are trusted only when the counts prove them: every change has a type,
 each key (and each upsert's value) has exactly one value of its field's kind per
-field and nothing else (no null, no nested or unknown value); else :func:`columns`
-returns None and the caller decodes the message as declared. Counts cannot tell
-which row a value came from: a row's fields of different kinds are placed by the
-schema's order, and the values by the changes' types (a delete's record has no value).
-That is how the daemon writes them (``epochstate.daemon.codec.wire`` writes every
-value in its type's kind; a removed key's record is cleared of its value).
+field and nothing else (no null but in a ``void`` field, no nested or unknown
+value); else :meth:`MergedChanges.columns` returns None and the caller decodes the
+message as declared. Counts cannot tell which row a value came from: a row's
+fields of different kinds are placed by the schema's order, and the values by the
+changes' types (a delete's record has no value). That is how the daemon writes them
+(``epochstate.daemon.codec.wire`` writes every value in its type's kind; a removed
+key's record is cleared of its value).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ _UPSERT = pb.Change.Type.UPSERT
 _DELETE = pb.Change.Type.DELETE
 _KIND_NAMES = {_UPSERT: "upsert", _DELETE: "delete"}
 _PARTITION = attrgetter("record.partition")
+_NULL = "null"
 # The field MergedChanges.header leaves out.
 _HEADLESS = ("changes",)
 
@@ -168,9 +170,14 @@ def _kinds(row: StructType) -> list[str] | None:
     """The ``Value`` kind each field of ``row`` is sent in; None when one is not atomic."""
     out = []
     for f in row.fields:
-        if not isinstance(f.type, AtomicType) or f.type.name not in KINDS:
+        if not isinstance(f.type, AtomicType):
             return None
-        out.append(KINDS[f.type.name][0])
+        if f.type.name == _NULL:
+            out.append(_NULL)  # a void field's every value is a null
+        elif f.type.name in KINDS:
+            out.append(KINDS[f.type.name][0])
+        else:
+            return None
     return out
 
 
@@ -186,7 +193,10 @@ def _fields(values: Message, kinds: list[str], rows: int) -> list[list[Any]] | N
     out = []
     for kind in kinds:
         i = seen[kind] = seen.get(kind, -1) + 1
-        out.append(lists[kind] if width[kind] == 1 else lists[kind][i :: width[kind]])
+        if kind == _NULL:
+            out.append([None] * rows)
+        else:
+            out.append(lists[kind] if width[kind] == 1 else lists[kind][i :: width[kind]])
     return out
 
 
