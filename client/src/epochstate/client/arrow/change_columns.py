@@ -168,7 +168,7 @@ def _columns(merged: Any, data: bytes, store: StoreSchema, schema: pa.Schema) ->
 
 def _kinds(row: StructType) -> list[str] | None:
     """The ``Value`` kind each field of ``row`` is sent in; None when one is not atomic."""
-    out = []
+    out: list[str] = []
     for f in row.fields:
         if not isinstance(f.type, AtomicType):
             return None
