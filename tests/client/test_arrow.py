@@ -5,6 +5,7 @@ and the error when pyarrow is missing."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import subprocess
 import sys
 import textwrap
@@ -23,7 +24,9 @@ from epochstate.client.arrow import (
     state_batch,
     state_schema,
 )
-from epochstate.client.arrow.batches import wire_changes_batch
+from epochstate.client.arrow.batches import wire_change_arrays, wire_changes_batch
+from epochstate.client.arrow.change_columns import MergedChanges
+from epochstate.client.arrow.changes import epoch_batches
 from epochstate.client.client import Lookup, StoreSchema
 from epochstate.client.values import from_row, to_row
 from epochstate.core.sparktypes import StructType, parse_struct, parse_type
@@ -215,6 +218,107 @@ def test_changes_batch_has_epoch_and_change_type_and_a_null_value_for_deletes() 
     ]
     assert any(c.type == pb.Change.DELETE for c in wire)
     assert wire_changes_batch(4, wire, STORE).equals(changes_batch(epoch, STORE))
+
+
+ATOMIC_KEY = struct(("user", "string"), ("day", "date"))
+ATOMIC_VALUE = struct(
+    ("count", "long"),
+    ("sum", "double"),
+    ("count", "long"),
+    ("small", "byte"),
+    ("f", "float"),
+    ("ok", "boolean"),
+    ("bin", "binary"),
+    ("at", "timestamp"),
+    ("ntz", "timestamp_ntz"),
+    ("n", "integer"),
+    ("none", "void"),
+)
+ATOMIC = StoreSchema(0, "agg", "default", 3, ATOMIC_KEY, ATOMIC_VALUE)
+
+
+def atomic_changes(count: int) -> list[pb.Change]:
+    """Changes of :data:`ATOMIC` (fields of every atomic kind, some repeated, and a void
+    one): defaults (0, "", False, b""), deletes, partition 0 (which is not on the wire)."""
+    out = []
+    for i in range(count):
+        zero = i % 3 == 0
+        key = to_row(("" if zero else f"u{i}", dt.date(2024, 1, 1) + dt.timedelta(days=i)), ATOMIC_KEY)
+        if i % 4 == 3:
+            out.append(pb.Change(type=pb.Change.DELETE, record=pb.Record(key=key, partition=i % 3)))
+            continue
+        value = (
+            0 if zero else i,
+            0.0 if zero else i * 1.5,
+            -i,
+            0 if zero else -(i % 100),
+            0.0 if zero else i * 0.25,
+            not zero,
+            b"" if zero else bytes(range(i % 5)),
+            dt.datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC) + dt.timedelta(days=i),
+            dt.datetime(2024, 2, 29, 12, 0, 0, 1) - dt.timedelta(hours=i),
+            i - 5,
+            None,
+        )
+        record = pb.Record(key=key, value=to_row(value, ATOMIC_VALUE), found=True, partition=i % 3)
+        out.append(pb.Change(type=pb.Change.UPSERT, record=record))
+    return out
+
+
+def stream(epoch: int, changes: list[pb.Change], per_message: int) -> list[bytes]:
+    """The messages of one epoch of a Changes stream, serialized: ``per_message`` changes
+    each, then the marker."""
+    chunks = [changes[i : i + per_message] for i in range(0, len(changes), per_message)]
+    messages = [pb.ChangesResponse(epoch=epoch, changes=c, query_id="q", shape_first_epoch=0) for c in chunks]
+    messages.append(pb.ChangesResponse(epoch=epoch, epoch_complete=True, query_id="q", committed_at_ms=9))
+    return [m.SerializeToString() for m in messages]
+
+
+def test_the_columns_read_merged_from_a_messages_bytes_are_the_columns_of_its_changes() -> None:
+    changes = atomic_changes(40)
+    assert {c.record.partition for c in changes} == {0, 1, 2}
+    assert pb.Change.DELETE in {c.type for c in changes}
+    data = stream(4, changes, 40)[0]
+    merged = MergedChanges(data)
+    assert merged.header == pb.ChangesResponse(epoch=4, query_id="q", shape_first_epoch=0)
+    schema = changes_schema(ATOMIC)
+    read = merged.columns(ATOMIC, schema)
+    assert read is not None
+    declared = wire_change_arrays(changes, ATOMIC, schema)
+    for got, expected in zip(read, declared, strict=True):
+        assert got.equals(expected)
+    # An epoch in several messages is one batch, the same as from the parsed messages.
+    sent = stream(4, changes, 15) + stream(5, changes[:3], 15)
+    batches = list(epoch_batches(sent, lambda _: ATOMIC))
+    assert [b.num_rows for b in batches] == [40, 3]
+    parsed = [pb.ChangesResponse.FromString(m) for m in sent]
+    assert batches == list(epoch_batches(parsed, lambda _: ATOMIC))
+    assert batches[0].equals(wire_changes_batch(4, changes, ATOMIC))
+    assert batches[0].schema.metadata == {b"epochstate.epoch": b"4", b"epochstate.query_id": b"q"}
+
+
+def test_a_message_whose_counts_do_not_prove_its_columns_is_read_as_declared() -> None:
+    schema = changes_schema(ATOMIC)
+    nulls = atomic_changes(8)
+    nulls[1].record.value.fields[2].CopyFrom(pb.Value(null=True))
+    # A double sent as an int (decoded whole as declared): the kinds' counts are off by one.
+    other_kind = atomic_changes(8)
+    other_kind[1].record.value.fields[1].CopyFrom(pb.Value(int=3))
+    no_type = atomic_changes(8)
+    no_type[2].ClearField("type")
+    nested = [
+        pb.Change(type=pb.Change.UPSERT, record=r) if r.found else pb.Change(type=pb.Change.DELETE, record=r)
+        for r in records(12)
+    ]
+    for changes, store in ((nulls, ATOMIC), (other_kind, ATOMIC), (no_type, ATOMIC), (nested, STORE)):
+        sent = stream(2, changes, 5)
+        assert MergedChanges(sent[0]).columns(store, changes_schema(store)) is None
+        parsed = [pb.ChangesResponse.FromString(m) for m in sent]
+        shape = functools.partial(lambda s, _: s, store)
+        assert list(epoch_batches(sent, shape)) == list(epoch_batches(parsed, shape))
+    (batch,) = epoch_batches(stream(2, other_kind, 8), lambda _: ATOMIC)
+    assert batch.column("value").field(1).to_pylist()[1] == 3.0
+    assert wire_change_arrays(nulls, ATOMIC, schema).value.field(2).to_pylist()[1] is None
 
 
 BLOCK_PYARROW = """

@@ -21,6 +21,8 @@ import grpc
 import pytest
 
 from epochstate.client import EpochStateClient
+from epochstate.client.arrow import changes_batches_of
+from epochstate.client.arrow.changes import epoch_batches
 from epochstate.client.errors import (
     DeadlineExceeded,
     EpochRetired,
@@ -205,6 +207,26 @@ def test_changes_come_epoch_by_epoch_complete_in_key_order_and_resume_at_any_epo
     assert [m.epoch for m in messages if m.epoch_complete] == list(range(6))
     assert all(not m.changes for m in messages if m.epoch_complete)
     assert [m.epoch for m in messages] == sorted(m.epoch for m in messages)
+
+
+def test_changes_as_arrow_read_from_the_streams_bytes_equal_the_messages_read_as_declared(
+    served: Served,
+) -> None:
+    """changes_batches_of reads each message's columns from its bytes (merged): the same
+    batches as from the messages parsed as declared, one per epoch that changed something."""
+    client = served.client
+    batches = list(changes_batches_of(client, JOB, from_epoch=0, to_epoch=5, page_size=1))
+    request = pb.ChangesRequest(store=pb.StoreRef(job=JOB), from_epoch=0, to_epoch=5, limit=1)
+    store = client.describe(JOB).store()
+    assert batches == list(epoch_batches(client.stub.Changes(request, timeout=5), lambda _: store))
+    assert [int(b.schema.metadata[b"epochstate.epoch"]) for b in batches] == [0, 1, 2, 4, 5]
+    for batch in batches:
+        epoch = batch.column("epoch")[0].as_py()
+        users = [k["user"] for k in batch.column("key").to_pylist()]
+        counts = [v and v["count"] for v in batch.column("value").to_pylist()]
+        kinds = batch.column("change_type").to_pylist()
+        assert list(zip(users, kinds, counts, strict=True)) == expected_changes(epoch)
+        assert batch.column("partition_id").to_pylist() == [partition_of([u], KEY, PARTITIONS) for u in users]
 
 
 def test_a_followed_feed_sends_each_new_epoch_as_it_becomes_queryable(served: Served) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from operator import attrgetter
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
@@ -92,12 +92,27 @@ def changes_batch(
     )
 
 
+class ChangeArrays(NamedTuple):
+    """The columns of some changes of one epoch but its ``epoch`` (see :func:`changes_batch`)."""
+
+    change_type: pa.Array
+    key: pa.StructArray
+    value: pa.StructArray
+    partition: pa.Array
+
+
 def wire_changes_batch(
     epoch: int, changes: Sequence[pb.Change], store: StoreSchema, schema: pa.Schema | None = None
 ) -> pa.RecordBatch:
     """:func:`changes_batch` of ``changes``, the ``Change`` messages of one epoch as a
     Changes stream sends them, read column by column (no object made per change)."""
     schema = schema or changes_schema(store)
+    return epoch_changes_batch(epoch, [wire_change_arrays(changes, store, schema)], schema)
+
+
+def wire_change_arrays(changes: Sequence[pb.Change], store: StoreSchema, schema: pa.Schema) -> ChangeArrays:
+    """The columns of ``changes`` (``Change`` messages) of ``store``; ``schema``:
+    :func:`changes_schema` of it."""
     keys: list[Sequence[pb.Value]] = []
     values: list[Sequence[pb.Value]] = []
     partitions: list[int] = []
@@ -110,18 +125,25 @@ def wire_changes_batch(
         keys.append(record.key.fields)
         values.append(() if removed else record.value.fields)
         partitions.append(record.partition)
-    key = struct_column(keys, store.key, schema.field("key").type)
-    value = struct_column(values, store.value, schema.field("value").type, deleted)
+    return ChangeArrays(
+        # Not pyarrow.compute's if_else: importing it costs a client process 0.1 s.
+        pa.array([_KIND[d] for d in deleted], type=pa.string()),
+        struct_column(keys, store.key, schema.field("key").type),
+        struct_column(values, store.value, schema.field("value").type, deleted),
+        pa.array(partitions, type=pa.int32()),
+    )
+
+
+def epoch_changes_batch(epoch: int, parts: Sequence[ChangeArrays], schema: pa.Schema) -> pa.RecordBatch:
+    """The batch of the changes of ``epoch`` whose columns ``parts`` hold, in order."""
+    whole = (
+        parts[0]
+        if len(parts) == 1
+        else ChangeArrays(*[pa.concat_arrays(list(c)) for c in zip(*parts, strict=True)])
+    )
+    rows = len(whole.partition)
     return pa.RecordBatch.from_arrays(
-        [
-            pa.repeat(pa.scalar(epoch, type=pa.int64()), len(keys)),
-            # Not pyarrow.compute's if_else: importing it costs a client process 0.1 s.
-            pa.array([_KIND[d] for d in deleted], type=pa.string()),
-            key,
-            value,
-            pa.array(partitions, type=pa.int32()),
-        ],
-        schema=schema,
+        [pa.repeat(pa.scalar(epoch, type=pa.int64()), rows), *whole], schema=schema
     )
 
 

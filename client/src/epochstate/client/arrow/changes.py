@@ -2,8 +2,9 @@
 
 The columns are :func:`~epochstate.client.arrow.types.changes_schema`'s: ``epoch``,
 ``change_type`` (``upsert`` or ``delete``), then ``key``, ``value`` (null for a
-delete) and ``partition_id``, as Spark's ``readChangeFeed`` has them. The records
-are turned into columns straight from the wire messages, as a Scan's are.
+delete) and ``partition_id``, as Spark's ``readChangeFeed`` has them. The columns
+of a message are read from its bytes in one parse where its counts prove them
+(:mod:`.change_columns`), else from its records as a Scan's are.
 """
 
 from __future__ import annotations
@@ -13,13 +14,21 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 import grpc
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from epochstate.client.arrow.batches import wire_changes_batch, with_epoch
+from epochstate.client.arrow.batches import (
+    ChangeArrays,
+    epoch_changes_batch,
+    wire_change_arrays,
+    with_epoch,
+)
+from epochstate.client.arrow.change_columns import MergedChanges
 from epochstate.client.arrow.types import changes_schema
 from epochstate.client.client import EpochStateClient, StoreSchema
 from epochstate.client.errors import from_rpc_error
 from epochstate.client.over_time import changes_request
 from epochstate.client.read_ahead import ReadAhead
 from epochstate.v1 import epochstate_pb2 as pb
+
+_CHANGES = f"/{pb.DESCRIPTOR.services_by_name['EpochState'].full_name}/Changes"
 
 
 def changes_batches_of(
@@ -62,12 +71,14 @@ def changes_batches_of(
         schema = client._answered(job, operator_id, store, schema, message.query_id, message)
         return schema.at(message.epoch)
 
-    stream = client.stub.Changes(request, timeout=timeout)
+    # The messages as bytes: epoch_batches reads their columns without the declared parse.
+    call = client._channel.unary_stream(
+        _CHANGES, request_serializer=pb.ChangesRequest.SerializeToString, response_deserializer=None
+    )
+    stream = call(request, timeout=timeout)
     # Over the network the stream is read ahead: the daemon makes the next messages while
     # this thread builds batches (in process, the daemon's work is this thread's anyway).
-    messages: Iterable[pb.ChangesResponse] = (
-        ReadAhead[pb.ChangesResponse](stream) if isinstance(stream, grpc.Call) else stream
-    )
+    messages: Iterable[bytes] = ReadAhead[bytes](stream) if isinstance(stream, grpc.Call) else stream
     try:
         yield from epoch_batches(messages, shape)
     except grpc.RpcError as error:
@@ -79,20 +90,32 @@ def changes_batches_of(
 
 
 def epoch_batches(
-    messages: Iterable[pb.ChangesResponse], shape: Callable[[pb.ChangesResponse], StoreSchema]
+    messages: Iterable[bytes | pb.ChangesResponse], shape: Callable[[pb.ChangesResponse], StoreSchema]
 ) -> Iterator[pa.RecordBatch]:
-    """The messages of a Changes stream as one record batch per epoch that changed
-    something, each yielded once its end-of-epoch marker came. ``shape(message)``: the
-    store's shape a message's records are in."""
-    pending: list[pb.Change] = []
-    store: StoreSchema | None = None
-    for message in messages:
+    """The messages of a Changes stream (serialized, or parsed) as one record batch per
+    epoch that changed something, each yielded once its end-of-epoch marker came.
+    ``shape(message)``: the store's shape a message's records are in (given the message
+    without its changes, for a serialized one)."""
+    parts: list[ChangeArrays] = []
+    schema: pa.Schema | None = None
+    for item in messages:
+        merged: MergedChanges | None = None
+        if isinstance(item, bytes):
+            merged = MergedChanges(item)
+            message = merged.header
+        else:
+            message = item
         if not message.epoch_complete:
             store = shape(message)
-            pending.extend(message.changes)
+            schema = changes_schema(store)
+            read = None if merged is None else merged.columns(store, schema)
+            if read is None:
+                parsed = message if merged is None else pb.ChangesResponse.FromString(merged.data)
+                read = wire_change_arrays(parsed.changes, store, schema)
+            parts.append(read)
             continue
-        if pending:
-            assert store is not None
-            columns = with_epoch(changes_schema(store), message.epoch, message.query_id)
-            yield wire_changes_batch(message.epoch, pending, store, columns)
-        pending, store = [], None
+        if parts:
+            assert schema is not None
+            columns_of = with_epoch(schema, message.epoch, message.query_id)
+            yield epoch_changes_batch(message.epoch, parts, columns_of)
+        parts = []

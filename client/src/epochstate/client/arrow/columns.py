@@ -24,7 +24,7 @@ from epochstate.core.sparktypes import ArrayType, AtomicType, DecimalType, MapTy
 from epochstate.v1 import epochstate_pb2 as pb
 
 # The Value field each atomic Spark type is sent in, and that field's default.
-_KINDS: dict[str, tuple[str, Any]] = {
+KINDS: dict[str, tuple[str, Any]] = {
     "boolean": ("bool", False),
     "byte": ("int", 0),
     "short": ("int", 0),
@@ -47,7 +47,7 @@ def column(values: Sequence[pb.Value], t: SparkType, arrow: pa.DataType) -> pa.A
     if isinstance(t, AtomicType):
         if t.name == "null":
             return pa.nulls(len(values), arrow)
-        kind, default = _KINDS[t.name]
+        kind, default = KINDS[t.name]
         return pa.array(_read(values, kind, default, t), type=arrow)
     if isinstance(t, DecimalType):
         return _decimals(values, t, arrow)
@@ -85,7 +85,7 @@ def struct_column(
     absent value). A row with fewer fields than the schema reads as nulls beyond them."""
     width = len(t.fields)
     if width == 0:
-        return pa.array([{}] * len(rows), type=arrow, mask=_mask(mask))
+        return struct_of([], arrow, len(rows), mask)
     if rows and min(map(len, rows)) < width:
         if empty_is_null:
             empty = [len(r) == 0 for r in rows]
@@ -94,17 +94,27 @@ def struct_column(
     # One pass per field: transposing with zip(*rows) costs more than all of them.
     children = [
         _atomic(rows, i, f.type, arrow.field(i).type)
-        if isinstance(f.type, AtomicType) and f.type.name in _KINDS
+        if isinstance(f.type, AtomicType) and f.type.name in KINDS
         else column(list(map(itemgetter(i), rows)), f.type, arrow.field(i).type)
         for i, f in enumerate(t.fields)
     ]
+    return struct_of(children, arrow, len(rows), mask)
+
+
+def struct_of(
+    children: Sequence[pa.Array], arrow: pa.StructType, length: int, mask: Sequence[bool] | None = None
+) -> pa.StructArray:
+    """The struct array of ``length`` rows whose fields are ``children`` (one array per
+    field of ``arrow``), null where ``mask`` is True."""
+    if not children:
+        return pa.array([{}] * length, type=arrow, mask=_mask(mask))
     return pa.StructArray.from_arrays(children, fields=list(arrow), mask=_mask(mask))
 
 
 def _atomic(rows: Sequence[Sequence[pb.Value]], index: int, t: AtomicType, arrow: pa.DataType) -> pa.Array:
     """The column of field ``index`` of ``rows``, of atomic type ``t``: read straight from
     the rows (no list of the field's Values in between)."""
-    kind, default = _KINDS[t.name]
+    kind, default = KINDS[t.name]
     out = list(map(attrgetter(kind), map(itemgetter(index), rows)))
     defaults = [i for i, x in enumerate(out) if x == default]
     if defaults:

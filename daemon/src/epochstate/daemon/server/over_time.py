@@ -154,6 +154,13 @@ def history_response(
     return response
 
 
+def _frame(kind: bytes, length: int) -> bytes:
+    """What precedes a record of ``length`` bytes in a ChangesResponse: the tag and length
+    of its Change (field 2), the change's ``kind`` and its record's tag, the record's length."""
+    record_length = varint(length)
+    return b"\x12" + varint(len(kind) + len(record_length) + length) + kind + record_length
+
+
 def epoch_messages(
     epoch: int,
     changed: list[history.ChangedKey],
@@ -171,17 +178,21 @@ def epoch_messages(
     head = b"\x08" + int64(epoch) if epoch else b""
     parts = [head]
     count = size = 0
+    # An upsert's framing depends on its record's length only: made once per length.
+    upserts: dict[int, bytes] = {}
     for change in changed:
-        if change.payload is not None:
-            record = change.payload
-            kind = _UPSERT
-            size += len(record)
+        record = change.payload
+        if record is not None:
+            length = len(record)
+            frame = upserts.get(length)
+            if frame is None:
+                frame = upserts[length] = _frame(_UPSERT, length)
+            size += length
         else:
             record = _deleted_record(change.before, change.encoded_key, schema).SerializeToString()
-            kind = _DELETE
+            frame = _frame(_DELETE, len(record))
             size += len(change.encoded_key)
-        parts += (b"\x12", varint(len(kind) + len(varint(len(record))) + len(record)), kind)
-        parts += (varint(len(record)), record)
+        parts += (frame, record)
         count += 1
         if count >= limit or size >= MESSAGE_BYTES:
             yield b"".join((*parts, tail))

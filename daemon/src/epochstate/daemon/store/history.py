@@ -121,6 +121,8 @@ def _indexed(view: StoreView, store_id: int, epoch: int) -> list[ChangedKey] | N
     tombstone = layout.TOMBSTONE
     out: list[ChangedKey] = []
     append = out.append
+    # ChangedKey(...) runs a Python function per key; tuple's own constructor does not.
+    changed = tuple.__new__
     # Three calls into RocksDB per upsert (each costs about as much as the seek); a
     # removal reads the version it superseded too (the partition the key was in).
     for encoded in keys:
@@ -133,7 +135,7 @@ def _indexed(view: StoreView, store_id: int, epoch: int) -> list[ChangedKey] | N
             )
         raw = value()
         if raw[:1] != tombstone:
-            append(ChangedKey(encoded, raw[1:], None))
+            append(changed(ChangedKey, (encoded, raw[1:], None)))
             continue
         step()
         older = key()
