@@ -7,8 +7,11 @@ processes P starts a daemon with ``--serve-processes P`` and the echo server of
 bench/echo_server.py with ``--processes P`` (each P processes sharing one TCP
 port), and for each number of callers measures, in the same rounds:
 
-- ``echo``: the bare gRPC echo (the floor for any Python gRPC call), called with the
-  bytes of a Get request;
+- ``echo``: the bare gRPC echo on a thread pool, the daemon's server model (the floor
+  for any Python gRPC call the daemon serves), called with the bytes of a Get request;
+  the targets compare the daemon with it;
+- ``echo, asyncio``: the same echo served by ``grpc.aio`` on one event loop per process,
+  the floor of that other server model;
 - ``Get``: the daemon's Get of a random key pinned to one epoch, the same bytes in
   and the daemon's response out (no client-side decoding, like the echo);
 - ``Get, shared``: the same Gets, the callers of each client process sharing one
@@ -198,6 +201,7 @@ def main() -> None:
         daemon.start()
         echo: subprocess.Popen[str] | None = None
         pooled: subprocess.Popen[str] | None = None
+        looped: subprocess.Popen[str] | None = None
         try:
             with EpochStateClient(daemon.target, timeout=120) as client:
                 client.wait_for("bench", 1, timeout=120)
@@ -209,12 +213,17 @@ def main() -> None:
                 "--workers",
                 str(CallLimits().threads),
             )
+            looped, looped_targets = echo_server(
+                workdir / f"echo-aio-{count}.sock", "--processes", str(count), "--asyncio"
+            )
             for n in callers:
                 echo_row, _ = measure(ECHO, targets[0], args.keys, n, args.seconds)
+                looped_row, _ = measure(ECHO, looped_targets[0], args.keys, n, args.seconds)
                 get_row, checks = measure(
                     GET, daemon.target, args.keys, n, args.seconds, health=daemon.target
                 )
                 rows.append([count, "echo", n, *echo_row, ""])
+                rows.append([count, "echo, asyncio", n, *looped_row, ""])
                 health_p99 = f"{percentiles(checks)[1] * 1e3:.1f}" if checks else ""
                 rows.append([count, "Get", n, *get_row, health_p99])
                 if n > 1:
@@ -230,13 +239,15 @@ def main() -> None:
                         f"({'met' if p50_ratio <= 1.2 else 'NOT met'}: <= 1.2x)"
                     )
                 else:
+                    looped_ratio = float(looped_row[0].replace(",", "")) / float(echo_row[0].replace(",", ""))
                     verdicts.append(
                         f"  {count} process(es), {n} callers: Get {ratio:.2f}x echo's calls/s "
+                        f"(asyncio echo {looped_ratio:.2f}x) "
                         f"({'met' if ratio >= 0.8 else 'NOT met'}: >= 0.8x); health p99 {health_p99} ms "
                         f"({'met' if checks and percentiles(checks)[1] < 0.05 else 'NOT met'}: < 50 ms)"
                     )
         finally:
-            for server in (echo, pooled):
+            for server in (echo, pooled, looped):
                 if server is not None and server.stdin is not None:
                     server.stdin.close()
                     server.wait(10)
