@@ -62,20 +62,14 @@ def _tcp_port(server: grpc.Server | grpc.aio.Server, args: argparse.Namespace) -
     return server.add_secure_port("127.0.0.1:0", credentials)
 
 
-def serve_threads(unix: str | None, args: argparse.Namespace) -> None:
-    shared = args.processes > 1 or args.port
-    options = [("grpc.so_reuseport", 1 if shared else 0)]
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.workers), options=options)
-    server.add_generic_rpc_handlers((_handler(echo),))
-    port = server.add_insecure_port(f"127.0.0.1:{args.port}") if args.port else _tcp_port(server, args)
-    if unix:
-        server.add_insecure_port(f"unix://{unix}")
-    server.start()
-    # The other processes: started, not forked (gRPC's state does not survive a fork),
-    # each its own server on the same port, as the daemon's serving processes are.
+def _others(port: int, args: argparse.Namespace) -> list[subprocess.Popen[bytes]]:
+    """The other processes: started, not forked (gRPC's state does not survive a fork),
+    each its own server of the same kind on the same port, as the daemon's serving
+    processes are; returned once each serves."""
+    kind = ["--asyncio"] if args.asyncio else []
     others = [
         subprocess.Popen(
-            [sys.executable, __file__, "--port", str(port), "--workers", str(args.workers)],
+            [sys.executable, __file__, "--port", str(port), "--workers", str(args.workers), *kind],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -84,24 +78,45 @@ def serve_threads(unix: str | None, args: argparse.Namespace) -> None:
     for other in others:
         assert other.stdout is not None
         other.stdout.readline()
-    print(port, flush=True)
-    sys.stdin.read()
+    return others
+
+
+def _stop(others: list[subprocess.Popen[bytes]]) -> None:
     for other in others:
         assert other.stdin is not None
         other.stdin.close()
         other.wait()
+
+
+def _options(args: argparse.Namespace) -> list[tuple[str, int]]:
+    return [("grpc.so_reuseport", 1 if args.processes > 1 or args.port else 0)]
+
+
+def serve_threads(unix: str | None, args: argparse.Namespace) -> None:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.workers), options=_options(args))
+    server.add_generic_rpc_handlers((_handler(echo),))
+    port = server.add_insecure_port(f"127.0.0.1:{args.port}") if args.port else _tcp_port(server, args)
+    if unix:
+        server.add_insecure_port(f"unix://{unix}")
+    server.start()
+    others = _others(port, args)
+    print(port, flush=True)
+    sys.stdin.read()
+    _stop(others)
     server.stop(0)
 
 
 async def serve_asyncio(unix: str | None, args: argparse.Namespace) -> None:
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=_options(args))
     server.add_generic_rpc_handlers((_handler(echo_async),))
-    port = _tcp_port(server, args)
+    port = server.add_insecure_port(f"127.0.0.1:{args.port}") if args.port else _tcp_port(server, args)
     if unix:
         server.add_insecure_port(f"unix://{unix}")
     await server.start()
+    others = _others(port, args)
     print(port, flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    _stop(others)
     await server.stop(0)
 
 

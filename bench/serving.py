@@ -7,8 +7,11 @@ processes P starts a daemon with ``--serve-processes P`` and the echo server of
 bench/echo_server.py with ``--processes P`` (each P processes sharing one TCP
 port), and for each number of callers measures, in the same rounds:
 
-- ``echo``: the bare gRPC echo (the floor for any Python gRPC call), called with the
-  bytes of a Get request;
+- ``echo``: the bare gRPC echo on a thread pool, the daemon's server model (the floor
+  for any Python gRPC call the daemon serves), called with the bytes of a Get request;
+  the targets compare the daemon with it;
+- ``echo, asyncio``: the same echo served by ``grpc.aio`` on one event loop per process,
+  the floor of that other server model;
 - ``Get``: the daemon's Get of a random key pinned to one epoch, the same bytes in
   and the daemon's response out (no client-side decoding, like the echo);
 - ``Get, shared``: the same Gets, the callers of each client process sharing one
@@ -23,7 +26,9 @@ port), and for each number of callers measures, in the same rounds:
 Callers are threads in up to four client processes, each thread with a connection of
 its own unless shared (connections, not calls, are what the kernel spreads over processes); the
 client CPU column is the seconds of CPU the client processes used per second (the
-load generator shares the machine's cores with the servers).
+load generator shares the machine's cores with the servers). The server CPU column is the
+microseconds of CPU the server's processes used per call answered (the Get rows include the
+few health Checks): it moves less than calls/s when other work loads the machine.
 """
 
 from __future__ import annotations
@@ -129,6 +134,22 @@ def _health(target: str, seconds: float, go: Event, out: Any) -> None:
     out.put(("health", latencies))
 
 
+def server_cpu(pid: int) -> float:
+    """CPU seconds used so far by process ``pid`` and its children (a daemon's serving
+    processes, an echo server's other processes); Linux only."""
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        pids += [int(child) for child in (task / "children").read_text().split()]
+    total = 0
+    for each in pids:
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone since it was listed
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -140,10 +161,12 @@ def measure(
     keys: int,
     callers: int,
     seconds: float,
+    server: int,
     health: str | None = None,
     shared: bool = False,
 ) -> tuple[list[str], list[float]]:
-    """Calls/s, p50 and p99 (ms) and client CPU of ``callers`` callers; the health Checks' latencies."""
+    """Calls/s, p50 and p99 (ms), client CPU of ``callers`` callers and the CPU per call of the
+    server (process id ``server``, with its children); the health Checks' latencies."""
     ctx = mp.get_context("spawn")  # no gRPC state inherited through fork
     processes = min(callers, MAX_PROCESSES)
     go, out = ctx.Event(), ctx.Queue()
@@ -157,9 +180,10 @@ def measure(
         worker.start()
     for _ in workers:
         out.get()
-    cpu_before = children_cpu()
+    cpu_before, served_before = children_cpu(), server_cpu(server)
     go.set()
     results = [out.get() for _ in workers]
+    served = server_cpu(server) - served_before
     for worker in workers:
         worker.join()
     cpu = (children_cpu() - cpu_before) / seconds
@@ -171,6 +195,7 @@ def measure(
         f"{p50 * 1e3:.2f}",
         f"{p99 * 1e3:.2f}",
         f"{cpu:.2f}",
+        f"{served / max(1, len(latencies)) * 1e6:.0f}",
     ], health_latencies
 
 
@@ -198,6 +223,9 @@ def main() -> None:
         daemon.start()
         echo: subprocess.Popen[str] | None = None
         pooled: subprocess.Popen[str] | None = None
+        looped: subprocess.Popen[str] | None = None
+        assert daemon.process is not None
+        daemon_pid = daemon.process.pid
         try:
             with EpochStateClient(daemon.target, timeout=120) as client:
                 client.wait_for("bench", 1, timeout=120)
@@ -209,34 +237,46 @@ def main() -> None:
                 "--workers",
                 str(CallLimits().threads),
             )
+            looped, looped_targets = echo_server(
+                workdir / f"echo-aio-{count}.sock", "--processes", str(count), "--asyncio"
+            )
             for n in callers:
-                echo_row, _ = measure(ECHO, targets[0], args.keys, n, args.seconds)
+                echo_row, _ = measure(ECHO, targets[0], args.keys, n, args.seconds, echo.pid)
+                looped_row, _ = measure(ECHO, looped_targets[0], args.keys, n, args.seconds, looped.pid)
                 get_row, checks = measure(
-                    GET, daemon.target, args.keys, n, args.seconds, health=daemon.target
+                    GET, daemon.target, args.keys, n, args.seconds, daemon_pid, health=daemon.target
                 )
                 rows.append([count, "echo", n, *echo_row, ""])
+                rows.append([count, "echo, asyncio", n, *looped_row, ""])
                 health_p99 = f"{percentiles(checks)[1] * 1e3:.1f}" if checks else ""
                 rows.append([count, "Get", n, *get_row, health_p99])
                 if n > 1:
-                    shared_row, _ = measure(GET, daemon.target, args.keys, n, args.seconds, shared=True)
+                    shared_row, _ = measure(
+                        GET, daemon.target, args.keys, n, args.seconds, daemon_pid, shared=True
+                    )
                     rows.append([count, "Get, shared", n, *shared_row, ""])
-                    pool_row, _ = measure(ECHO, pooled_targets[0], args.keys, n, args.seconds)
+                    pool_row, _ = measure(ECHO, pooled_targets[0], args.keys, n, args.seconds, pooled.pid)
                     rows.append([count, f"echo, daemon's pool ({CallLimits().threads})", n, *pool_row, ""])
                 ratio = float(get_row[0].replace(",", "")) / float(echo_row[0].replace(",", ""))
+                cpu_ratio = float(get_row[4]) / float(echo_row[4])
                 if n == 1:
                     p50_ratio = float(get_row[1]) / float(echo_row[1])
                     verdicts.append(
                         f"  {count} process(es), 1 caller: Get p50 {p50_ratio:.2f}x echo's "
-                        f"({'met' if p50_ratio <= 1.2 else 'NOT met'}: <= 1.2x)"
+                        f"({'met' if p50_ratio <= 1.2 else 'NOT met'}: <= 1.2x); "
+                        f"server CPU per call {cpu_ratio:.2f}x echo's"
                     )
                 else:
+                    looped_ratio = float(looped_row[0].replace(",", "")) / float(echo_row[0].replace(",", ""))
                     verdicts.append(
                         f"  {count} process(es), {n} callers: Get {ratio:.2f}x echo's calls/s "
+                        f"(asyncio echo {looped_ratio:.2f}x) "
                         f"({'met' if ratio >= 0.8 else 'NOT met'}: >= 0.8x); health p99 {health_p99} ms "
-                        f"({'met' if checks and percentiles(checks)[1] < 0.05 else 'NOT met'}: < 50 ms)"
+                        f"({'met' if checks and percentiles(checks)[1] < 0.05 else 'NOT met'}: < 50 ms); "
+                        f"server CPU per call {cpu_ratio:.2f}x echo's"
                     )
         finally:
-            for server in (echo, pooled):
+            for server in (echo, pooled, looped):
                 if server is not None and server.stdin is not None:
                     server.stdin.close()
                     server.wait(10)
@@ -246,7 +286,18 @@ def main() -> None:
         f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
     )
     print_table(
-        ["processes", "reads", "callers", "calls/s", "p50 ms", "p99 ms", "client CPU", "health p99 ms"], rows
+        [
+            "processes",
+            "reads",
+            "callers",
+            "calls/s",
+            "p50 ms",
+            "p99 ms",
+            "client CPU",
+            "server CPU us/call",
+            "health p99 ms",
+        ],
+        rows,
     )
     print("\ntargets:")
     for line in verdicts:

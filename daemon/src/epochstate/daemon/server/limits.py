@@ -51,6 +51,8 @@ _SELECTED_READS = frozenset(f"{OURS}{name}" for name in ("Get", "MultiGet", "Sca
 _UNARY_READS = frozenset(f"{OURS}{name}" for name in ("ListJobs", "DescribeJob", "ListEpochs")) | {
     "/epochstate.v1.Routing/Locate"
 }
+# Methods whose calls are unary or waiting reads by their request (kind_of).
+_KIND_BY_REQUEST = _SELECTED_READS | {f"{OURS}History"}
 _WAITING_SELECTORS = frozenset({"at_least", "covers", "aligned_with", "as_of_time"})
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
@@ -119,24 +121,30 @@ def kind_of(method: str, streams: bool, request: Any = None) -> CallKind | None:
 
 class _Gate:
     """Admits up to ``limit`` calls of one kind at once; never blocks. With ``shared``, the
-    limit holds for every process of the daemon together (:mod:`shared_limits`)."""
+    limit holds for every process of the daemon together (:mod:`shared_limits`).
+
+    The calls in flight are counted here only (the gate's counter, or this process's row of
+    ``shared``) and read by the metrics at scrape time: a gauge moved on every call would
+    cost two more locked updates per call."""
 
     def __init__(
         self, kind: CallKind, limit: int, metrics: DaemonMetrics, shared: SharedCalls | None = None
     ) -> None:
         self.kind = kind
         self.limit = limit
-        self._in_flight = metrics.calls_in_flight.labels(kind.value)
         self._refused = metrics.calls_refused.labels(kind.value)
+        self.in_flight: Callable[[], int]
         if shared is None:
             self._take: Callable[[], bool] = self._take_here
-            self._give: Callable[[], None] = self._give_here
+            self.leave: Callable[[], None] = self._give_here
             self._lock = threading.Lock()
             self._admitted = 0
+            self.in_flight = lambda: self._admitted
         else:
             index = list(CallKind).index(kind)
             self._take = lambda: shared.enter(index, limit)
-            self._give = lambda: shared.leave(index)
+            self.leave = lambda: shared.leave(index)
+            self.in_flight = lambda: shared.mine(index)
 
     # A counter under a lock: a third of the CPU of threading's semaphore (a Condition).
     def _take_here(self) -> bool:
@@ -150,8 +158,8 @@ class _Gate:
         with self._lock:
             self._admitted -= 1
 
-    def enter(self, context: grpc.ServicerContext) -> Callable[[], None]:
-        """Admit a call: returns what ends it (idempotent). Aborts the call past the limit."""
+    def admit(self, context: grpc.ServicerContext) -> None:
+        """Admit a call, which :meth:`leave` ends, exactly once. Aborts the call past the limit."""
         if not self._take():
             self._refused.inc()
             abort(
@@ -162,17 +170,21 @@ class _Gate:
                     metadata={"kind": self.kind.value, "limit": str(self.limit)},
                 ),
             )
-        self._in_flight.inc()
-        done = threading.Event()
+
+    def enter(self, context: grpc.ServicerContext) -> Callable[[], None]:
+        """Admit a call whose end may be seen twice (a stream's callback and its generator):
+        returns what ends it, idempotent. Aborts the call past the limit."""
+        self.admit(context)
         lock = threading.Lock()
-        give = self._give
+        left = False
+        give = self.leave
 
         def leave() -> None:
+            nonlocal left
             with lock:
-                if done.is_set():
+                if left:
                     return
-                done.set()
-            self._in_flight.dec()
+                left = True
             give()
 
         return leave
@@ -193,6 +205,8 @@ class CallLimiter(_Interceptor):
     def __init__(self, limits: CallLimits, metrics: DaemonMetrics, shared: SharedCalls | None = None) -> None:
         self.limits = limits
         self._gates = {kind: _Gate(kind, limits.of(kind), metrics, shared) for kind in CallKind}
+        gates = self._gates
+        metrics.watch_calls(lambda: {kind.value: gate.in_flight() for kind, gate in gates.items()})
         # Method name -> (the handler given, its limited twin), built once per method.
         self._limited: dict[str, tuple[Handler, Handler]] = {}
 
@@ -235,15 +249,17 @@ class CallLimiter(_Interceptor):
         return self._gates[kind]
 
     def _unary(self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Any:
-        gate = self._gate
         most = self.limits.max_response_bytes
+        by_request = self._gate
+        fixed = None if method in _KIND_BY_REQUEST else self._gate(method, False, None)
 
         def limited(request: Any, context: grpc.ServicerContext) -> Any:
-            leave = gate(method, False, request).enter(context)
+            gate = fixed or by_request(method, False, request)
+            gate.admit(context)
             try:
                 response = behavior(request, context)
             finally:
-                leave()
+                gate.leave()
             # The reads frame their own responses: refuse one too large here, with a reason
             # (gRPC's own limit, above this one, ends the call without one).
             if isinstance(response, bytes) and len(response) > most:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,12 +77,6 @@ class DaemonMetrics:
         self.epoch_problems = Gauge(
             "epochstate_epoch_problems", "epochs that cannot be ingested", ["job"], registry=self.registry
         )
-        self.calls_in_flight = Gauge(
-            "epochstate_calls_in_flight",
-            "gRPC calls being served, by kind (limited per kind)",
-            ["kind"],
-            registry=self.registry,
-        )
         self.calls_refused = Counter(
             "epochstate_calls_refused",
             "gRPC calls refused RESOURCE_EXHAUSTED because their kind was at its limit",
@@ -95,6 +89,11 @@ class DaemonMetrics:
             ["cause"],
             registry=self.registry,
         )
+
+    def watch_calls(self, in_flight: Callable[[], Mapping[str, int]]) -> None:
+        """Export ``epochstate_calls_in_flight{kind}``: the calls being served, by kind, as
+        ``in_flight`` tells it at scrape time (the call limiter's own counts)."""
+        self.registry.register(_CallsCollector(in_flight))
 
     def watch_storage(self, stats: StorageStats) -> None:
         """Export the checkpoint storage's request counters (remote checkpoints only:
@@ -167,6 +166,21 @@ class _StorageCollector(Collector):
         read = CounterMetricFamily("epochstate_storage_read_bytes", "bytes read from remote storage")
         read.add_metric([], counts.get("bytes", 0))
         return [requests, outcomes, read]
+
+
+class _CallsCollector(Collector):
+    def __init__(self, in_flight: Callable[[], Mapping[str, int]]) -> None:
+        self._in_flight = in_flight
+
+    def collect(self) -> list[Metric]:
+        family = GaugeMetricFamily(
+            "epochstate_calls_in_flight",
+            "gRPC calls being served, by kind (limited per kind)",
+            labels=["kind"],
+        )
+        for kind, calls in self._in_flight().items():
+            family.add_metric([kind], calls)
+        return [family]
 
 
 class _LagCollector(Collector):

@@ -85,6 +85,10 @@ class SharedCalls:
         with self._lock:
             return sum(self._counts[kind :: self._kinds])
 
+    def mine(self, kind: int) -> int:
+        """This process's calls of ``kind`` in flight now."""
+        return int(self._counts[self.index * self._kinds + kind])
+
     def clear(self, index: int) -> None:
         """Forget every call of process ``index`` (it died: its calls ended with it)."""
         start = index * self._kinds
