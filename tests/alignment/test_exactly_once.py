@@ -117,18 +117,25 @@ def reads_epoch(checkpoint: Path, topic: str, epoch: int) -> bool:
 
 
 class Reference:
-    """The downstream job in the test's SparkSession; started again from its checkpoint if it fails."""
+    """A downstream job in the test's SparkSession; started again from its checkpoint if it fails."""
 
-    def __init__(self, spark: Any, wiring: Wiring) -> None:
+    def __init__(
+        self, spark: Any, wiring: Wiring, job: str = "reference", id_expression: str = "CAST(value AS STRING)"
+    ) -> None:
         self.spark = spark
         self.wiring = wiring
+        self.job = job
+        self.id_expression = id_expression
         self.failures: list[str] = []
-        self.query = start_downstream(spark, wiring, "reference")
+        self.query = self._start()
+
+    def _start(self) -> Any:
+        return start_downstream(self.spark, self.wiring, self.job, self.id_expression)
 
     def supervise(self) -> None:
         if not self.query.isActive:
-            self.failures.append(str(self.query.exception()).splitlines()[0])
-            self.query = start_downstream(self.spark, self.wiring, "reference")
+            self.failures.append(str(self.query.exception()))
+            self.query = self._start()
 
     def stop(self) -> None:
         self.query.stop()
