@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -63,7 +64,8 @@ def kinds(v: int) -> tuple[Any, ...]:
 # Job -> (changelog checkpointing, state encoding), as in test_operators_tws.
 # Batch 1 touches a again (a new expiry for its value, a list element of its own);
 # the pause before batch 2 outlasts every expiry set so far, so batch 2 removes
-# them all; batch 3 follows at once.
+# them all; batch 3 follows at once. The jobs run side by side, so that their
+# pauses overlap.
 BATCHES = [
     [("a", "x"), ("b", "y"), ("a", "y")],
     [("a", "z"), ("c", "x")],
@@ -139,8 +141,15 @@ def test_state_variables_with_ttl_equal_spark_reader(
         streams[job] = FileStream(
             session, tmp_path / job / "in", checkpoints[job], expiring, SCHEMA, "update"
         )
-    for stream in streams.values():
-        run_batches(stream, [rows(b) for b in range(len(BATCHES))], before=_pause_before_expiry)
+    with ThreadPoolExecutor(len(streams)) as pool:
+        runs = [
+            pool.submit(
+                run_batches, stream, [rows(b) for b in range(len(BATCHES))], before=_pause_before_expiry
+            )
+            for stream in streams.values()
+        ]
+        for run in runs:
+            run.result()
     daemon = daemon_factory({job: str(cp) for job, cp in checkpoints.items()})
     epochs = {job: stream.committed() for job, stream in streams.items()}
     assert all(e == list(range(len(BATCHES))) for e in epochs.values())

@@ -62,6 +62,22 @@ def test_every_epoch_and_key_equals_spark_reader_from_s3(
             assert scanned == set(expected[epoch]), f"scan at epoch {epoch}"
 
 
+def backed_off(metrics_port: int, timeout: float = 60.0) -> None:
+    """Wait until two idle looks (a LIST each) are 1.5 s apart or more: the poll interval,
+    doubling from 0.1 s, is at its 2 s ceiling from the next look on."""
+    seen: tuple[float, float] | None = None  # the LIST count and when it was first seen
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lists = sample_values(metrics_port, "epochstate_storage_requests_total", "op").get("list", 0.0)
+        now = time.monotonic()
+        if seen is None or lists != seen[0]:
+            if seen is not None and now - seen[1] >= 1.5:
+                return
+            seen = (lists, now)
+        time.sleep(0.05)
+    raise AssertionError(f"the daemon's idle looks did not back off to 2 s within {timeout:.0f} s")
+
+
 def test_an_idle_job_on_s3_costs_one_list_per_max_interval(
     spark: Any, s3_server: S3Server, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
 ) -> None:
@@ -80,7 +96,7 @@ def test_an_idle_job_on_s3_costs_one_list_per_max_interval(
         stream.stop()
         mirror.stop()
     daemon.wait_for_epoch("dedup", stream.committed()[-1])
-    time.sleep(8)  # backed off to the 2 s ceiling by now (0.1 * 2**5 > 2)
+    backed_off(metrics_port)
     before = sample_values(metrics_port, "epochstate_storage_requests_total", "op")
     window = 10.0
     time.sleep(window)

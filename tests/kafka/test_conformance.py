@@ -69,6 +69,27 @@ def test_writer_returns_the_exact_offsets(kafka_broker: KafkaBroker, kafka_topic
     assert kafka_broker.admin.high_watermarks(topic) == {0: 1, 1: 0, 2: 5}
 
 
+def test_a_clean_writer_leaves_its_producer_to_the_next_and_a_failed_one_closes_it(
+    kafka_broker: KafkaBroker, kafka_topic: MakeTopic
+) -> None:
+    """A new idempotent producer waits about 500 ms for its producer id: the next writer of
+    the process takes over the producer of one that finished cleanly, never of one that
+    did not (its purged rows left a gap in the producer's sequence numbers)."""
+    topic = kafka_topic(2)
+    with PartitionWriter(kafka_broker.config(), topic, 0) as first:
+        first.write(None, b"a")
+        assert first.finish() == OffsetRange(topic, 0, 0, 1)
+    with PartitionWriter(kafka_broker.config(), topic, 1) as second:
+        assert second._producer is first._producer
+        second.write(None, b"b")  # never finished: dropped, the producer closed
+    with PartitionWriter(kafka_broker.config(), topic, 1) as third:
+        assert third._producer is not first._producer
+        third.write(None, b"c")
+        written = third.finish()
+    assert written is not None and written.size == 1
+    assert [r.value for r in read(kafka_broker, written)] == [b"c"]
+
+
 def test_batch_of_ten_thousand_and_the_high_watermark(
     kafka_broker: KafkaBroker, kafka_topic: MakeTopic
 ) -> None:

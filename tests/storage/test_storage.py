@@ -310,3 +310,61 @@ def test_what_gcsfs_already_retried_is_not_retried_again(tmp_path: Path) -> None
     with pytest.raises(StorageUnavailable, match="reset by peer"):
         storage._call("get", "bucket/cp/metadata", reset)
     assert storage.stats.get("retries") == 2
+
+
+def test_gcs_credentials_refused_for_good_end_the_request_at_once(tmp_path: Path) -> None:
+    """gcsfs retries a failed token refresh six times with back-off (about 35 s), even one
+    the token endpoint refuses for good: the storage layer asks for the token first and
+    reports such a refusal after one exchange, without calling the filesystem."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import gcsfs
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from epochstate.core.storage.remote import RemoteStorage
+
+    exchanges: list[str] = []
+
+    class Refusing(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            exchanges.append(self.path)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps({"error": "invalid_grant", "error_description": "Invalid JWT Signature."})
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    account = {
+        "type": "service_account",
+        "project_id": "epochstate-test",
+        "private_key_id": "1",
+        "private_key": pem,
+        "client_email": "reader@epochstate-test.iam.gserviceaccount.com",
+        "client_id": "1",
+        "token_uri": f"http://127.0.0.1:{server.server_port}/token",
+    }
+    (tmp_path / "key.json").write_text(json.dumps(account))
+    calls: list[str] = []
+    try:
+        fs = gcsfs.GCSFileSystem(token=str(tmp_path / "key.json"), endpoint_url="http://127.0.0.1:9")
+        storage = RemoteStorage(fs, "gs", retry=RetryPolicy(attempts=3, base=0.01, cap=0.02))
+        with pytest.raises(StorageUnavailable, match="Invalid Credentials"):
+            storage._call("list", "bucket/cp/commits", lambda: calls.append("called"))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert exchanges == ["/token"] and calls == []
+    assert storage.stats.get("retries") == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from types import TracebackType
@@ -11,7 +12,7 @@ import confluent_kafka
 from confluent_kafka import Producer
 
 from epochstate.core.alignment.ranges import OffsetRange
-from epochstate.spark_plugin.kafka.config import ClientConfig, merged
+from epochstate.spark_plugin.kafka.config import ClientConfig, Setting, merged
 from epochstate.spark_plugin.kafka.errors import DeliveryFailed, InterleavedWrite
 
 Headers = Sequence[tuple[str, bytes | None]]
@@ -28,6 +29,33 @@ NOT_IDEMPOTENT: ClientConfig = {
 }
 
 
+# Producers whose every row was acknowledged, by their configuration, for the next writer
+# of this process: a new idempotent producer's first acknowledgement waits for its
+# producer id, which librdkafka asks for on a 500 ms timer, so each task of a batch
+# paid half a second. A writer takes one for itself alone and gives it back only after a
+# clean finish; any failure closes it (purged rows leave gaps in its sequence numbers).
+_idle: dict[str, list[Producer]] = {}
+_idle_lock = threading.Lock()
+
+
+def _take_producer(config: dict[str, Setting]) -> tuple[str, Producer]:
+    key = repr(sorted(config.items()))
+    with _idle_lock:
+        waiting = _idle.get(key)
+        if waiting:
+            return key, waiting.pop()
+    return key, Producer(config)
+
+
+def close_idle_producers() -> None:
+    """Close the producers kept for later writers (tests; a worker otherwise keeps them until it exits)."""
+    with _idle_lock:
+        producers = [p for waiting in _idle.values() for p in waiting]
+        _idle.clear()
+    for producer in producers:
+        producer.close()
+
+
 class PartitionWriter:
     """Writes rows to one partition of a topic and reports the offsets they got.
 
@@ -41,7 +69,8 @@ class PartitionWriter:
     Not thread-safe; one writer per task. Use as a context manager so that rows
     still queued are dropped when the task fails. An idempotent writer's first
     acknowledgement waits for its producer id, which librdkafka asks for on a
-    timer after the first connection.
+    timer after the first connection; so a writer that finished cleanly leaves its
+    producer to the process's next writer with the same configuration.
     """
 
     def __init__(
@@ -58,7 +87,9 @@ class PartitionWriter:
         self.topic = topic
         self.partition = partition
         self._timeout = timeout
-        self._producer = Producer(merged(producer_config, IDEMPOTENT if idempotent else NOT_IDEMPOTENT))
+        self._key, self._producer = _take_producer(
+            merged(producer_config, IDEMPOTENT if idempotent else NOT_IDEMPOTENT)
+        )
         self._written = 0
         self._acknowledged = 0
         self._first: int | None = None
@@ -119,7 +150,13 @@ class PartitionWriter:
         try:
             unacknowledged = self._producer.flush(self._timeout)
             failure, acknowledged = self._failure, self._acknowledged
-        finally:
+        except BaseException:
+            self._close()
+            raise
+        if failure is None and not unacknowledged and acknowledged == self._written:
+            with _idle_lock:
+                _idle.setdefault(self._key, []).append(self._producer)
+        else:
             self._close()
         if failure is not None:
             raise DeliveryFailed(f"{self._where()}: {failure}")
