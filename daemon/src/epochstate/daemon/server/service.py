@@ -25,7 +25,7 @@ from epochstate.core.alias.chain import AliasChain
 from epochstate.core.errors import EpochStateError
 from epochstate.core.sparktypes import StructType, type_to_json
 from epochstate.daemon.codec import keycodec
-from epochstate.daemon.codec.records import RecordEncoder, response_bytes
+from epochstate.daemon.codec.records import RecordEncoder, one_record_response, response_bytes, response_tail
 from epochstate.daemon.server import epochs, over_time
 from epochstate.daemon.server.alias_epochs import AliasTarget
 from epochstate.daemon.server.aliases import Aliases
@@ -176,6 +176,8 @@ class EpochStateService:
         self._alignment = alignment
         self._codecs = _Codecs()
         self._aliases = aliases
+        # (query id, shape's first epoch) -> the end of a Get's response (records.response_tail).
+        self._tails: dict[tuple[str, int], bytes] = {}
 
     # -- helpers -------------------------------------------------------------
 
@@ -398,9 +400,11 @@ class EpochStateService:
         record = found[0]
         if record is None:
             record = records.absent(keys_of.canonical(request.key))
-        return response_bytes(
-            target, (record,), query_id=descriptor.query_id, shape_first_epoch=schema.first_epoch
-        )
+        shape = (descriptor.query_id, schema.first_epoch)
+        tail = self._tails.get(shape)
+        if tail is None:
+            tail = self._tails[shape] = response_tail(*shape)
+        return one_record_response(target, record, tail)
 
     @domain_errors
     def MultiGet(self, request: pb.MultiGetRequest, context: grpc.ServicerContext) -> bytes:
