@@ -385,8 +385,13 @@ class EpochStateService:
         if len(encoded[0]) > MAX_KEY_BYTES:
             return None
         views = self._views
-        view = views.view()
-        progress = view.progress(descriptor.job_id)
+        try:
+            view = views.view()
+            progress = view.progress(descriptor.job_id)
+        except EpochStateError:
+            # A closed or damaged store: the general path says so, or first that the
+            # caller of a waiting read went away, as it checks that before its view.
+            return None
         if progress.empty or not progress.oldest <= target <= progress.newest:
             views.done(view)
             return None
