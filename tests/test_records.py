@@ -18,7 +18,7 @@ from epochstate.core.sparktypes import (
     StructField,
     StructType,
 )
-from epochstate.daemon.codec.records import RecordEncoder, response_bytes
+from epochstate.daemon.codec.records import RecordEncoder, one_record_response, response_bytes, response_tail
 from epochstate.v1 import epochstate_pb2 as pb
 
 
@@ -164,3 +164,18 @@ def test_response_framing() -> None:
     for message in (pb.GetResponse, pb.MultiGetResponse, pb.ScanResponse):
         parsed = message.FromString(response_bytes(3, records[:1], token=b"", query_id=query))
         assert (parsed.epoch, parsed.query_id) == (3, query)
+
+
+def test_one_record_response_is_response_bytes() -> None:
+    encoder = RecordEncoder(
+        StructType((StructField("k", AtomicType("long")),)),
+        StructType((StructField("v", AtomicType("long")),)),
+    )
+    for record in (encoder.present(1, (7,), (70,)), encoder.absent((7,)), encoder.present(0, (1,), (2**40,))):
+        for epoch, query, first in (
+            (0, "", 0),
+            (2**40, "q", 3),
+            (5, "6f1c1bd4-0dd5-4be9-a1a4-7cfb5a3c7a43", 0),
+        ):
+            expected = response_bytes(epoch, [record], query_id=query, shape_first_epoch=first)
+            assert one_record_response(epoch, record, response_tail(query, first)) == expected

@@ -79,3 +79,18 @@ def response_bytes(
     if job_epoch is not None:
         parts += (b"\x38", int64(job_epoch))
     return b"".join(parts)
+
+
+def response_tail(query_id: str, shape_first_epoch: int) -> bytes:
+    """What :func:`response_bytes` writes after the records of a response with ``query_id``
+    and ``shape_first_epoch`` and no token, job or job epoch: constant per store shape and
+    query, so a Get can take it once (:func:`one_record_response`)."""
+    encoded = query_id.encode()
+    head = b"\x22" + varint(len(encoded)) + encoded if encoded else b""
+    return head + b"\x28" + int64(shape_first_epoch)
+
+
+def one_record_response(epoch: int, record: bytes, tail: bytes) -> bytes:
+    """``response_bytes(epoch, [record], query_id=q, shape_first_epoch=s)`` for
+    ``tail = response_tail(q, s)``."""
+    return b"".join((b"\x08", int64(epoch), b"\x12", varint(len(record)), record, tail))

@@ -51,7 +51,7 @@ class SecondaryService(EpochStateService):
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> bytes:
         self._ahead(request.store, request.epoch)
         # The read itself, not super().Get: its error handling is this method's already.
-        return self._lookup(request.store, [request.key], request.epoch, context)
+        return self._get(request, context)
 
     @domain_errors
     def MultiGet(self, request: pb.MultiGetRequest, context: grpc.ServicerContext) -> bytes:

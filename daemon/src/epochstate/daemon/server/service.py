@@ -25,7 +25,7 @@ from epochstate.core.alias.chain import AliasChain
 from epochstate.core.errors import EpochStateError
 from epochstate.core.sparktypes import StructType, type_to_json
 from epochstate.daemon.codec import keycodec
-from epochstate.daemon.codec.records import RecordEncoder, response_bytes
+from epochstate.daemon.codec.records import RecordEncoder, one_record_response, response_bytes, response_tail
 from epochstate.daemon.server import epochs, over_time
 from epochstate.daemon.server.alias_epochs import AliasTarget
 from epochstate.daemon.server.aliases import Aliases
@@ -176,6 +176,8 @@ class EpochStateService:
         self._alignment = alignment
         self._codecs = _Codecs()
         self._aliases = aliases
+        # (query id, shape's first epoch) -> the end of a Get's response (records.response_tail).
+        self._tails: dict[tuple[str, int], bytes] = {}
 
     # -- helpers -------------------------------------------------------------
 
@@ -333,7 +335,81 @@ class EpochStateService:
     @domain_errors
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> bytes:
         """A serialized ``GetResponse``."""
-        return self._lookup(request.store, [request.key], request.epoch, context)
+        return self._get(request, context)
+
+    def _get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> bytes:
+        """Get's read: :meth:`_exact_get` when it answers, else :meth:`_lookup`."""
+        answer = self._exact_get(request, context)
+        if answer is None:
+            return self._lookup(request.store, [request.key], request.epoch, context)
+        return answer
+
+    def _exact_get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> bytes | None:
+        """The commonest Get, a key of a job's store at an exact epoch the store shows, with
+        :meth:`_lookup`'s steps for it inlined: the same bytes, at a fraction of its calls.
+
+        None when the read is anything else or would fail at a step the general path takes
+        before the key's lookup (an alias, another query, an unknown store, a bad key, an
+        epoch not queryable, a caller gone before a waiting read...): the general path then
+        answers it from the start, errors included. Nothing done before that is seen by
+        it (a view taken is given back; an ``add_callback`` refused registered nothing).
+        What this raises, the lookup and the partition check, it raises where
+        :meth:`_lookup` would, every earlier step of it having passed.
+        """
+        selector = request.epoch
+        if selector.WhichOneof("kind") != "exact":
+            return None
+        ref = request.store
+        entry = self._catalog.find(ref.job)
+        if entry is None:
+            return None
+        if self._aliases is not None:
+            self._aliases.check_job_name(ref.job)  # the general path's first step (_named) too
+        descriptor = entry.descriptor
+        if ref.query_id and ref.query_id != descriptor.query_id:
+            return None
+        handle = entry.stores.get((ref.operator_id, ref.store or "default"))
+        if handle is None or len(handle.schemas) != 1:
+            return None
+        schema = handle.schemas[0]
+        target = selector.exact
+        if target < 0 or target in entry.unavailable or target < handle.descriptor.first_epoch:
+            return None
+        if schema.version.absent:
+            return None
+        keys_of, records = self._codecs.of(handle, schema)
+        try:
+            encoded = keys_of.encode_all((request.key,))
+        except EpochStateError:
+            return None
+        if len(encoded[0]) > MAX_KEY_BYTES:
+            return None
+        views = self._views
+        try:
+            view = views.view()
+            progress = view.progress(descriptor.job_id)
+        except EpochStateError:
+            # A closed or damaged store: the general path says so, or first that the
+            # caller of a waiting read went away, as it checks that before its view.
+            return None
+        if progress.empty or not progress.oldest <= target <= progress.newest:
+            views.done(view)
+            return None
+        if selector.wait and not context.add_callback(self._catalog.wake):
+            views.done(view)
+            return None
+        found = view.payloads(handle.descriptor.store_id, encoded, target)
+        views.done(view)
+        if descriptor.partitions is not None:  # check_held's own first test, without its call
+            check_held(entry, handle, schema, encoded, found)
+        record = found[0]
+        if record is None:
+            record = records.absent(keys_of.canonical(request.key))
+        shape = (descriptor.query_id, schema.first_epoch)
+        tail = self._tails.get(shape)
+        if tail is None:
+            tail = self._tails[shape] = response_tail(*shape)
+        return one_record_response(target, record, tail)
 
     @domain_errors
     def MultiGet(self, request: pb.MultiGetRequest, context: grpc.ServicerContext) -> bytes:

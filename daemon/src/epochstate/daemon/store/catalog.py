@@ -223,6 +223,10 @@ class Catalog:
             raise JobNotFound(f"unknown job {name!r} (followed jobs: {known})", metadata={"job": name})
         return entry
 
+    def find(self, name: str) -> JobEntry | None:
+        """The entry of job ``name``, or None (where :meth:`get` raises JobNotFound)."""
+        return self._jobs.get(name)
+
     def jobs(self) -> list[JobEntry]:
         return [self._jobs[name] for name in sorted(self._jobs)]
 
