@@ -47,21 +47,33 @@ class CutProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            # Registered before the upstream connect and checked again after it: a cut made
+            # meanwhile closes the client (it was in ``_open``) or is seen here, so no
+            # connection accepted around a cut outlives it.
             with self._lock:
-                cut = self._cut
-            if cut:
-                _close(client)
-                continue
+                if self._cut:
+                    _close(client)
+                    continue
+                self._open.add(client)
             try:
-                server = socket.create_connection(self.upstream, timeout=5)
+                server = self._connect_upstream()
             except OSError:
                 _close(client)
                 continue
             server.settimeout(None)
             with self._lock:
-                self._open |= {client, server}
+                forward = client in self._open
+                if forward:
+                    self._open.add(server)
+            if not forward:
+                _close(client)
+                _close(server)
+                continue
             for source, target in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(source, target), daemon=True).start()
+
+    def _connect_upstream(self) -> socket.socket:
+        return socket.create_connection(self.upstream, timeout=5)
 
     def _pump(self, source: socket.socket, target: socket.socket) -> None:
         with suppress(OSError):
