@@ -237,8 +237,6 @@ def _spark() -> Any:
         cores=1,
         conf={
             "spark.driver.memory": "512m",
-            # A JVM that starts fast: the test restarts these jobs several times.
-            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
         },
         log_level="WARN",
     )

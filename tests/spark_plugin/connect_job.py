@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from epochstate.devtools.jvm_options import with_small_jvm
+
 EPOCHS = 3
 
 
@@ -25,7 +27,12 @@ def main(target: str, root: Path) -> None:
 
     from epochstate.spark_plugin import attach
 
-    spark = SparkSession.builder.remote("local[2]").config("spark.sql.shuffle.partitions", "2").getOrCreate()
+    spark = (
+        SparkSession.builder.remote("local[2]")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.extraJavaOptions", with_small_jvm(None))
+        .getOrCreate()
+    )
     try:
         from pyspark.sql.connect.session import SparkSession as ConnectSession
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from epochstate.devtools.jvm_options import with_small_jvm
+
 _QUIET = {
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",
@@ -45,8 +47,9 @@ def local_session(
     console_file: Path | None = None,
 ) -> Any:
     """A ``local[cores]`` session named ``app``: two shuffle partitions, no UI or progress
-    bars, Python workers on this interpreter (unless PYSPARK_PYTHON says otherwise);
-    ``conf`` adds or overrides settings.
+    bars, Python workers on this interpreter (unless PYSPARK_PYTHON says otherwise), a
+    JVM tuned to start small (:mod:`epochstate.devtools.jvm_options`); ``conf`` adds or
+    overrides settings (its driver Java options come after the small JVM's).
 
     Without files, Spark logs to the terminal at ``log_level``. With ``log4j_file``,
     Spark's log4j log goes there (WARN and above) instead; with ``console_file``, so
@@ -58,10 +61,10 @@ def local_session(
     from pyspark.sql import SparkSession
 
     settings = {**_QUIET, **(conf or {})}
+    java_options = [settings.get("spark.driver.extraJavaOptions")]
     if log4j_file is not None:
-        settings["spark.driver.extraJavaOptions"] = " ".join(
-            filter(None, [settings.get("spark.driver.extraJavaOptions"), _log4j_option(log4j_file)])
-        )
+        java_options.append(_log4j_option(log4j_file))
+    settings["spark.driver.extraJavaOptions"] = with_small_jvm(" ".join(filter(None, java_options)))
     spark_conf = SparkConf().setMaster(f"local[{cores}]").setAppName(app).setAll(list(settings.items()))
     # A JVM this process started already keeps its output where it goes.
     if console_file is not None and SparkContext._active_spark_context is None:

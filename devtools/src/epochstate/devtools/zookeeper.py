@@ -23,12 +23,13 @@ from typing import IO
 
 from epochstate.devtools.classpath import find_java, zookeeper_classpath
 from epochstate.devtools.errors import ZooKeeperStartFailed
+from epochstate.devtools.jvm_options import SMALL_JVM_OPTIONS
 
 HOST = "127.0.0.1"
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 # A small heap and the client compiler only: this server is for development and
 # tests, where start time matters more than peak throughput.
-DEFAULT_JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+DEFAULT_JVM_OPTIONS = ("-Xmx256m", *SMALL_JVM_OPTIONS)
 
 _LOG4J2_PROPERTIES = """\
 status = warn

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from epochstate.devtools.classpath import find_java
+from epochstate.devtools.jvm_options import SMALL_JVM_OPTIONS
 from epochstate.devtools.stores.base import (
     HOST,
     CheckpointStore,
@@ -82,7 +83,7 @@ JERSEY_PACKAGES = (
     "libjsr311-api-java",
 )
 JERSEY_JARS = ("jersey1-core.jar", "jersey1-server.jar", "jersey1-servlet.jar", "jsr311-api.jar")
-JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+JVM_OPTIONS = ("-Xmx256m", *SMALL_JVM_OPTIONS)
 
 _LOG4J = """\
 log4j.rootLogger=WARN,out

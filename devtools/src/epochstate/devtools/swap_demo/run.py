@@ -106,8 +106,6 @@ def run(options: SwapDemoOptions) -> int:
             spark = local_session(
                 "epochstate-demo-swap",
                 conf={
-                    # A JVM that starts fast (the JIT's first tier only): the demo lasts a minute or two.
-                    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
                     # Five users: one state partition (one Python worker a batch) per job is plenty.
                     "spark.sql.shuffle.partitions": "1",
                 },
