@@ -166,6 +166,20 @@ def test_response_framing() -> None:
         assert (parsed.epoch, parsed.query_id) == (3, query)
 
 
+def test_response_framing_of_every_record_length() -> None:
+    encoder = RecordEncoder(
+        StructType((StructField("k", AtomicType("binary")),)),
+        StructType((StructField("v", AtomicType("long")),)),
+    )
+    # Lengths across the varint's one-, two- and three-byte forms (the framing table ends at 16 KiB).
+    sizes = [*range(0, 140), *range(16_370, 16_400), 70_000, 5, 70_000]
+    records = [encoder.absent((b"x" * size,)) for size in sizes]
+    for _ in range(2):  # the second time from the table
+        response = pb.MultiGetResponse.FromString(response_bytes(7, iter(records), query_id="q"))
+        assert [r.SerializeToString() for r in response.records] == records
+        assert (response.epoch, response.query_id) == (7, "q")
+
+
 def test_one_record_response_is_response_bytes() -> None:
     encoder = RecordEncoder(
         StructType((StructField("k", AtomicType("long")),)),

@@ -30,6 +30,7 @@ MIXED = schema(("id", "integer"), ("name", "string"), ("day", "date"), ("at", "t
 CASES = [
     # natural kinds: the one-pass path
     (ONE_LONG, row(pb.Value(int=42))),
+    (ONE_LONG, row(pb.Value(int=0))),
     (ONE_LONG, row(pb.Value(int=-(2**63)))),
     (schema(("id", "integer")), row(pb.Value(int=-(2**31)))),
     (schema(("id", "byte")), row(pb.Value(int=127))),
@@ -83,6 +84,9 @@ def test_encode_all_matches_the_full_path() -> None:
     ("key_schema", "key", "message"),
     [
         (ONE_LONG, row(pb.Value(string="x")), "key field 'user': expected bigint, got string 'x'"),
+        # Other kinds whose value reads as the int 0.
+        (ONE_LONG, row(pb.Value(bool=False)), "key field 'user': expected bigint, got bool False"),
+        (ONE_LONG, row(pb.Value()), "key field 'user': expected bigint, got an empty Value"),
         (ONE_LONG, row(), "the key has 1 field(s) (user); got 0"),
         (ONE_LONG, row(pb.Value(int=1), pb.Value(int=2)), "the key has 1 field(s) (user); got 2"),
         (schema(("id", "integer")), row(pb.Value(int=2**31)), "2147483648 is out of range for integer"),

@@ -88,6 +88,25 @@ def test_apply_is_idempotent_and_atomic_marker(tmp_path: Path) -> None:
     reopened.close()
 
 
+def test_payloads_answer_in_the_callers_order_repeats_included(tmp_path: Path) -> None:
+    store = VersionedStore(tmp_path / "db")
+    job = store.add_job("j", "/cp", "q", "hdfs")
+    sid = store.add_store("j", 0, "agg", "default", 1, "{}", "{}").store_id
+    key = [keycodec.encode_fields((i,)) for i in range(30)]
+    store.apply_epoch(job, 0, {sid: {k: b"%d" % i for i, k in enumerate(key[:20])}}, record(0), fresh=True)
+    store.apply_epoch(job, 1, {sid: {key[3]: None, key[4]: b"new"}}, record(1))
+    view = store.view()
+    # Fewer keys than sorting pays for, then many: absent, removed and repeated keys.
+    few = [key[4], key[25], key[3], key[4], key[0]]
+    assert view.payloads(sid, few, 1) == [b"new", None, None, b"new", b"0"]
+    assert view.payloads(sid, few, 0) == [b"4", None, b"3", b"4", b"0"]
+    many = [key[i] for i in (29, 4, 4, 3, 0, 19, 20, 7, 7, 1, 2, 5, 6, 8, 9, 10, 11, 12, 28, 4)]
+    expected = {3: None, 4: b"new"} | {i: b"%d" % i if i < 20 else None for i in range(30) if i not in (3, 4)}
+    assert view.payloads(sid, iter(many), 1) == [expected[keycodec.decode_fields(k, 1)[0]] for k in many]
+    del view
+    store.close()
+
+
 def _versions(store: VersionedStore, sid: int) -> set[tuple[bytes, int]]:
     """Every (encoded key, epoch) version the store holds for ``sid``."""
     prefix = layout.data_prefix(sid)

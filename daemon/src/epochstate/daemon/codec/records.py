@@ -49,6 +49,32 @@ class RecordEncoder:
         return length_delimited(b"\x0a", self._key(key))
 
 
+class _Frames(dict[int, bytes]):
+    """A length-delimited field's tag and length for each record length, made on first use
+    (kept for lengths under 16 KiB: bounded, and any longer record dwarfs the framing).
+    Filled from any reading thread: two threads missing the same length store equal bytes."""
+
+    def __init__(self, field: int) -> None:
+        super().__init__()
+        self._tag = bytes([(field << 3) | 2])
+
+    def __missing__(self, length: int) -> bytes:
+        frame = self._tag + varint(length)
+        if length < 1 << 14:
+            self[length] = frame
+        return frame
+
+
+_FRAMES: dict[int, _Frames] = {}
+
+
+def _frames(field: int) -> _Frames:
+    found = _FRAMES.get(field)
+    if found is None:
+        found = _FRAMES[field] = _Frames(field)
+    return found
+
+
 def response_bytes(
     epoch: int,
     records: Iterable[bytes],
@@ -62,10 +88,13 @@ def response_bytes(
     """Wire bytes of ``{int64 epoch = 1; repeated Record <record_field>; bytes token = 3;
     string query_id = 4; optional int64 shape_first_epoch = 5; string job = 6;
     optional int64 job_epoch = 7}`` (the read responses share these field numbers)."""
-    tag = bytes([(record_field << 3) | 2])
-    parts = [b"\x08", int64(epoch)]
-    for record in records:
-        parts += (tag, varint(len(record)), record)
+    framed = records if isinstance(records, list) else list(records)
+    # Each record's tag and length come from a table and the records are laid between
+    # them by slice assignment: no Python-level step per record.
+    parts: list[bytes] = [b""] * (2 * len(framed) + 2)
+    parts[0], parts[1] = b"\x08", int64(epoch)
+    parts[2::2] = map(_frames(record_field).__getitem__, map(len, framed))
+    parts[3::2] = framed
     if token:
         parts += (b"\x1a", varint(len(token)), token)
     if query_id:

@@ -268,10 +268,11 @@ class KeyEncoder:
             values = row.fields
             if len(values) == 1:
                 value = values[0]
-                if value.HasField("int"):
-                    number = value.int
-                    if low <= number <= high:
-                        append(head + pack(number + offset))
-                        continue
+                number = value.int
+                # A Value of another kind reads 0 here (a oneof's unset member): only a
+                # zero needs the kind asked, and asking costs as much as the read.
+                if (number or value.HasField("int")) and low <= number <= high:
+                    append(head + pack(number + offset))
+                    continue
             append(encode(row))
         return out
