@@ -25,10 +25,11 @@ port), and for each number of callers measures, in the same rounds:
 
 Callers are threads in up to four client processes, each thread with a connection of
 its own unless shared (connections, not calls, are what the kernel spreads over processes); the
-client CPU column is the seconds of CPU the client processes used per second (the
-load generator shares the machine's cores with the servers). The server CPU column is the
-microseconds of CPU the server's processes used per call answered (the Get rows include the
-few health Checks): it moves less than calls/s when other work loads the machine.
+client CPU column is the seconds of CPU the client processes used per second while they called
+(not while they started; the load generator shares the machine's cores with the servers).
+The server CPU column is the microseconds of CPU used per call answered by every process
+of the server (a daemon's main and serving processes; the Get rows include the few health
+Checks): it moves less than calls/s when other work loads the machine.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ import argparse
 import multiprocessing as mp
 import os
 import random
-import resource
 import subprocess
 import tempfile
 import threading
@@ -99,6 +99,7 @@ def _caller(
             call(request, timeout=30)
     out.put(None)
     go.wait()
+    cpu = time.process_time()
     latencies: list[list[float]] = [[] for _ in range(threads)]
     end = time.perf_counter() + seconds
 
@@ -115,7 +116,7 @@ def _caller(
         worker.start()
     for worker in workers:
         worker.join()
-    out.put(("calls", [x for mine in latencies for x in mine]))
+    out.put(("calls", [x for mine in latencies for x in mine], time.process_time() - cpu))
 
 
 def _health(target: str, seconds: float, go: Event, out: Any) -> None:
@@ -125,13 +126,14 @@ def _health(target: str, seconds: float, go: Event, out: Any) -> None:
     check(request, timeout=10)
     out.put(None)
     go.wait()
+    cpu = time.process_time()
     latencies = []
     end = time.perf_counter() + seconds
     while (before := time.perf_counter()) < end:
         check(request, timeout=10)
         latencies.append(time.perf_counter() - before)
         time.sleep(0.02)  # a probe's pace, not a load
-    out.put(("health", latencies))
+    out.put(("health", latencies, time.process_time() - cpu))
 
 
 def server_cpu(pid: int) -> float:
@@ -148,11 +150,6 @@ def server_cpu(pid: int) -> float:
             continue
         total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
     return total / os.sysconf("SC_CLK_TCK")
-
-
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def measure(
@@ -180,15 +177,15 @@ def measure(
         worker.start()
     for _ in workers:
         out.get()
-    cpu_before, served_before = children_cpu(), server_cpu(server)
+    served_before = server_cpu(server)
     go.set()
     results = [out.get() for _ in workers]
     served = server_cpu(server) - served_before
     for worker in workers:
         worker.join()
-    cpu = (children_cpu() - cpu_before) / seconds
-    health_latencies = [x for kind, result in results if kind == "health" for x in result]
-    latencies = [x for kind, result in results if kind == "calls" for x in result]
+    cpu = sum(used for _, _, used in results) / seconds
+    health_latencies = [x for kind, result, _ in results if kind == "health" for x in result]
+    latencies = [x for kind, result, _ in results if kind == "calls" for x in result]
     p50, p99 = percentiles(latencies)
     return [
         f"{len(latencies) / seconds:,.0f}",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +21,9 @@ from prometheus_client import (
     Gauge,
     Histogram,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from epochstate.core.storage.stats import StorageStats
 
@@ -45,16 +48,8 @@ class DaemonMetrics:
         # The standard collectors (process_*, python_info, python_gc_*) on this daemon's registry.
         for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             self.registry.register(standard)
-        self.requests = Counter(
-            "epochstate_requests", "gRPC calls handled", ["method", "code"], registry=self.registry
-        )
-        self.latency = Histogram(
-            "epochstate_request_seconds",
-            "gRPC call latency",
-            ["method"],
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
-        )
+        self._calls = _RequestsCollector()
+        self.registry.register(self._calls)
         self.epochs_ingested = Counter(
             "epochstate_epochs_ingested", "epochs ingested", ["job"], registry=self.registry
         )
@@ -118,10 +113,10 @@ class DaemonMetrics:
     def observed(
         self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Any]
     ) -> Callable[[Any, grpc.ServicerContext], Any]:
-        """``behavior`` (a unary handler), timed and counted by status code as ``method``."""
-        latency = self.latency.labels(method)
-        ok = self.requests.labels(method, "OK")
-        requests = self.requests
+        """``behavior`` (a unary handler), timed and counted by status code as ``method``
+        (``epochstate_requests{method,code}``, ``epochstate_request_seconds{method}``)."""
+        tally = self._calls.of(method)
+        local, mine = tally.local, tally.mine
         clock = time.perf_counter
 
         def timed(request: Any, context: grpc.ServicerContext) -> Any:
@@ -130,14 +125,111 @@ class DaemonMetrics:
                 response = behavior(request, context)
             except Exception:
                 status = getattr(context, "code", lambda: None)()
-                requests.labels(method, status.name if status is not None else "UNKNOWN").inc()
+                tally.failed(status.name if status is not None else "UNKNOWN", clock() - started)
                 raise
-            finally:
-                latency.observe(clock() - started)
-            ok.inc()
+            seconds = clock() - started
+            try:
+                counts: list[float] = local.counts
+            except AttributeError:
+                counts = mine()
+            counts[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+            counts[_SUM] += seconds
+            counts[_OK] += 1
             return response
 
         return timed
+
+
+# A thread's tally of one method: a count per latency bucket (+Inf last), the seconds, the OK calls.
+_SUM = len(_LATENCY_BUCKETS) + 1
+_OK = _SUM + 1
+_BUCKET_NAMES = [*map(floatToGoString, _LATENCY_BUCKETS), "+Inf"]
+
+
+class _MethodTally:
+    """One unary method's calls, without a lock per call: each thread counts its own in a list
+    only it writes (:meth:`mine`, found again through :attr:`local`), which a scrape sums with
+    every other thread's. A list item is read and replaced whole (CPython's list item access
+    is atomic), so a scrape sees each thread's counts from before or after its latest call,
+    never a torn or falling count. The rare failures are counted by code under a lock."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+        self.created = time.time()
+        self._lock = threading.Lock()
+        self._threads: list[list[float]] = []  # kept when their threads end: their calls count
+        self._failed: dict[str, tuple[int, float]] = {}  # code -> calls, when the first was counted
+
+    def mine(self) -> list[float]:
+        """The calling thread's tally, new (its first call of the method)."""
+        counts = [0.0] * (_OK + 1)
+        self.local.counts = counts
+        with self._lock:
+            self._threads.append(counts)
+        return counts
+
+    def failed(self, code: str, seconds: float) -> None:
+        """Count a call that ended with status ``code`` after ``seconds``."""
+        with self._lock:
+            calls, created = self._failed.get(code, (0, time.time()))
+            self._failed[code] = (calls + 1, created)
+        try:
+            counts: list[float] = self.local.counts
+        except AttributeError:
+            counts = self.mine()
+        counts[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+        counts[_SUM] += seconds
+
+    def totals(self) -> tuple[list[float], dict[str, tuple[int, float]]]:
+        """Every thread's tallies summed, and the failures by code."""
+        with self._lock:
+            threads, failed = list(self._threads), dict(self._failed)
+        summed = [0.0] * (_OK + 1)
+        for counts in threads:
+            for index, value in enumerate(counts[:]):  # a copy: one moment of the thread's
+                summed[index] += value
+        return summed, failed
+
+
+class _RequestsCollector(Collector):
+    """``epochstate_requests`` and ``epochstate_request_seconds`` from each method's
+    :class:`_MethodTally`, summed at scrape time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tallies: dict[str, _MethodTally] = {}
+
+    def of(self, method: str) -> _MethodTally:
+        """``method``'s tally (new, and shown from now on with zero calls, if it had none)."""
+        with self._lock:
+            tally = self._tallies.get(method)
+            if tally is None:
+                tally = self._tallies[method] = _MethodTally()
+            return tally
+
+    def describe(self) -> list[Metric]:
+        return self._families({})
+
+    def collect(self) -> list[Metric]:
+        with self._lock:
+            tallies = dict(self._tallies)
+        return self._families(tallies)
+
+    def _families(self, tallies: Mapping[str, _MethodTally]) -> list[Metric]:
+        requests = CounterMetricFamily("epochstate_requests", "gRPC calls handled", labels=["method", "code"])
+        latency = HistogramMetricFamily("epochstate_request_seconds", "gRPC call latency", labels=["method"])
+        for method, tally in tallies.items():
+            counts, failed = tally.totals()
+            requests.add_metric([method, "OK"], counts[_OK], created=tally.created)
+            for code, (calls, created) in failed.items():
+                requests.add_metric([method, code], calls, created=created)
+            cumulative, buckets = 0.0, []
+            for name, count in zip(_BUCKET_NAMES, counts[:_SUM], strict=True):
+                cumulative += count
+                buckets.append((name, cumulative))
+            latency.add_metric([method], buckets, counts[_SUM])
+            latency.add_sample("epochstate_request_seconds_created", {"method": method}, tally.created)
+        return [requests, latency]
 
 
 _STORAGE_OPS = ("list", "head", "get", "get_range")
