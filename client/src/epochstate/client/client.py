@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
+from epochstate.client import merged
 from epochstate.client.alignment_admin import AlignmentAdmin
 from epochstate.client.channels import connections_for
 from epochstate.client.errors import DeadlineExceeded, IncarnationChanged, InvalidArgument, from_rpc_error
@@ -398,7 +399,7 @@ class EpochStateClient:
         response = self._call(self._stub.MultiGet, request, o.timeout)
         answered = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
         at = answered.at(own_epoch(response))
-        return [_lookup(response.epoch, r, at, response.query_id, response.job) for r in response.records]
+        return _lookups(response, at)
 
     def pinned_epoch(
         self, job: str, *, options: ReadOptions | None = None, **read: Unpack[ReadKeywords]
@@ -443,9 +444,8 @@ class EpochStateClient:
         while True:
             response = self._call(self._stub.Scan, request, o.timeout)
             schema = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
-            for record in response.records:
-                at = schema.at(own_epoch(response))
-                yield _lookup(response.epoch, record, at, response.query_id, response.job)
+            for found in _lookups(response, schema.at(own_epoch(response))):
+                yield found
                 returned += 1
                 if limit is not None and returned >= limit:
                     return
@@ -565,6 +565,40 @@ def _struct_of(schema: pb.Schema) -> StructType:
             ],
         }
     )
+
+
+# From how many records a response's are decoded merged (one parse of them all, see
+# epochstate.client.merged): below, its fixed cost exceeds what it saves.
+_MERGED_FROM = 4
+
+
+def _lookups(response: pb.MultiGetResponse | pb.ScanResponse, schema: StoreSchema) -> list[Lookup]:
+    """The records of a MultiGet or Scan response, decoded with ``schema``."""
+    records = response.records
+    count = len(records)
+    epoch, query_id, job = response.epoch, response.query_id, response.job
+    if count >= _MERGED_FROM:
+        read = merged.records(response.SerializeToString(), count, schema.key, schema.value)
+        if read is not None:
+            new = object.__new__
+            out: list[Lookup] = []
+            append = out.append
+            for key, value, found, partition in zip(*read, strict=True):
+                made = new(Lookup)
+                made.__dict__.update(
+                    {
+                        "epoch": epoch,
+                        "key": key,
+                        "found": found,
+                        "value": value,
+                        "partition": partition if found else None,
+                        "query_id": query_id,
+                        "job": job,
+                    }
+                )
+                append(made)
+            return out
+    return [_lookup(epoch, r, schema, query_id, job) for r in records]
 
 
 def _lookup(epoch: int, record: pb.Record, schema: StoreSchema, query_id: str, job: str = "") -> Lookup:

@@ -131,15 +131,7 @@ def from_value(v: pb.Value, t: SparkType) -> Any:
         element = t.element if isinstance(t, ArrayType) else AtomicType("null")
         return [from_value(e, element) for e in v.array.elements]
     if kind == "map":
-        kt = t.key if isinstance(t, MapType) else AtomicType("null")
-        vt = t.value if isinstance(t, MapType) else AtomicType("null")
-        pairs = [
-            (from_value(k, kt), from_value(x, vt)) for k, x in zip(v.map.keys, v.map.values, strict=True)
-        ]
-        try:
-            return dict(pairs)
-        except TypeError:
-            return pairs
+        return from_map(v.map, t)
     if kind == "decimal":
         return Decimal(v.decimal)
     if kind == "date":
@@ -147,6 +139,17 @@ def from_value(v: pb.Value, t: SparkType) -> Any:
     if kind == "timestamp_micros":
         return _EPOCH_DT + dt.timedelta(microseconds=v.timestamp_micros)
     return getattr(v, kind)
+
+
+def from_map(m: pb.Map, t: SparkType) -> dict[Any, Any] | list[tuple[Any, Any]]:
+    """A map value of type ``t``: a ``dict``, or its pairs when a key is not hashable."""
+    kt = t.key if isinstance(t, MapType) else AtomicType("null")
+    vt = t.value if isinstance(t, MapType) else AtomicType("null")
+    pairs = [(from_value(k, kt), from_value(x, vt)) for k, x in zip(m.keys, m.values, strict=True)]
+    try:
+        return dict(pairs)
+    except TypeError:
+        return pairs
 
 
 def from_row(row: pb.Row, schema: StructType) -> Struct:

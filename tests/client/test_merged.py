@@ -1,0 +1,263 @@
+"""Records and changes decoded merged (one parse of a whole response) give what decoding
+each record as declared gives: the same Python types and values, for every kind a
+``Value`` holds, nulls, nested values, absent keys, partition 0 and rows the counts
+cannot prove (which are decoded as declared)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from epochstate.client import merged
+from epochstate.client.client import StoreSchema, _lookup, _lookups
+from epochstate.client.over_time import change_of, changes_of
+from epochstate.client.structs import Struct
+from epochstate.client.values import to_row, to_value
+from epochstate.core.sparktypes import StructType, parse_struct
+from epochstate.v1 import epochstate_pb2 as pb
+
+
+def struct(*fields: tuple[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "struct",
+        "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields],
+    }
+
+
+def array(element: Any) -> dict[str, Any]:
+    return {"type": "array", "elementType": element, "containsNull": True}
+
+
+def map_of(key: Any, value: Any) -> dict[str, Any]:
+    return {"type": "map", "keyType": key, "valueType": value, "valueContainsNull": True}
+
+
+KEY = parse_struct(struct(("user", "long"), ("region", "string")))
+# Every atomic type, a void field, a decimal, and each nested kind (with a repeated name).
+VALUE = parse_struct(
+    struct(
+        ("flag", "boolean"),
+        ("b", "byte"),
+        ("s", "short"),
+        ("i", "integer"),
+        ("n", "long"),
+        ("f", "float"),
+        ("d", "double"),
+        ("text", "string"),
+        ("raw", "binary"),
+        ("day", "date"),
+        ("at", "timestamp"),
+        ("local", "timestamp_ntz"),
+        ("nothing", "void"),
+        ("amount", "decimal(12,3)"),
+        ("inner", struct(("x", "long"), ("x", "string"))),
+        ("items", array("long")),
+        ("tags", map_of("string", "double")),
+        ("grid", map_of(array("long"), "long")),
+        ("n", "long"),
+    )
+)
+STORE = StoreSchema(0, "agg", "default", 4, KEY, VALUE)
+
+
+def value_of(rng: random.Random, i: int, nulls: bool) -> tuple[Any, ...]:
+    def maybe(v: Any) -> Any:
+        return None if nulls and rng.random() < 0.2 else v
+
+    return (
+        maybe(i % 2 == 0),
+        maybe(-i % 128),
+        maybe(i * 7),
+        maybe(-i),
+        maybe(i * 10**12),
+        maybe(i / 4),
+        maybe(-i / 3),
+        maybe(f"t{i}é"),
+        maybe(bytes([i % 256, 0])),
+        maybe(dt.date(2020, 1, 1) + dt.timedelta(days=i)),
+        maybe(dt.datetime(1969, 12, 31, 23, 59) + dt.timedelta(microseconds=i * 1001)),
+        maybe(dt.datetime(2030, 5, 6) - dt.timedelta(seconds=i)),
+        None,
+        maybe(Decimal(f"{i}.{i % 1000:03d}")),
+        maybe((i, maybe(str(i)))),
+        maybe([i, maybe(i + 1), 0]),
+        maybe({f"k{i}": maybe(i / 2), "z": 0.0}),
+        maybe([([i, 1], 2)]),
+        maybe(0),
+    )
+
+
+def records(count: int, *, nulls: bool, missing: bool) -> list[pb.Record]:
+    rng = random.Random(count * 2 + nulls)
+    out = []
+    for i in range(count):
+        key = to_row((i, f"r{i % 3}"), KEY)
+        if missing and i % 3 == 1:
+            out.append(pb.Record(key=key, found=False))
+        else:
+            out.append(
+                pb.Record(key=key, value=to_row(value_of(rng, i, nulls), VALUE), found=True, partition=i % 4)
+            )
+    return out
+
+
+def same(got: Any, want: Any) -> None:
+    """Equal, of the same types all the way down (1, 1.0 and True are equal otherwise)."""
+    assert type(got) is type(want), (got, want)
+    if isinstance(want, Struct):
+        assert got.names == want.names
+    if isinstance(want, (tuple, list)):
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            same(g, w)
+    elif isinstance(want, dict):
+        assert list(got) == list(want)
+        for k in want:
+            same(got[k], want[k])
+    elif hasattr(want, "__dataclass_fields__"):
+        for name in want.__dataclass_fields__:
+            same(getattr(got, name), getattr(want, name))
+    else:
+        assert got == want
+
+
+def as_declared(response: pb.MultiGetResponse, schema: StoreSchema) -> list[Any]:
+    return [_lookup(response.epoch, r, schema, response.query_id, response.job) for r in response.records]
+
+
+@pytest.mark.parametrize(("nulls", "missing"), [(False, False), (False, True), (True, False), (True, True)])
+def test_merged_records_decode_as_declared(nulls: bool, missing: bool) -> None:
+    response = pb.MultiGetResponse(
+        epoch=7, query_id="q", job="j", records=records(40, nulls=nulls, missing=missing)
+    )
+    read = merged.records(response.SerializeToString(), 40, KEY, VALUE)
+    # Nulls in fields not void: the counts cannot place them, so the records are read as declared.
+    assert (read is None) == nulls
+    same(_lookups(response, STORE), as_declared(response, STORE))
+    scan = pb.ScanResponse.FromString(response.SerializeToString())
+    same(_lookups(scan, STORE), as_declared(response, STORE))
+
+
+def test_every_value_kind_merged() -> None:
+    """Each kind's column converted as from_value converts one value of it."""
+    response = pb.MultiGetResponse(records=records(6, nulls=False, missing=False))
+    got = _lookups(response, STORE)
+    assert merged.records(response.SerializeToString(), 6, KEY, VALUE) is not None
+    first = got[1].value
+    assert first is not None
+    assert first["day"] == dt.date(2020, 1, 2) and first["amount"] == Decimal("1.001")
+    assert first["at"] == dt.datetime(1969, 12, 31, 23, 59, 0, 1001) and first["nothing"] is None
+    assert first["inner"].names == ("x", "x") and first["inner"] == (1, "1")
+    assert first["items"] == [1, 2, 0] and first["tags"] == {"k1": 0.5, "z": 0.0}
+    assert first["grid"] == [([1, 1], 2)]  # an unhashable key: the pairs
+    assert first.getall("n") == (10**12, 0) and first["raw"] == b"\x01\x00"
+
+
+def row_of(*values: pb.Value) -> pb.Row:
+    return pb.Row(fields=list(values))
+
+
+def test_rows_the_counts_do_not_prove_are_decoded_as_declared() -> None:
+    key = parse_struct(struct(("a", "long"), ("b", "long")))
+    value = parse_struct(struct(("v", "string")))
+    schema = StoreSchema(0, "agg", "default", 1, key, value)
+    good = row_of(pb.Value(int=1), pb.Value(int=2))
+    odd_rows = [
+        row_of(pb.Value(int=1)),  # a field short
+        row_of(pb.Value(int=1), pb.Value(int=2), pb.Value(int=3)),  # one too many
+        row_of(pb.Value(int=1), pb.Value(string="2")),  # another kind than the schema's
+        row_of(pb.Value(), pb.Value(int=2)),  # no kind at all
+        row_of(pb.Value(int=1), pb.Value(null=True)),
+        row_of(pb.Value(int=1), pb.Value(struct=row_of(pb.Value(int=5)))),
+    ]
+    for odd in odd_rows:
+        rs = [pb.Record(key=good, value=row_of(pb.Value(string="x")), found=True) for _ in range(5)]
+        rs.insert(2, pb.Record(key=odd, value=row_of(pb.Value(string="y")), found=True, partition=3))
+        response = pb.MultiGetResponse(epoch=1, records=rs)
+        assert merged.records(response.SerializeToString(), len(rs), key, value) is None
+        same(_lookups(response, schema), as_declared(response, schema))
+    # A found record without its value row, and a value row where none is found.
+    rs = [pb.Record(key=good, value=row_of(pb.Value(string="x")), found=True) for _ in range(5)]
+    rs[1] = pb.Record(key=good, found=True)
+    rs[3] = pb.Record(key=good, value=row_of(pb.Value(string="z")), found=False, partition=2)
+    response = pb.MultiGetResponse(epoch=1, records=rs)
+    same(_lookups(response, schema), as_declared(response, schema))
+
+
+def test_small_and_empty_schemas() -> None:
+    empty = StructType(())
+    schema = StoreSchema(0, "agg", "default", 1, KEY, empty)
+    rs = [pb.Record(key=to_row((i, "a"), KEY), value=pb.Row(), found=True, partition=i) for i in range(9)]
+    response = pb.MultiGetResponse(records=rs)
+    assert merged.records(response.SerializeToString(), 9, KEY, empty) is not None
+    same(_lookups(response, schema), as_declared(response, schema))
+    assert _lookups(pb.MultiGetResponse(), schema) == []
+
+
+def changes_message(
+    count: int, *, nulls: bool, types: list[pb.Change.Type.ValueType] | None = None
+) -> pb.ChangesResponse:
+    rng = random.Random(count)
+    kinds = types or [pb.Change.Type.DELETE if i % 4 == 3 else pb.Change.Type.UPSERT for i in range(count)]
+    changes = []
+    for i, kind in enumerate(kinds):
+        key = to_row((i, "r"), KEY)
+        if kind == pb.Change.Type.DELETE:
+            record = pb.Record(key=key, partition=i % 3)
+        else:
+            record = pb.Record(
+                key=key, value=to_row(value_of(rng, i, nulls), VALUE), found=True, partition=i % 3
+            )
+        changes.append(pb.Change(type=kind, record=record))
+    return pb.ChangesResponse(epoch=4, query_id="q", changes=changes)
+
+
+@pytest.mark.parametrize("nulls", [False, True])
+def test_merged_changes_decode_as_declared(nulls: bool) -> None:
+    message = changes_message(30, nulls=nulls)
+    declared = [change_of(4, c, KEY, VALUE) for c in message.changes]
+    same(changes_of(message, KEY, VALUE), declared)
+    assert {c.type for c in declared} == {"upsert", "delete"}
+    upserts = changes_message(8, nulls=False, types=[pb.Change.Type.UPSERT] * 8)
+    same(changes_of(upserts, KEY, VALUE), [change_of(4, c, KEY, VALUE) for c in upserts.changes])
+
+
+def test_changes_the_counts_do_not_prove_are_decoded_as_declared() -> None:
+    kinds = [pb.Change.Type.UPSERT] * 6
+    kinds[2] = pb.Change.Type.TYPE_UNSPECIFIED
+    message = changes_message(6, nulls=False, types=kinds)
+    same(changes_of(message, KEY, VALUE), [change_of(4, c, KEY, VALUE) for c in message.changes])
+    # A delete that kept its value and an upsert without one: as many value rows as upserts.
+    message = changes_message(8, nulls=False)
+    message.changes[3].record.value.CopyFrom(message.changes[0].record.value)
+    message.changes[5].record.ClearField("value")
+    same(changes_of(message, KEY, VALUE), [change_of(4, c, KEY, VALUE) for c in message.changes])
+
+
+def test_a_value_of_any_kind_converts_as_from_value() -> None:
+    """The converters of merged columns, kind by kind, against from_value."""
+    from epochstate.client.values import from_value
+
+    for i, f in enumerate(VALUE.fields):
+        kind = merged.kinds_of(VALUE)[i]
+        sample = value_of(random.Random(1), 5, False)[i]
+        v = to_value(sample, f.type)
+        if kind == merged.NULL:
+            continue
+        response = pb.MultiGetResponse(
+            records=[
+                pb.Record(
+                    key=to_row((1, "a"), KEY),
+                    value=to_row(value_of(random.Random(1), 5, False), VALUE),
+                    found=True,
+                )
+            ]
+            * 4
+        )
+        got = _lookups(response, STORE)[0].value
+        assert got is not None
+        same(got[i], from_value(v, f.type))
