@@ -14,7 +14,7 @@ import pytest
 
 from epochstate.client import merged
 from epochstate.client.client import StoreSchema, _lookup, _lookups
-from epochstate.client.over_time import change_of, changes_of
+from epochstate.client.over_time import _merged_changes, change_of, changes_of
 from epochstate.client.structs import Struct
 from epochstate.client.values import to_row, to_value
 from epochstate.core.sparktypes import StructType, parse_struct
@@ -134,9 +134,8 @@ def test_merged_records_decode_as_declared(nulls: bool, missing: bool) -> None:
     response = pb.MultiGetResponse(
         epoch=7, query_id="q", job="j", records=records(40, nulls=nulls, missing=missing)
     )
-    read = merged.records(response.SerializeToString(), 40, KEY, VALUE)
-    # Nulls in fields not void: the counts cannot place them, so the records are read as declared.
-    assert (read is None) == nulls
+    # Read merged, nulls placed by each Value's bytes.
+    assert merged.records(response.SerializeToString(), 40, KEY, VALUE) is not None
     same(_lookups(response, STORE), as_declared(response, STORE))
     scan = pb.ScanResponse.FromString(response.SerializeToString())
     same(_lookups(scan, STORE), as_declared(response, STORE))
@@ -171,7 +170,7 @@ def test_rows_the_counts_do_not_prove_are_decoded_as_declared() -> None:
         row_of(pb.Value(int=1), pb.Value(int=2), pb.Value(int=3)),  # one too many
         row_of(pb.Value(int=1), pb.Value(string="2")),  # another kind than the schema's
         row_of(pb.Value(), pb.Value(int=2)),  # no kind at all
-        row_of(pb.Value(int=1), pb.Value(null=True)),
+        row_of(pb.Value(int=1), pb.Value(null=False)),  # a null written otherwise
         row_of(pb.Value(int=1), pb.Value(struct=row_of(pb.Value(int=5)))),
     ]
     for odd in odd_rows:
@@ -180,6 +179,13 @@ def test_rows_the_counts_do_not_prove_are_decoded_as_declared() -> None:
         response = pb.MultiGetResponse(epoch=1, records=rs)
         assert merged.records(response.SerializeToString(), len(rs), key, value) is None
         same(_lookups(response, schema), as_declared(response, schema))
+    # Nulls, with a row a field short: the Values are not one per field.
+    x = row_of(pb.Value(string="x"))
+    rs = [pb.Record(key=row_of(pb.Value(int=1), pb.Value(null=True)), value=x, found=True) for _ in range(5)]
+    rs[1].key.fields.pop()
+    response = pb.MultiGetResponse(epoch=1, records=rs)
+    assert merged.records(response.SerializeToString(), len(rs), key, value) is None
+    same(_lookups(response, schema), as_declared(response, schema))
     # A found record without its value row, and a value row where none is found.
     rs = [pb.Record(key=good, value=row_of(pb.Value(string="x")), found=True) for _ in range(5)]
     rs[1] = pb.Record(key=good, found=True)
@@ -220,6 +226,7 @@ def changes_message(
 def test_merged_changes_decode_as_declared(nulls: bool) -> None:
     message = changes_message(30, nulls=nulls)
     declared = [change_of(4, c, KEY, VALUE) for c in message.changes]
+    assert _merged_changes(message.SerializeToString(), 30, KEY, VALUE) is not None
     same(changes_of(message, KEY, VALUE), declared)
     assert {c.type for c in declared} == {"upsert", "delete"}
     upserts = changes_message(8, nulls=False, types=[pb.Change.Type.UPSERT] * 8)
@@ -230,11 +237,13 @@ def test_changes_the_counts_do_not_prove_are_decoded_as_declared() -> None:
     kinds = [pb.Change.Type.UPSERT] * 6
     kinds[2] = pb.Change.Type.TYPE_UNSPECIFIED
     message = changes_message(6, nulls=False, types=kinds)
+    assert _merged_changes(message.SerializeToString(), 6, KEY, VALUE) is None
     same(changes_of(message, KEY, VALUE), [change_of(4, c, KEY, VALUE) for c in message.changes])
     # A delete that kept its value and an upsert without one: as many value rows as upserts.
     message = changes_message(8, nulls=False)
     message.changes[3].record.value.CopyFrom(message.changes[0].record.value)
     message.changes[5].record.ClearField("value")
+    assert _merged_changes(message.SerializeToString(), 8, KEY, VALUE) is None
     same(changes_of(message, KEY, VALUE), [change_of(4, c, KEY, VALUE) for c in message.changes])
 
 

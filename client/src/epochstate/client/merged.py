@@ -97,6 +97,16 @@ def _view_file() -> descriptor_pb2.FileDescriptorProto:
         m.DESCRIPTOR.fields_by_name["records"].number for m in (pb.MultiGetResponse, pb.ScanResponse)
     }
     message("MergedRecords", [("records", number, field.TYPE_MESSAGE, singular, "Records")])
+    # The same rows, each field's Value as its bytes: where the nulls are.
+    message("RawRows", [(row.name, row.number, field.TYPE_BYTES, repeated, "")])
+    message(
+        "RawRecords",
+        [
+            ("key", record["key"].number, field.TYPE_MESSAGE, singular, "RawRows"),
+            ("value", record["value"].number, field.TYPE_MESSAGE, singular, "RawRows"),
+        ],
+    )
+    message("MergedRawRecords", [("records", number, field.TYPE_MESSAGE, singular, "RawRecords")])
     message("Present", [])
     message(
         "Head",
@@ -126,6 +136,11 @@ def _view_file() -> descriptor_pb2.FileDescriptorProto:
         ]
         + [("changes", response["changes"].number, field.TYPE_MESSAGE, singular, "Changes")],
     )
+    message("RawChanges", [("record", change["record"].number, field.TYPE_MESSAGE, singular, "RawRecords")])
+    message(
+        "MergedRawChanges",
+        [("changes", response["changes"].number, field.TYPE_MESSAGE, singular, "RawChanges")],
+    )
     message(
         "Partition",
         [
@@ -150,10 +165,14 @@ def _view(name: str) -> Any:
 
 MERGED_RECORDS: Any = _view("MergedRecords")
 """A MultiGetResponse or ScanResponse read merged: ``records`` (key, value, found, partition)."""
+RAW_RECORDS: Any = _view("MergedRawRecords")
+"""The same read merged, each field's Value as its bytes (``records.key.fields``...)."""
 HEADS: Any = _view("Heads")
 """The same read per record, of its ``found``, ``partition`` and whether it has a value."""
 MERGED_CHANGES: Any = _view("MergedChanges")
 """A ChangesResponse read merged: its header as declared, ``changes`` (type, record)."""
+RAW_CHANGES: Any = _view("MergedRawChanges")
+"""A ChangesResponse read merged, each field's Value as its bytes (``changes.record.key.fields``...)."""
 PARTITIONS: Any = _view("Partitions")
 """A ChangesResponse read per change, of its record's ``partition`` and whether it has a value."""
 
@@ -247,14 +266,26 @@ class RowDecoder:
         self.names = schema.names
         self.converters = [_converter(k, f.type) for k, f in zip(self.kinds, schema.fields, strict=True)]
 
-    def rows(self, values: Message, count: int) -> list[Struct] | None:
-        """The ``count`` structs merged in ``values``; None when the counts do not prove them."""
+    def rows(
+        self, values: Message, count: int, raw: Callable[[], Sequence[bytes]] | None = None
+    ) -> list[Struct] | None:
+        """The ``count`` structs merged in ``values``; None when the counts do not prove them.
+        ``raw``: the bytes of each of their Values, in order, read when some are null."""
         found = columns(values, self.kinds, count)
+        nullable = False
+        if found is None and raw is not None:
+            found = self._columns_with_nulls(values, count, raw())
+            nullable = True
         if found is None:
             return None
         for i, convert in enumerate(self.converters):
             if convert is not None:
-                found[i] = list(map(convert, found[i]))
+                column = found[i]
+                found[i] = (
+                    [None if v is None else convert(v) for v in column]
+                    if nullable
+                    else list(map(convert, column))
+                )
         names = self.names
         new = tuple.__new__
         out: list[Struct] = []
@@ -266,6 +297,53 @@ class RowDecoder:
             append(made)
         return out
 
+    def _columns_with_nulls(
+        self, values: Message, count: int, raw: Sequence[bytes]
+    ) -> list[list[Any]] | None:
+        """As :func:`columns`, for rows some of whose values are null: each Value's bytes
+        say which (a null is written as ``null = true``), each kind's merged values fill its
+        fields' other places in order. None unless the counts prove them: one Value per
+        field and row, each kind as many values as its fields' places not null, as many
+        nulls as null places."""
+        width = len(self.kinds)
+        if len(raw) != count * width:
+            return None
+        present = [b != _NULL_VALUE for b in raw]
+        if len(getattr(values, NULL)) != len(raw) - present.count(True):
+            return None
+        places: dict[str, list[int]] = {}
+        for i, kind in enumerate(self.kinds):
+            places.setdefault(kind, []).append(i)
+        out: list[list[Any]] = [[] for _ in self.kinds]
+        for kind in VALUE_KINDS:
+            fields = places.get(kind)
+            if fields is None:
+                if kind != NULL and len(getattr(values, kind)):
+                    return None
+                continue
+            if kind == NULL:
+                if any(any(present[i::width]) for i in fields):
+                    return None  # a void field's value that is not a null
+                for i in fields:
+                    out[i] = [None] * count
+                continue
+            if len(fields) == width:
+                mask = present
+            elif len(fields) == 1:
+                mask = present[fields[0] :: width]
+            else:
+                mask = [p for row in zip(*(present[i::width] for i in fields), strict=True) for p in row]
+            given = getattr(values, kind)[:]
+            if len(given) != mask.count(True):
+                return None
+            placed = spread(given, mask)
+            for n, i in enumerate(fields):
+                out[i] = placed[n :: len(fields)] if len(fields) > 1 else placed
+        return out
+
+
+# A null Value as the daemon writes it (null = true).
+_NULL_VALUE = pb.Value(null=True).SerializeToString()
 
 # The decoders of the schemas decoded lately, by id (the schema is held by the decoder,
 # so that its id is not another's while the entry lives); emptied when full.
@@ -284,6 +362,18 @@ def decoder(schema: StructType) -> RowDecoder:
     return made
 
 
+def once(read: Callable[[], Any]) -> Callable[[], Any]:
+    """``read``, called the first time only."""
+    done: list[Any] = []
+
+    def first() -> Any:
+        if not done:
+            done.append(read())
+        return done[0]
+
+    return first
+
+
 def records(
     data: bytes, count: int, key: StructType, value: StructType
 ) -> tuple[list[Struct], list[Struct | None], list[bool], list[int]] | None:
@@ -300,9 +390,10 @@ def records(
         partitions = [h.partition for h in heads]
         if found != [h.HasField("value") for h in heads]:
             return None  # a value row where none is found, or none where one is
-    keys = decoder(key).rows(merged.key.fields, count)
+    raw = once(lambda: RAW_RECORDS.FromString(data).records)
+    keys = decoder(key).rows(merged.key.fields, count, lambda: raw().key.fields)
     hits = found.count(True)
-    values = decoder(value).rows(merged.value.fields, hits)
+    values = decoder(value).rows(merged.value.fields, hits, lambda: raw().value.fields)
     if keys is None or values is None:
         return None
     spread_values: list[Struct | None] = list(values) if hits == count else spread(values, found)

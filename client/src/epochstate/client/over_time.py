@@ -156,8 +156,11 @@ def _merged_changes(
         partitions = [r.partition for r in per_change]
         if deletes and [r.HasField("value") for r in per_change] != [t == _UPSERT for t in types]:
             return None  # a delete with a value, or an upsert without one
-    keys = merged.decoder(key_schema).rows(record.key.fields, count)
-    values = merged.decoder(value_schema).rows(record.value.fields, count - deletes)
+    raw = merged.once(lambda: merged.RAW_CHANGES.FromString(data).changes.record)
+    keys = merged.decoder(key_schema).rows(record.key.fields, count, lambda: raw().key.fields)
+    values = merged.decoder(value_schema).rows(
+        record.value.fields, count - deletes, lambda: raw().value.fields
+    )
     if keys is None or values is None:
         return None
     if not deletes:
