@@ -38,7 +38,7 @@ from epochstate.client.over_time import (
 from epochstate.client.read_options import Aligned, AlignedWith, EpochArg, ReadKeywords, ReadOptions, selector
 from epochstate.client.structs import Struct
 from epochstate.client.tls import TlsOptions, open_channel
-from epochstate.client.values import from_row, to_row
+from epochstate.client.values import from_row, to_row, to_rows
 from epochstate.core.sparktypes import StructType, parse_struct
 from epochstate.v1 import epochstate_pb2 as pb
 from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
@@ -393,9 +393,8 @@ class EpochStateClient:
         o = ReadOptions.of(options, read)
         schema = self._store(job, o.operator_id, o.store, o.query_id)
         key_schema = schema.at(o.exact).key
-        request = pb.MultiGetRequest(
-            store=o.store_ref(job), keys=[to_row(k, key_schema) for k in keys], epoch=o.selector()
-        )
+        request = pb.MultiGetRequest(store=o.store_ref(job), epoch=o.selector())
+        to_rows(keys, key_schema, request.keys)
         response = self._call(self._stub.MultiGet, request, o.timeout)
         answered = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
         at = answered.at(own_epoch(response))
@@ -572,11 +571,16 @@ def _struct_of(schema: pb.Schema) -> StructType:
 _MERGED_FROM = 4
 
 
-def _lookups(response: pb.MultiGetResponse | pb.ScanResponse, schema: StoreSchema) -> list[Lookup]:
-    """The records of a MultiGet or Scan response, decoded with ``schema``."""
+def _lookups(
+    response: pb.MultiGetResponse | pb.ScanResponse,
+    schema: StoreSchema,
+    pin: tuple[int, str, str] | None = None,
+) -> list[Lookup]:
+    """The records of a MultiGet or Scan response, decoded with ``schema``, each of the
+    response's epoch, query and job, or of ``pin``'s (epoch, query id, job)."""
     records = response.records
     count = len(records)
-    epoch, query_id, job = response.epoch, response.query_id, response.job
+    epoch, query_id, job = (response.epoch, response.query_id, response.job) if pin is None else pin
     if count >= _MERGED_FROM:
         read = merged.records(response.SerializeToString(), count, schema.key, schema.value)
         if read is not None:
