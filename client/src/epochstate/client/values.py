@@ -13,7 +13,7 @@ are not hashable), dates ``datetime.date``, timestamps naive UTC
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -111,6 +111,28 @@ def to_row(value: Any, schema: StructType, *, partial: bool = False, into: pb.Ro
         ]
     )
     return row
+
+
+def to_rows(values: Iterable[Any], schema: StructType, rows: Any) -> None:
+    """Each of ``values`` as :func:`to_row` makes it, added to ``rows`` (a request's
+    repeated ``Row`` field): a key given as a list or tuple of the plain types filled in
+    place, without a Row made and copied per key."""
+    add = rows.add
+    fields = schema.fields
+    width = len(fields)
+    atomic = [f.type.__class__ is AtomicType for f in fields]
+    plain_of = _PLAIN_TO.get
+    for value in values:
+        if value.__class__ in (list, tuple) and len(value) <= width:
+            row = add().fields
+            for v, f, is_atomic in zip(value, fields, atomic, strict=False):
+                plain = plain_of(v.__class__)
+                if plain is not None and is_atomic:
+                    row.add(**{plain: v})
+                else:
+                    row.append(to_value(v, f.type))
+        else:
+            to_row(value, schema, into=add())
 
 
 # Python types sent as the Value kind of the same name, and Value kinds read back as
