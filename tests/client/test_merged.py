@@ -270,3 +270,16 @@ def test_a_value_of_any_kind_converts_as_from_value() -> None:
         got = _lookups(response, STORE)[0].value
         assert got is not None
         same(got[i], from_value(v, f.type))
+
+
+def test_first_records_only_and_a_pinned_answer() -> None:
+    response = pb.MultiGetResponse(
+        epoch=7, query_id="q", job="j", records=records(12, nulls=True, missing=True)
+    )
+    declared = as_declared(response, STORE)
+    same(_lookups(response, STORE, first=3), declared[:3])
+    same(_lookups(response, STORE, first=0), [])
+    same(_lookups(response, STORE, first=20), declared)
+    pinned = _lookups(response, STORE, (9, "p", ""))
+    assert {(lk.epoch, lk.query_id, lk.job) for lk in pinned} == {(9, "p", "")}
+    assert [(lk.key, lk.value) for lk in pinned] == [(lk.key, lk.value) for lk in declared]

@@ -443,7 +443,8 @@ class EpochStateClient:
         while True:
             response = self._call(self._stub.Scan, request, o.timeout)
             schema = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
-            for found in _lookups(response, schema.at(own_epoch(response))):
+            left = None if limit is None else limit - returned
+            for found in _lookups(response, schema.at(own_epoch(response)), first=left):
                 yield found
                 returned += 1
                 if limit is not None and returned >= limit:
@@ -575,12 +576,16 @@ def _lookups(
     response: pb.MultiGetResponse | pb.ScanResponse,
     schema: StoreSchema,
     pin: tuple[int, str, str] | None = None,
+    first: int | None = None,
 ) -> list[Lookup]:
     """The records of a MultiGet or Scan response, decoded with ``schema``, each of the
-    response's epoch, query and job, or of ``pin``'s (epoch, query id, job)."""
+    response's epoch, query and job, or of ``pin``'s (epoch, query id, job); ``first``:
+    only so many of them."""
     records = response.records
     count = len(records)
     epoch, query_id, job = (response.epoch, response.query_id, response.job) if pin is None else pin
+    if first is not None and first < count:
+        return [_lookup(epoch, r, schema, query_id, job) for r in records[: max(first, 0)]]
     if count >= _MERGED_FROM:
         read = merged.records(response.SerializeToString(), count, schema.key, schema.value)
         if read is not None:
