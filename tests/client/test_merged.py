@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -283,3 +284,77 @@ def test_first_records_only_and_a_pinned_answer() -> None:
     pinned = _lookups(response, STORE, (9, "p", ""))
     assert {(lk.epoch, lk.query_id, lk.job) for lk in pinned} == {(9, "p", "")}
     assert [(lk.key, lk.value) for lk in pinned] == [(lk.key, lk.value) for lk in declared]
+
+
+ATOMS = [
+    "boolean",
+    "long",
+    "integer",
+    "double",
+    "string",
+    "binary",
+    "date",
+    "timestamp",
+    "void",
+    "decimal(9,2)",
+]
+
+
+def random_type(rng: random.Random, depth: int = 0) -> Any:
+    pick = rng.random()
+    if depth < 2 and pick < 0.1:
+        return struct(*((f"f{i}", random_type(rng, depth + 1)) for i in range(rng.randint(0, 3))))
+    if depth < 2 and pick < 0.15:
+        return array(random_type(rng, depth + 1))
+    if depth < 2 and pick < 0.2:
+        return map_of(rng.choice(["string", "long"]), random_type(rng, depth + 1))
+    return rng.choice(ATOMS)
+
+
+def random_value(rng: random.Random, t: Any, null_share: float) -> Any:
+    if t == "void" or rng.random() < null_share:
+        return None
+    if isinstance(t, dict):
+        if t["type"] == "struct":
+            return tuple(random_value(rng, f["type"], null_share) for f in t["fields"])
+        if t["type"] == "array":
+            return [random_value(rng, t["elementType"], null_share) for _ in range(rng.randint(0, 3))]
+        return {
+            random_value(rng, t["keyType"], 0.0): random_value(rng, t["valueType"], null_share)
+            for _ in range(rng.randint(0, 2))
+        }
+    makers: dict[str, Callable[[], Any]] = {
+        "boolean": lambda: rng.random() < 0.5,
+        "long": lambda: rng.randint(-(2**63), 2**63 - 1),
+        "integer": lambda: rng.randint(-5, 5),
+        "double": lambda: rng.choice([0.0, -1.5, 1e300]),
+        "string": lambda: rng.choice(["", "a", "ü" * 3]),
+        "binary": lambda: rng.randbytes(rng.randint(0, 3)),
+        "date": lambda: dt.date(1, 1, 1) + dt.timedelta(days=rng.randint(0, 3_000_000)),
+        "timestamp": lambda: dt.datetime(1900, 1, 1) + dt.timedelta(microseconds=rng.randint(0, 2**55)),
+        "decimal(9,2)": lambda: Decimal(rng.randint(-(10**9) + 1, 10**9 - 1)) / 100,
+    }
+    return makers[t]()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_schemas_decode_as_declared(seed: int) -> None:
+    rng = random.Random(seed)
+    fields = [(f"c{i}", random_type(rng)) for i in range(rng.randint(1, 6))]
+    value = parse_struct(struct(*fields))
+    schema = StoreSchema(0, "agg", "default", 3, KEY, value)
+    null_share = rng.choice([0.0, 0.0, 0.3])
+    rs = []
+    for i in range(25):
+        row = to_row(tuple(random_value(rng, t, null_share) for _, t in fields), value)
+        found = rng.random() < 0.8
+        rs.append(
+            pb.Record(key=to_row((i, "k"), KEY), value=row if found else None, found=found, partition=i % 3)
+        )
+    response = pb.MultiGetResponse(epoch=2, records=rs)
+    same(_lookups(response, schema), as_declared(response, schema))
+    kinds = [pb.Change.Type.UPSERT if r.found else pb.Change.Type.DELETE for r in rs]
+    message = pb.ChangesResponse(
+        epoch=2, changes=[pb.Change(type=k, record=r) for k, r in zip(kinds, rs, strict=True)]
+    )
+    same(changes_of(message, KEY, value), [change_of(2, c, KEY, value) for c in message.changes])
