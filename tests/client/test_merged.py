@@ -358,3 +358,24 @@ def test_random_schemas_decode_as_declared(seed: int) -> None:
         epoch=2, changes=[pb.Change(type=k, record=r) for k, r in zip(kinds, rs, strict=True)]
     )
     same(changes_of(message, KEY, value), [change_of(2, c, KEY, value) for c in message.changes])
+
+
+@pytest.mark.parametrize("partitions", [(0,), (5,), (0, 5), (5, 0, 0)])
+def test_partitions_zero_or_not(partitions: tuple[int, ...]) -> None:
+    """A zero partition is not on the wire: every one, none or some of them zero."""
+    rs = [
+        pb.Record(
+            key=to_row((i, "k"), KEY), value=to_row(value_of(random.Random(i), i, False), VALUE), found=True
+        )
+        for i in range(9)
+    ]
+    for i, r in enumerate(rs):
+        r.partition = partitions[i % len(partitions)]
+    response = pb.MultiGetResponse(records=rs)
+    assert merged.records(response.SerializeToString(), 9, KEY, VALUE) is not None
+    same(_lookups(response, STORE), as_declared(response, STORE))
+    message = pb.ChangesResponse(
+        epoch=1, changes=[pb.Change(type=pb.Change.Type.UPSERT, record=r) for r in rs]
+    )
+    assert _merged_changes(message.SerializeToString(), 9, KEY, VALUE) is not None
+    same(changes_of(message, KEY, VALUE), [change_of(1, c, KEY, VALUE) for c in message.changes])

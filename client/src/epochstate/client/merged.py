@@ -382,9 +382,9 @@ def records(
     schemas ``key`` and ``value``; None when the counts do not prove them."""
     merged = MERGED_RECORDS.FromString(data).records
     found = list(merged.found)
-    partitions = list(merged.partition)
+    partitions = list(merged.partition) or [0] * count  # none on the wire: every one is 0
     if len(found) != count or len(partitions) != count or not all(found):
-        # Some record not found, or in partition 0: a false or a zero is not on the wire.
+        # Some record not found, or some in partition 0: a false or a zero is not on the wire.
         heads = HEADS.FromString(data).records
         found = [h.found for h in heads]
         partitions = [h.partition for h in heads]

@@ -149,7 +149,7 @@ def _merged_changes(
     if len(types) != count or types.count(_UPSERT) + deletes != count:
         return None
     record = changes.record
-    partitions = record.partition[:]
+    partitions = record.partition[:] or [0] * count  # none on the wire: every one is 0
     if deletes or len(partitions) != count:
         # A zero is not on the wire: whose it is, per change; and which changes have a value.
         per_change = [c.record for c in merged.PARTITIONS.FromString(data).changes]
