@@ -133,7 +133,7 @@ def as_declared(response: pb.MultiGetResponse, schema: StoreSchema) -> list[Any]
 @pytest.mark.parametrize(("nulls", "missing"), [(False, False), (False, True), (True, False), (True, True)])
 def test_merged_records_decode_as_declared(nulls: bool, missing: bool) -> None:
     response = pb.MultiGetResponse(
-        epoch=7, query_id="q", job="j", records=records(40, nulls=nulls, missing=missing)
+        shape_first_epoch=0, epoch=7, query_id="q", job="j", records=records(40, nulls=nulls, missing=missing)
     )
     # Read merged, nulls placed by each Value's bytes.
     assert merged.records(response.SerializeToString(), 40, KEY, VALUE) is not None
@@ -144,7 +144,7 @@ def test_merged_records_decode_as_declared(nulls: bool, missing: bool) -> None:
 
 def test_every_value_kind_merged() -> None:
     """Each kind's column converted as from_value converts one value of it."""
-    response = pb.MultiGetResponse(records=records(6, nulls=False, missing=False))
+    response = pb.MultiGetResponse(shape_first_epoch=0, records=records(6, nulls=False, missing=False))
     got = _lookups(response, STORE)
     assert merged.records(response.SerializeToString(), 6, KEY, VALUE) is not None
     first = got[1].value
@@ -177,21 +177,21 @@ def test_rows_the_counts_do_not_prove_are_decoded_as_declared() -> None:
     for odd in odd_rows:
         rs = [pb.Record(key=good, value=row_of(pb.Value(string="x")), found=True) for _ in range(5)]
         rs.insert(2, pb.Record(key=odd, value=row_of(pb.Value(string="y")), found=True, partition=3))
-        response = pb.MultiGetResponse(epoch=1, records=rs)
+        response = pb.MultiGetResponse(shape_first_epoch=0, epoch=1, records=rs)
         assert merged.records(response.SerializeToString(), len(rs), key, value) is None
         same(_lookups(response, schema), as_declared(response, schema))
     # Nulls, with a row a field short: the Values are not one per field.
     x = row_of(pb.Value(string="x"))
     rs = [pb.Record(key=row_of(pb.Value(int=1), pb.Value(null=True)), value=x, found=True) for _ in range(5)]
     rs[1].key.fields.pop()
-    response = pb.MultiGetResponse(epoch=1, records=rs)
+    response = pb.MultiGetResponse(shape_first_epoch=0, epoch=1, records=rs)
     assert merged.records(response.SerializeToString(), len(rs), key, value) is None
     same(_lookups(response, schema), as_declared(response, schema))
     # A found record without its value row, and a value row where none is found.
     rs = [pb.Record(key=good, value=row_of(pb.Value(string="x")), found=True) for _ in range(5)]
     rs[1] = pb.Record(key=good, found=True)
     rs[3] = pb.Record(key=good, value=row_of(pb.Value(string="z")), found=False, partition=2)
-    response = pb.MultiGetResponse(epoch=1, records=rs)
+    response = pb.MultiGetResponse(shape_first_epoch=0, epoch=1, records=rs)
     same(_lookups(response, schema), as_declared(response, schema))
 
 
@@ -199,10 +199,10 @@ def test_small_and_empty_schemas() -> None:
     empty = StructType(())
     schema = StoreSchema(0, "agg", "default", 1, KEY, empty)
     rs = [pb.Record(key=to_row((i, "a"), KEY), value=pb.Row(), found=True, partition=i) for i in range(9)]
-    response = pb.MultiGetResponse(records=rs)
+    response = pb.MultiGetResponse(shape_first_epoch=0, records=rs)
     assert merged.records(response.SerializeToString(), 9, KEY, empty) is not None
     same(_lookups(response, schema), as_declared(response, schema))
-    assert _lookups(pb.MultiGetResponse(), schema) == []
+    assert _lookups(pb.MultiGetResponse(shape_first_epoch=0), schema) == []
 
 
 def changes_message(
@@ -220,7 +220,7 @@ def changes_message(
                 key=key, value=to_row(value_of(rng, i, nulls), VALUE), found=True, partition=i % 3
             )
         changes.append(pb.Change(type=kind, record=record))
-    return pb.ChangesResponse(epoch=4, query_id="q", changes=changes)
+    return pb.ChangesResponse(shape_first_epoch=0, epoch=4, query_id="q", changes=changes)
 
 
 @pytest.mark.parametrize("nulls", [False, True])
@@ -259,6 +259,7 @@ def test_a_value_of_any_kind_converts_as_from_value() -> None:
         if kind == merged.NULL:
             continue
         response = pb.MultiGetResponse(
+            shape_first_epoch=0,
             records=[
                 pb.Record(
                     key=to_row((1, "a"), KEY),
@@ -266,7 +267,7 @@ def test_a_value_of_any_kind_converts_as_from_value() -> None:
                     found=True,
                 )
             ]
-            * 4
+            * 4,
         )
         got = _lookups(response, STORE)[0].value
         assert got is not None
@@ -275,7 +276,7 @@ def test_a_value_of_any_kind_converts_as_from_value() -> None:
 
 def test_first_records_only_and_a_pinned_answer() -> None:
     response = pb.MultiGetResponse(
-        epoch=7, query_id="q", job="j", records=records(12, nulls=True, missing=True)
+        shape_first_epoch=0, epoch=7, query_id="q", job="j", records=records(12, nulls=True, missing=True)
     )
     declared = as_declared(response, STORE)
     same(_lookups(response, STORE, first=3), declared[:3])
@@ -351,11 +352,13 @@ def test_random_schemas_decode_as_declared(seed: int) -> None:
         rs.append(
             pb.Record(key=to_row((i, "k"), KEY), value=row if found else None, found=found, partition=i % 3)
         )
-    response = pb.MultiGetResponse(epoch=2, records=rs)
+    response = pb.MultiGetResponse(shape_first_epoch=0, epoch=2, records=rs)
     same(_lookups(response, schema), as_declared(response, schema))
     kinds = [pb.Change.Type.UPSERT if r.found else pb.Change.Type.DELETE for r in rs]
     message = pb.ChangesResponse(
-        epoch=2, changes=[pb.Change(type=k, record=r) for k, r in zip(kinds, rs, strict=True)]
+        shape_first_epoch=0,
+        epoch=2,
+        changes=[pb.Change(type=k, record=r) for k, r in zip(kinds, rs, strict=True)],
     )
     same(changes_of(message, KEY, value), [change_of(2, c, KEY, value) for c in message.changes])
 
@@ -371,11 +374,31 @@ def test_partitions_zero_or_not(partitions: tuple[int, ...]) -> None:
     ]
     for i, r in enumerate(rs):
         r.partition = partitions[i % len(partitions)]
-    response = pb.MultiGetResponse(records=rs)
+    response = pb.MultiGetResponse(shape_first_epoch=0, records=rs)
     assert merged.records(response.SerializeToString(), 9, KEY, VALUE) is not None
     same(_lookups(response, STORE), as_declared(response, STORE))
     message = pb.ChangesResponse(
-        epoch=1, changes=[pb.Change(type=pb.Change.Type.UPSERT, record=r) for r in rs]
+        shape_first_epoch=0, epoch=1, changes=[pb.Change(type=pb.Change.Type.UPSERT, record=r) for r in rs]
     )
     assert _merged_changes(message.SerializeToString(), 9, KEY, VALUE) is not None
     same(changes_of(message, KEY, VALUE), [change_of(1, c, KEY, VALUE) for c in message.changes])
+
+
+def test_records_of_no_named_shape_are_decoded_as_declared() -> None:
+    """A response that does not name its records' shape (a daemon before shapes) may be
+    decoded with a schema its rows were not written in: as declared, by each Value's kind."""
+    key = parse_struct(struct(("a", "long"), ("b", "string")))
+    schema = StoreSchema(0, "agg", "default", 1, key, StructType(()))
+    swapped = row_of(pb.Value(string="s"), pb.Value(int=1))
+    rs = [pb.Record(key=swapped, value=pb.Row(), found=True) for _ in range(6)]
+    response = pb.MultiGetResponse(epoch=1, records=rs)
+    got = _lookups(response, schema)
+    same(got, as_declared(response, schema))
+    assert got[0].key == ("s", 1)
+    message = pb.ChangesResponse(
+        epoch=1, changes=[pb.Change(type=pb.Change.Type.UPSERT, record=r) for r in rs]
+    )
+    same(
+        changes_of(message, key, StructType(())),
+        [change_of(1, c, key, StructType(())) for c in message.changes],
+    )

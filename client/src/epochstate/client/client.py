@@ -568,7 +568,9 @@ def _struct_of(schema: pb.Schema) -> StructType:
 
 
 # From how many records a response's are decoded merged (one parse of them all, see
-# epochstate.client.merged): below, its fixed cost exceeds what it saves.
+# epochstate.client.merged): below, its fixed cost exceeds what it saves. Only a response
+# that names the shape its records are in is: the schema it is decoded with is then the
+# one its rows were written in (merged columns are placed by the schema's order).
 _MERGED_FROM = 4
 
 
@@ -586,7 +588,7 @@ def _lookups(
     epoch, query_id, job = (response.epoch, response.query_id, response.job) if pin is None else pin
     if first is not None and first < count:
         return [_lookup(epoch, r, schema, query_id, job) for r in records[: max(first, 0)]]
-    if count >= _MERGED_FROM:
+    if count >= _MERGED_FROM and response.HasField("shape_first_epoch"):
         read = merged.records(response.SerializeToString(), count, schema.key, schema.value)
         if read is not None:
             new = object.__new__

@@ -109,7 +109,8 @@ def change_of(epoch: int, change: pb.Change, key_schema: StructType, value_schem
 
 
 # From how many changes a message's are decoded merged (one parse of them all, see
-# epochstate.client.merged): below, its fixed cost exceeds what it saves.
+# epochstate.client.merged): below, its fixed cost exceeds what it saves. Only a message
+# that names the shape its records are in is (as for reads, see client._lookups).
 _MERGED_FROM = 4
 _UPSERT = pb.Change.Type.UPSERT
 _DELETE = pb.Change.Type.DELETE
@@ -120,7 +121,7 @@ def changes_of(message: pb.ChangesResponse, key_schema: StructType, value_schema
     """The changes of one Changes message, decoded with the schemas of its epoch."""
     epoch = message.epoch
     count = len(message.changes)
-    if count >= _MERGED_FROM:
+    if count >= _MERGED_FROM and message.HasField("shape_first_epoch"):
         read = _merged_changes(message.SerializeToString(), count, key_schema, value_schema)
         if read is not None:
             new = object.__new__
