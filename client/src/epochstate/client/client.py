@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
+from epochstate.client import merged
 from epochstate.client.alignment_admin import AlignmentAdmin
 from epochstate.client.channels import connections_for
 from epochstate.client.errors import DeadlineExceeded, IncarnationChanged, InvalidArgument, from_rpc_error
@@ -37,7 +38,7 @@ from epochstate.client.over_time import (
 from epochstate.client.read_options import Aligned, AlignedWith, EpochArg, ReadKeywords, ReadOptions, selector
 from epochstate.client.structs import Struct
 from epochstate.client.tls import TlsOptions, open_channel
-from epochstate.client.values import from_row, to_row
+from epochstate.client.values import from_row, to_row, to_rows
 from epochstate.core.sparktypes import StructType, parse_struct
 from epochstate.v1 import epochstate_pb2 as pb
 from epochstate.v1 import epochstate_pb2_grpc as pb_grpc
@@ -392,13 +393,12 @@ class EpochStateClient:
         o = ReadOptions.of(options, read)
         schema = self._store(job, o.operator_id, o.store, o.query_id)
         key_schema = schema.at(o.exact).key
-        request = pb.MultiGetRequest(
-            store=o.store_ref(job), keys=[to_row(k, key_schema) for k in keys], epoch=o.selector()
-        )
+        request = pb.MultiGetRequest(store=o.store_ref(job), epoch=o.selector())
+        to_rows(keys, key_schema, request.keys)
         response = self._call(self._stub.MultiGet, request, o.timeout)
         answered = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
         at = answered.at(own_epoch(response))
-        return [_lookup(response.epoch, r, at, response.query_id, response.job) for r in response.records]
+        return _lookups(response, at)
 
     def pinned_epoch(
         self, job: str, *, options: ReadOptions | None = None, **read: Unpack[ReadKeywords]
@@ -443,9 +443,9 @@ class EpochStateClient:
         while True:
             response = self._call(self._stub.Scan, request, o.timeout)
             schema = self._answered(job, o.operator_id, o.store, schema, response.query_id, response)
-            for record in response.records:
-                at = schema.at(own_epoch(response))
-                yield _lookup(response.epoch, record, at, response.query_id, response.job)
+            left = None if limit is None else limit - returned
+            for found in _lookups(response, schema.at(own_epoch(response)), first=left):
+                yield found
                 returned += 1
                 if limit is not None and returned >= limit:
                     return
@@ -565,6 +565,51 @@ def _struct_of(schema: pb.Schema) -> StructType:
             ],
         }
     )
+
+
+# From how many records a response's are decoded merged (one parse of them all, see
+# epochstate.client.merged): below, its fixed cost exceeds what it saves. Only a response
+# that names the shape its records are in is: the schema it is decoded with is then the
+# one its rows were written in (merged columns are placed by the schema's order).
+_MERGED_FROM = 4
+
+
+def _lookups(
+    response: pb.MultiGetResponse | pb.ScanResponse,
+    schema: StoreSchema,
+    pin: tuple[int, str, str] | None = None,
+    first: int | None = None,
+) -> list[Lookup]:
+    """The records of a MultiGet or Scan response, decoded with ``schema``, each of the
+    response's epoch, query and job, or of ``pin``'s (epoch, query id, job); ``first``:
+    only so many of them."""
+    records = response.records
+    count = len(records)
+    epoch, query_id, job = (response.epoch, response.query_id, response.job) if pin is None else pin
+    if first is not None and first < count:
+        return [_lookup(epoch, r, schema, query_id, job) for r in records[: max(first, 0)]]
+    if count >= _MERGED_FROM and response.HasField("shape_first_epoch"):
+        read = merged.records(response.SerializeToString(), count, schema.key, schema.value)
+        if read is not None:
+            new = object.__new__
+            out: list[Lookup] = []
+            append = out.append
+            for key, value, found, partition in zip(*read, strict=True):
+                made = new(Lookup)
+                made.__dict__.update(
+                    {
+                        "epoch": epoch,
+                        "key": key,
+                        "found": found,
+                        "value": value,
+                        "partition": partition if found else None,
+                        "query_id": query_id,
+                        "job": job,
+                    }
+                )
+                append(made)
+            return out
+    return [_lookup(epoch, r, schema, query_id, job) for r in records]
 
 
 def _lookup(epoch: int, record: pb.Record, schema: StoreSchema, query_id: str, job: str = "") -> Lookup:

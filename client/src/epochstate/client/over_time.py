@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from epochstate.client import merged
 from epochstate.client.structs import Struct
 from epochstate.client.values import from_row
 from epochstate.core.sparktypes import StructType
@@ -107,6 +108,73 @@ def change_of(epoch: int, change: pb.Change, key_schema: StructType, value_schem
     )
 
 
+# From how many changes a message's are decoded merged (one parse of them all, see
+# epochstate.client.merged): below, its fixed cost exceeds what it saves. Only a message
+# that names the shape its records are in is (as for reads, see client._lookups).
+_MERGED_FROM = 4
+_UPSERT = pb.Change.Type.UPSERT
+_DELETE = pb.Change.Type.DELETE
+_TYPE_NAMES: dict[int, ChangeType] = {_UPSERT: "upsert", _DELETE: "delete"}
+
+
+def changes_of(message: pb.ChangesResponse, key_schema: StructType, value_schema: StructType) -> list[Change]:
+    """The changes of one Changes message, decoded with the schemas of its epoch."""
+    epoch = message.epoch
+    count = len(message.changes)
+    if count >= _MERGED_FROM and message.HasField("shape_first_epoch"):
+        read = _merged_changes(message.SerializeToString(), count, key_schema, value_schema)
+        if read is not None:
+            new = object.__new__
+            out: list[Change] = []
+            append = out.append
+            for kind, key, value, partition in zip(*read, strict=True):
+                # Every field set at once, as Change's __init__ would (every field is given).
+                made = new(Change)
+                made.__dict__.update(
+                    {"epoch": epoch, "type": kind, "key": key, "value": value, "partition": partition}
+                )
+                append(made)
+            return out
+    return [change_of(epoch, c, key_schema, value_schema) for c in message.changes]
+
+
+def _merged_changes(
+    data: bytes, count: int, key_schema: StructType, value_schema: StructType
+) -> tuple[list[ChangeType], list[Struct], list[Struct | None], list[int]] | None:
+    """The types, keys, values (None for a delete) and partitions of the ``count`` changes
+    of ``data``, a serialized ChangesResponse; None when the counts do not prove them (every
+    change has a type, and its rows as :mod:`epochstate.client.merged` requires)."""
+    changes = merged.MERGED_CHANGES.FromString(data).changes
+    types = list(changes.type)
+    deletes = types.count(_DELETE)
+    if len(types) != count or types.count(_UPSERT) + deletes != count:
+        return None
+    record = changes.record
+    partitions = record.partition[:] or [0] * count  # none on the wire: every one is 0
+    if deletes or len(partitions) != count:
+        # A zero is not on the wire: whose it is, per change; and which changes have a value.
+        per_change = [c.record for c in merged.PARTITIONS.FromString(data).changes]
+        partitions = [r.partition for r in per_change]
+        if deletes and [r.HasField("value") for r in per_change] != [t == _UPSERT for t in types]:
+            return None  # a delete with a value, or an upsert without one
+    raw = merged.once(lambda: merged.RAW_CHANGES.FromString(data).changes.record)
+    keys = merged.decoder(key_schema).rows(record.key.fields, count, lambda: raw().key.fields)
+    values = merged.decoder(value_schema).rows(
+        record.value.fields, count - deletes, lambda: raw().value.fields
+    )
+    if keys is None or values is None:
+        return None
+    if not deletes:
+        upserted: list[Struct | None] = list(values)
+        return [_TYPE_NAMES[_UPSERT]] * count, keys, upserted, partitions
+    return (
+        list(map(_TYPE_NAMES.__getitem__, types)),
+        keys,
+        merged.spread(values, [t == _UPSERT for t in types]),
+        partitions,
+    )
+
+
 def whole_epochs(
     messages: Iterable[pb.ChangesResponse], schemas: Callable[[pb.ChangesResponse], Schemas]
 ) -> Iterator[EpochChanges]:
@@ -120,7 +188,7 @@ def whole_epochs(
             pending = []
             continue
         key_schema, value_schema = schemas(message)(message.epoch)
-        pending.extend(change_of(message.epoch, c, key_schema, value_schema) for c in message.changes)
+        pending.extend(changes_of(message, key_schema, value_schema))
 
 
 def changes_request(

@@ -34,6 +34,7 @@ from epochstate.client.client import (
     Lookup,
     StoreSchema,
     _lookup,
+    _lookups,
     _schemas_of,
 )
 from epochstate.client.errors import DeadlineExceeded, InvalidArgument, PartitionNotHeld, Unavailable
@@ -386,7 +387,7 @@ class RoutedClient(EpochStateClient):
             if routed_at is not None and routed_at > location.newest_epoch:
                 location = self.locate(job, refresh=True)  # its layouts may not reach the epoch
             try:
-                pin, records = self._multi_get_routed(
+                pin, answers = self._multi_get_routed(
                     job, keys, schema, location, routed_at, requested, derived, o, deadline
                 )
             except (_Relaid, PartitionNotHeld) as error:
@@ -408,7 +409,13 @@ class RoutedClient(EpochStateClient):
             break
         self._saw(job, pin.query_id, pin.epoch)
         at = self._answered(job, o.operator_id, o.store, schema, pin.query_id, pin.answer).at(pin.epoch)
-        return [_lookup(pin.epoch, r, at, pin.query_id) for r in records if r is not None]
+        found: list[Lookup | None] = [None] * len(keys)
+        for indexes, response in answers:
+            for index, lookup in zip(
+                indexes, _lookups(response, at, (pin.epoch, pin.query_id, "")), strict=True
+            ):
+                found[index] = lookup
+        return [lookup for lookup in found if lookup is not None]
 
     def _pin_epoch(
         self,
@@ -441,9 +448,10 @@ class RoutedClient(EpochStateClient):
         derived: bool,
         o: ReadOptions,
         deadline: float,
-    ) -> tuple[_Pin, list[pb.Record | None]]:
+    ) -> tuple[_Pin, list[tuple[list[int], pb.MultiGetResponse]]]:
         """One try of :meth:`multi_get`: keys grouped by their shard at ``routed_at`` (None:
-        the newest layout located), each group sent to a replica of its shard.
+        the newest layout located), each group sent to a replica of its shard; the answer
+        of each group, with the positions of its keys among ``keys``.
 
         Raises:
             _Relaid: the first answer's epoch has another partition layout than the keys
@@ -459,7 +467,7 @@ class RoutedClient(EpochStateClient):
         if not groups:
             groups[0] = []
         pin: _Pin | None = None
-        records: list[pb.Record | None] = [None] * len(rows)
+        answers: list[tuple[list[int], pb.MultiGetResponse]] = []
         for shard, indexes in sorted(groups.items()):
             ref = o.store_ref(job, o.query_id or (pin.query_id if pin else ""))
             chosen = requested if pin is None else pb.EpochSelector(exact=pin.epoch, wait=True)
@@ -481,10 +489,11 @@ class RoutedClient(EpochStateClient):
                     raise _Relaid(pin)
             elif (response.epoch, response.query_id) != (pin.epoch, pin.query_id):
                 raise Unavailable(f"replicas answered epoch {response.epoch}, not the pinned {pin.epoch}")
-            for index, record in zip(indexes, response.records, strict=True):
-                records[index] = record
+            if len(response.records) != len(indexes):
+                raise ValueError(f"{len(indexes)} keys asked for, {len(response.records)} records answered")
+            answers.append((indexes, response))
         assert pin is not None
-        return pin, records
+        return pin, answers
 
     def _partitions_at(
         self, job: str, location: Location, epoch: int, operator_id: int, store: str

@@ -13,7 +13,7 @@ are not hashable), dates ``datetime.date``, timestamps naive UTC
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -113,6 +113,28 @@ def to_row(value: Any, schema: StructType, *, partial: bool = False, into: pb.Ro
     return row
 
 
+def to_rows(values: Iterable[Any], schema: StructType, rows: Any) -> None:
+    """Each of ``values`` as :func:`to_row` makes it, added to ``rows`` (a request's
+    repeated ``Row`` field): a key given as a list or tuple of the plain types filled in
+    place, without a Row made and copied per key."""
+    add = rows.add
+    fields = schema.fields
+    width = len(fields)
+    atomic = [f.type.__class__ is AtomicType for f in fields]
+    plain_of = _PLAIN_TO.get
+    for value in values:
+        if value.__class__ in (list, tuple) and len(value) <= width:
+            row = add().fields
+            for v, f, is_atomic in zip(value, fields, atomic, strict=False):
+                plain = plain_of(v.__class__)
+                if plain is not None and is_atomic:
+                    row.add(**{plain: v})
+                else:
+                    row.append(to_value(v, f.type))
+        else:
+            to_row(value, schema, into=add())
+
+
 # Python types sent as the Value kind of the same name, and Value kinds read back as
 # they are, whatever the Spark type.
 _PLAIN_TO: dict[type, str] = {int: "int", str: "string", float: "float", bool: "bool", bytes: "binary"}
@@ -131,15 +153,7 @@ def from_value(v: pb.Value, t: SparkType) -> Any:
         element = t.element if isinstance(t, ArrayType) else AtomicType("null")
         return [from_value(e, element) for e in v.array.elements]
     if kind == "map":
-        kt = t.key if isinstance(t, MapType) else AtomicType("null")
-        vt = t.value if isinstance(t, MapType) else AtomicType("null")
-        pairs = [
-            (from_value(k, kt), from_value(x, vt)) for k, x in zip(v.map.keys, v.map.values, strict=True)
-        ]
-        try:
-            return dict(pairs)
-        except TypeError:
-            return pairs
+        return from_map(v.map, t)
     if kind == "decimal":
         return Decimal(v.decimal)
     if kind == "date":
@@ -147,6 +161,17 @@ def from_value(v: pb.Value, t: SparkType) -> Any:
     if kind == "timestamp_micros":
         return _EPOCH_DT + dt.timedelta(microseconds=v.timestamp_micros)
     return getattr(v, kind)
+
+
+def from_map(m: pb.Map, t: SparkType) -> dict[Any, Any] | list[tuple[Any, Any]]:
+    """A map value of type ``t``: a ``dict``, or its pairs when a key is not hashable."""
+    kt = t.key if isinstance(t, MapType) else AtomicType("null")
+    vt = t.value if isinstance(t, MapType) else AtomicType("null")
+    pairs = [(from_value(k, kt), from_value(x, vt)) for k, x in zip(m.keys, m.values, strict=True)]
+    try:
+        return dict(pairs)
+    except TypeError:
+        return pairs
 
 
 def from_row(row: pb.Row, schema: StructType) -> Struct:
