@@ -69,10 +69,15 @@ def served() -> Iterator[tuple[str, Blocking]]:
 
 
 def _held(channel: grpc.Channel, method: str, request: bytes, streams: bool) -> Any:
+    """A call started and left running: its handler runs whether or not its answer is read."""
     if streams:
-        call = channel.unary_stream(f"/{OURS}/{method}", None, None)(request, timeout=30)
-        return threading.Thread(target=lambda: list(call), daemon=True), call
-    return None, channel.unary_unary(f"/{OURS}/{method}", None, None).future(request, timeout=30)
+        return channel.unary_stream(f"/{OURS}/{method}", None, None)(request, timeout=30)
+    return channel.unary_unary(f"/{OURS}/{method}", None, None).future(request, timeout=30)
+
+
+def _answer(call: Any, streams: bool) -> Any:
+    """What a held call answered, once it ended (its deadline bounds the wait)."""
+    return list(call) if streams else call.result(timeout=30)
 
 
 CASES = [
@@ -100,10 +105,7 @@ def test_each_kind_is_refused_past_its_limit_while_health_answers(
     with grpc.insecure_channel(target) as channel:
         held = []
         for _ in range(limit):
-            reader, call = _held(channel, method, request_bytes, streams)
-            if reader is not None:
-                reader.start()
-            held.append(call)
+            held.append(_held(channel, method, request_bytes, streams))
             assert blocking.entered.acquire(timeout=30), "the held call never reached its handler"
         if streams:
             with pytest.raises(grpc.RpcError) as refused:
@@ -126,10 +128,10 @@ def test_each_kind_is_refused_past_its_limit_while_health_answers(
 
         blocking.release()
         probe.result(timeout=30)
-        for call in held:
-            if not streams:
-                call.result(timeout=30)
-        # The slots are free again once the held calls ended.
+        # A call gives its slot back before its end is sent (a unary call before its answer, a
+        # stream before its status): once its caller has seen it end, the slot is free. Seeing
+        # a stream's last message is not enough: its handler may not have finished yet.
+        assert [_answer(call, streams) for call in held] == [[b""] if streams else b""] * limit
         if streams:
             assert list(channel.unary_stream(f"/{OURS}/{method}", None, None)(request_bytes, timeout=30)) == [
                 b""

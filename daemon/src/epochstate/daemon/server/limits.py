@@ -200,7 +200,13 @@ class CallLimiter(_Interceptor):
     """Admits every call against the limit of its kind (see the module docstring), and
     refuses a raw (bytes) response larger than ``limits.max_response_bytes``. ``shared``:
     the counts of every process of the daemon, so that the limits hold for all of them
-    together (None: this process alone serves)."""
+    together (None: this process alone serves).
+
+    A call's slot is given back before its end is sent (a unary call's answer or error, a
+    stream's status, both sent by gRPC after the handler returns), so a caller that saw its
+    call end finds the slot free. A call that ends on the caller's side first (cancelled,
+    past its deadline) gives its slot back once its handler returns, or for a stream when
+    gRPC runs its termination callback: after the caller was told."""
 
     def __init__(self, limits: CallLimits, metrics: DaemonMetrics, shared: SharedCalls | None = None) -> None:
         self.limits = limits
