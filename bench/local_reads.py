@@ -19,7 +19,9 @@ the same three RocksDB calls for the same keys of the same requests, in the orde
 service seeks them, through a reader of the daemon's store as ``local://`` opens it (the
 daemon's data then sits where its reads find it: in memory tables or flushed), keys per
 CPU-second of each and their ratio.
-Targets: Get p50 <= 30 µs; MultiGet >= 500,000 keys/s; MultiGet >= 0.6 x the floor of (g).
+Targets: Get p50 <= 30 µs; MultiGet >= 500,000 keys/s; MultiGet >= 0.5 x the floor of (g), so
+that the service's own work for a key costs at most what the key's RocksDB calls cost (500,000
+is about that floor itself on a quiet machine: no room for any work of the service's).
 """
 
 from __future__ import annotations
@@ -283,9 +285,9 @@ def main() -> None:
         print(f"  MultiGet >= 500,000 keys/s on one core, local:// stub:  {best_rate:,.0f}  {verdict}")
         print("  (keys per CPU-second of this process: throughput / CPU (cores))")
         print(f"  (the floor, (f): {floor:,.0f} keys per CPU-second for the RocksDB calls alone)")
-        verdict = "met" if ratio >= 0.6 else "NOT met"
+        verdict = "met" if ratio >= 0.5 else "NOT met"
         print(
-            f"  MultiGet >= 0.6 x its floor (g / g'), local:// stub:  {paired:,.0f} / {paired_floor:,.0f}"
+            f"  MultiGet >= 0.5 x its floor (g / g'), local:// stub:  {paired:,.0f} / {paired_floor:,.0f}"
             f" = {ratio:.2f}  {verdict}"
         )
         local.close()
