@@ -591,12 +591,9 @@ def _lookups(
     if count >= _MERGED_FROM and response.HasField("shape_first_epoch"):
         read = merged.records(response.SerializeToString(), count, schema.key, schema.value)
         if read is not None:
-            new = object.__new__
-            out: list[Lookup] = []
-            append = out.append
-            for key, value, found, partition in zip(*read, strict=True):
-                made = new(Lookup)
-                made.__dict__.update(
+            return merged.instances(
+                Lookup,
+                (
                     {
                         "epoch": epoch,
                         "key": key,
@@ -606,9 +603,9 @@ def _lookups(
                         "query_id": query_id,
                         "job": job,
                     }
-                )
-                append(made)
-            return out
+                    for key, value, found, partition in zip(*read, strict=True)
+                ),
+            )
     return [_lookup(epoch, r, schema, query_id, job) for r in records]
 
 

@@ -124,17 +124,13 @@ def changes_of(message: pb.ChangesResponse, key_schema: StructType, value_schema
     if count >= _MERGED_FROM and message.HasField("shape_first_epoch"):
         read = _merged_changes(message.SerializeToString(), count, key_schema, value_schema)
         if read is not None:
-            new = object.__new__
-            out: list[Change] = []
-            append = out.append
-            for kind, key, value, partition in zip(*read, strict=True):
-                # Every field set at once, as Change's __init__ would (every field is given).
-                made = new(Change)
-                made.__dict__.update(
+            return merged.instances(
+                Change,
+                (
                     {"epoch": epoch, "type": kind, "key": key, "value": value, "partition": partition}
-                )
-                append(made)
-            return out
+                    for kind, key, value, partition in zip(*read, strict=True)
+                ),
+            )
     return [change_of(epoch, c, key_schema, value_schema) for c in message.changes]
 
 
