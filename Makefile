@@ -14,10 +14,15 @@ STAMP  := $(VENV)/.installed
 # them. Each is installed editable, so every tool resolves epochstate.* to its file.
 DISTRIBUTIONS := proto core client cli daemon spark_plugin devtools
 
-$(STAMP): pyproject.toml $(DISTRIBUTIONS:%=%/pyproject.toml)
+# With Python 3.11 (CI's, the image's) every dependency is pinned by .ci/constraints-dev.txt
+# (`make constraints` writes it): pip then resolves in seconds instead of backtracking through
+# releases for a minute or more. Another Python resolves from pyproject.toml's ranges alone.
+DEV_PINS = $(shell $(PYTHON) -c 'import sys; print("--constraint .ci/constraints-dev.txt" if sys.version_info[:2] == (3, 11) else "")')
+
+$(STAMP): pyproject.toml $(DISTRIBUTIONS:%=%/pyproject.toml) .ci/constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(DISTRIBUTIONS:%=-e ./%) '.[dev]'
+	$(BIN)/pip install --quiet $(DEV_PINS) $(DISTRIBUTIONS:%=-e ./%) '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -62,10 +67,13 @@ PYTEST_WORKERS ?= 0
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
-# The image's pinned dependencies (deploy/constraints.txt): what pip resolves for the
-# Dockerfile's extras, with Python 3.11 (the image's). Commit the file it writes.
-constraints: $(STAMP)
-	$(BIN)/python .ci/constraints.py > deploy/constraints.txt.tmp && mv deploy/constraints.txt.tmp deploy/constraints.txt
+# The pinned dependencies: the image's (deploy/constraints.txt, what pip resolves for the
+# Dockerfile's extras) and the development environment's (.ci/constraints-dev.txt), with
+# Python 3.11 (the image's and CI's). Commit the files it writes.
+# Not from the venv: a pin that no longer fits pyproject.toml stops the venv's own install.
+constraints:
+	$(PYTHON) .ci/constraints.py > deploy/constraints.txt.tmp && mv deploy/constraints.txt.tmp deploy/constraints.txt
+	$(PYTHON) .ci/constraints.py --dev > .ci/constraints-dev.txt.tmp && mv .ci/constraints-dev.txt.tmp .ci/constraints-dev.txt
 
 # deploy/ and the Dockerfile offline (make pytest runs these too): kustomize renders, strict
 # API and CRD schemas, hadolint, the rendered daemon containers run as local processes.

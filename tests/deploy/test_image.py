@@ -4,16 +4,10 @@ deploy/constraints.txt, and the pins agree with what the distributions' pyprojec
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 import subprocess
 
-from packaging.markers import default_environment
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
-from packaging.version import Version
-
-from tests import distributions
+from tests import distributions, pins
 from tests.deploy.manifests import DOCKERFILE, ROOT, image, tool
 
 CONSTRAINTS = ROOT / "deploy" / "constraints.txt"
@@ -54,15 +48,6 @@ def _extras_script() -> str:
     return found.group(1)
 
 
-def pins() -> dict[str, Version]:
-    found: dict[str, Version] = {}
-    for line in CONSTRAINTS.read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, _, version = line.partition("==")
-            found[canonicalize_name(name)] = Version(version)
-    return found
-
-
 def test_only_the_daemon_and_filesystem_extras_are_installed_with_the_constraints() -> None:
     extras = _extras_script()
     assert extras == "daemon,s3,gcs,azure,hdfs"
@@ -94,37 +79,11 @@ def _image() -> distributions.Closure:
 
 
 def test_every_requirement_is_pinned_to_a_version_it_allows() -> None:
-    pinned = pins()
-    wanted = [Requirement(r) for r in _image().third_party]
-    assert wanted
-    for requirement in wanted:
-        name = canonicalize_name(requirement.name)
-        assert name in pinned, f"{requirement} is not pinned in deploy/constraints.txt"
-        assert requirement.specifier.contains(pinned[name], prereleases=True), (requirement, pinned[name])
+    pins.assert_each_pinned(_image().third_party, pins.read(CONSTRAINTS), "deploy/constraints.txt")
 
 
 def test_the_pins_are_closed_under_their_own_requirements() -> None:
     """Each pinned distribution installed here at its pinned version: what it requires (on the
     image's platform) is pinned too, at a version it allows (make constraints writes both)."""
-    pinned = pins()
-    environment: dict[str, str] = {str(k): str(v) for k, v in default_environment().items()}
-    environment.update(python_version="3.11", sys_platform="linux", extra="")
-    checked = 0
-    for name, version in pinned.items():
-        try:
-            distribution = importlib.metadata.distribution(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        if Version(distribution.version) != version:
-            continue
-        checked += 1
-        for text in distribution.requires or []:
-            requirement = Requirement(text)
-            if requirement.marker is not None and not requirement.marker.evaluate(
-                {**environment, "extra": ""}
-            ):
-                continue
-            dependency = canonicalize_name(requirement.name)
-            assert dependency in pinned, f"{name} needs {requirement}, which is not pinned"
-            assert requirement.specifier.contains(pinned[dependency], prereleases=True), (name, requirement)
-    assert checked >= len(pinned) // 2  # most pins are what the dev environment runs
+    pinned = pins.read(CONSTRAINTS)
+    assert pins.assert_closed(pinned) >= len(pinned) // 2  # most pins are what the dev environment runs
