@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from subprocess import CompletedProcess
 
 from tests.cli.conftest import Served
 from tests.cli.invoke import epochstate, free_target
+
+
+def _each(target: str, cases: list[tuple[str, ...]]) -> list[CompletedProcess[str]]:
+    """``epochstate ARGS --target TARGET`` for each ARGS, a few at once: each is a
+    process of its own that mostly starts up or waits for its answer."""
+    with ThreadPoolExecutor(4) as commands:
+        return list(commands.map(lambda args: epochstate(target, *args), cases))
 
 
 def one_error_line(done: CompletedProcess[str]) -> str:
@@ -36,15 +44,14 @@ def test_errors_are_one_line_with_the_documented_exit_code(served: Served) -> No
         (("watch", "missing-job", "--json"), 3, "missing-job"),
         (("nope",), 2, "nope"),
     ]
-    for args, code, text in cases:
-        done = epochstate(target, *args)
+    for (args, code, text), done in zip(cases, _each(target, [args for args, _, _ in cases]), strict=True):
         line = one_error_line(done)
         assert (done.returncode, text in line) == (code, True), (args, done.returncode, line)
 
 
 def test_an_unreachable_daemon_is_exit_code_6() -> None:
-    for args in (("jobs", "--timeout", "1"), ("get", "spend", "x", "--timeout", "1"), ("watch", "spend")):
-        done = epochstate(free_target(), *args)
+    cases = [("jobs", "--timeout", "1"), ("get", "spend", "x", "--timeout", "1"), ("watch", "spend")]
+    for done in _each(free_target(), cases):
         assert done.returncode == 6, done.stderr
         assert "UNAVAILABLE" in one_error_line(done)
 

@@ -115,10 +115,12 @@ def test_watch_writes_each_epoch_as_it_comes(served: Served) -> None:
     try:
         seen = []
         for _ in range(2):
-            # The watch starts with the next new epoch; feed until it has one.
-            for _ in range(3):
+            # The watch starts with the next new epoch; feed until it has one (an epoch
+            # committed before the command has subscribed never reaches it: feed again
+            # soon rather than wait long for it).
+            for _ in range(20):
                 epoch = served.feed()
-                if lines.select(timeout=10):
+                if lines.select(timeout=1):
                     break
             line = watching.stdout.readline()
             seen.append(json.loads(line)["epoch"])

@@ -24,6 +24,9 @@ from tests.fixtures.snapshots import feed_until_skippable, full_versions, one_pa
 from tests.fixtures.streams import FileStream
 
 CHECKSUM_OFFSET = 17  # "LZ4Block", token, two lengths: the first block's checksum
+# Ingest tries a damaged epoch three times before skipping past it, and tries again
+# until a repair otherwise: 2 s apart by default, which these tests would only wait out.
+FAST_RETRY = {"EPOCHSTATE_INGEST_RETRY_INTERVAL": "0.1"}
 
 
 def _damage(path: Path) -> None:
@@ -68,7 +71,7 @@ def test_damaged_delta_is_reported_refused_and_recovered(
     shutil.copy(damaged, original)
     _damage(damaged)
 
-    daemon = daemon_factory({"dmg": str(checkpoint)})
+    daemon = daemon_factory({"dmg": str(checkpoint)}, env=FAST_RETRY)
     daemon.wait_for_epoch("dmg", 1)
     with daemon.client() as client:
         (problem,) = _problems(client, "dmg", 1).items()
@@ -110,7 +113,7 @@ def test_damaged_epoch_is_skipped_when_a_later_snapshot_loads_in_full(
     assert any(set(expected[a]) - set(expected[b]) for a in expected for b in expected if a < b)
 
     key = next(key for state in expected.values() for key, _, _ in state.values())
-    daemon = daemon_factory({"skip": str(checkpoint)})
+    daemon = daemon_factory({"skip": str(checkpoint)}, env=FAST_RETRY)
     daemon.wait_for_epoch("skip", committed[-1], timeout=60)
     with daemon.client() as client:
         problems = {p.epoch: p.reason for p in client.describe("skip", refresh=True).problems}

@@ -62,17 +62,22 @@ def test_every_epoch_and_key_equals_spark_reader_from_s3(
             assert scanned == set(expected[epoch]), f"scan at epoch {epoch}"
 
 
-def backed_off(metrics_port: int, timeout: float = 60.0) -> None:
+def _lists(metrics_port: int) -> float:
+    return sample_values(metrics_port, "epochstate_storage_requests_total", "op").get("list", 0.0)
+
+
+def backed_off(metrics_port: int, timeout: float = 60.0) -> float:
     """Wait until two idle looks (a LIST each) are 1.5 s apart or more: the poll interval,
-    doubling from 0.1 s, is at its 2 s ceiling from the next look on."""
+    doubling from 0.1 s, is at its 2 s ceiling from the next look on. Returns when the
+    second of them was seen."""
     seen: tuple[float, float] | None = None  # the LIST count and when it was first seen
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        lists = sample_values(metrics_port, "epochstate_storage_requests_total", "op").get("list", 0.0)
+        lists = _lists(metrics_port)
         now = time.monotonic()
         if seen is None or lists != seen[0]:
             if seen is not None and now - seen[1] >= 1.5:
-                return
+                return now
             seen = (lists, now)
         time.sleep(0.05)
     raise AssertionError(f"the daemon's idle looks did not back off to 2 s within {timeout:.0f} s")
@@ -96,12 +101,18 @@ def test_an_idle_job_on_s3_costs_one_list_per_max_interval(
         stream.stop()
         mirror.stop()
     daemon.wait_for_epoch("dedup", stream.committed()[-1])
-    backed_off(metrics_port)
+    started = backed_off(metrics_port)
     before = sample_values(metrics_port, "epochstate_storage_requests_total", "op")
-    window = 10.0
-    time.sleep(window)
+    # The next three looks, timed from the look just seen rather than over a fixed
+    # window: at least 2 s apart each (1.5 s here, for the scrapes' own delay), and
+    # not 3 s (nor poll_max_interval's default 5 s) apart.
+    looks = 3
+    deadline = started + 3.0 * looks
+    while _lists(metrics_port) < before["list"] + looks and time.monotonic() < deadline:
+        time.sleep(0.05)
     after = sample_values(metrics_port, "epochstate_storage_requests_total", "op")
+    elapsed = time.monotonic() - started
     spent = {op: after.get(op, 0) - before.get(op, 0) for op in after}
-    # One LIST of commits/ per 2 s while idle (a sixth for a look falling on the edge), nothing else.
-    assert 4 <= spent["list"] <= window / 2 + 1, spent
+    # One LIST of commits/ per 2 s while idle, nothing else.
+    assert spent["list"] >= looks and elapsed >= 1.5 * spent["list"], (spent, elapsed)
     assert spent["head"] == spent["get"] == spent["get_range"] == 0, spent

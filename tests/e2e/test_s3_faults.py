@@ -35,6 +35,9 @@ from tests.fixtures.streams import PROVIDERS, FileStream
 # moto takes to answer on a loaded machine (a request past it is only retried).
 REQUEST_TIMEOUT = 1.0
 RATE = 0.25
+# Ingest gives up a refused file's epoch after its third try: the tries need not be
+# 2 s (the default) apart here, nothing repairs the file meanwhile.
+FAST_RETRY = {"EPOCHSTATE_INGEST_RETRY_INTERVAL": "0.1"}
 
 
 def _wrong_answers(daemon: DaemonProcess, job: str, expected: dict[int, State]) -> int:
@@ -146,7 +149,7 @@ def test_a_state_file_refused_for_good_makes_its_epochs_unavailable_and_later_on
     proxy = FaultyProxy(s3_server.endpoint, rate=0.0).start()
     proxy.refuse(bucket, f"cp/state/0/0/{refused_version}.delta")
     try:
-        env = {**s3_server.env, "AWS_ENDPOINT_URL": proxy.endpoint}
+        env = {**s3_server.env, **FAST_RETRY, "AWS_ENDPOINT_URL": proxy.endpoint}
         daemon = daemon_factory({"refused": mirror.uri}, env=env)
         daemon.wait_for_epoch("refused", committed[-1], timeout=60)
         with daemon.client() as client:

@@ -131,6 +131,13 @@ class DaemonSettings(BaseSettings):
         description="an idle job on an object store is looked at ever less often, down to once in this "
         "many seconds (one LIST request); the listener's push brings a commit at once",
     )
+    ingest_retry_interval: float = Field(
+        default=2.0,
+        gt=0,
+        description="seconds before ingest tries again an epoch that failed (a damaged or refused file, "
+        "a storage that does not answer); an epoch with a damaged or refused file is given up after three"
+        " tries",
+    )
     checkpoint_cache_bytes: int = Field(
         default=2 << 30,
         ge=1 << 20,

@@ -136,6 +136,7 @@ class Daemon:
             retention=settings.retention_epochs,
             poll_interval=settings.poll_interval,
             poll_max_interval=settings.poll_max_interval,
+            retry_interval=settings.ingest_retry_interval,
             on_ingested=self._ingested,
             on_problem=self._problem,
             on_caught_up=self._caught_up,

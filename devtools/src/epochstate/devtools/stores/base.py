@@ -34,6 +34,9 @@ class CheckpointStore(ABC):
     """
 
     env: dict[str, str]
+    #: Puts a mirror may have in flight at once (:meth:`put` is then called from that
+    #: many threads): more than one for a store whose every write waits on the server.
+    concurrent_puts: int = 1
 
     @abstractmethod
     def start(self) -> CheckpointStore:

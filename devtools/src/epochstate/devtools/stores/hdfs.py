@@ -25,6 +25,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,11 @@ class HDFSCluster(CheckpointStore):
     ``HADOOP_USER_NAME``, a user that is not the superuser that writes.
     """
 
+    # Hadoop 2.7's client closing a file asks the NameNode to complete it before the
+    # DataNode has reported the block, and then sleeps a fixed 400 ms: one put at a
+    # time, a mirror falls seconds behind Spark.
+    concurrent_puts = 8
+
     def __init__(self, workdir: Path, user: str = "epochstate-reader", env: dict[str, str] | None = None):
         self.workdir = workdir
         self.rpc_port = free_port()
@@ -204,7 +210,7 @@ class HDFSCluster(CheckpointStore):
         client_conf = workdir / "client-conf"
         self.env = {"HADOOP_CONF_DIR": str(client_conf), "HADOOP_USER_NAME": user, **(env or {})}
         self.processes: list[ServerProcess] = []
-        self._fs: Any = None
+        self._writers = threading.local()  # a WebHDFS client per thread (see writer)
 
     def _configure(self) -> Path:
         conf = self.workdir / "conf"
@@ -292,14 +298,17 @@ class HDFSCluster(CheckpointStore):
         self.processes.clear()
 
     def writer(self) -> Any:
-        """WebHDFS as the superuser (the one who started the NameNode)."""
-        if self._fs is None:
+        """WebHDFS as the superuser (the one who started the NameNode), one client per
+        thread: its HTTP session is not shared between a mirror's concurrent puts."""
+        fs = getattr(self._writers, "fs", None)
+        if fs is None:
             import fsspec
 
-            self._fs = fsspec.filesystem(
+            fs = fsspec.filesystem(
                 "webhdfs", host=HOST, port=self.http_port, user=self.superuser, skip_instance_cache=True
             )
-        return self._fs
+            self._writers.fs = fs
+        return fs
 
     def new_bucket(self) -> str:
         name = bucket_name()
