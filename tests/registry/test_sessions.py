@@ -13,7 +13,12 @@ from kazoo.protocol.connection import _SESSION_EXPIRED
 
 from epochstate.daemon.registry import Registry, RegistryUnavailable
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
-from tests.fixtures.zookeeper import SESSION_TIMEOUT, eventually, expire_session, new_test_client
+from tests.fixtures.zookeeper import (
+    EXPIRING_SESSION_TIMEOUT,
+    eventually,
+    expire_session,
+    new_test_client,
+)
 from tests.registry.conftest import OPERATORS
 
 JOB = "orders"
@@ -59,12 +64,14 @@ def test_ephemerals_come_back_after_session_expiry(
 
 
 def test_ephemerals_of_a_session_given_up_early_are_taken_over(
-    make_registry: Callable[..., Registry], zk_client: KazooClient
+    make_registry: Callable[..., Registry],
+    make_zk_client: Callable[..., KazooClient],
+    zk_client: KazooClient,
 ) -> None:
     # The client declares its session lost while ZooKeeper still holds it (kazoo's
     # own test trick): the old session's ephemerals stay until it times out, and
     # only then can the registry create its own.
-    registry = registered(make_registry("node-a"))
+    registry = registered(make_registry("node-a", make_zk_client(EXPIRING_SESSION_TIMEOUT)))
     old_session = registry.client.client_id[0]
 
     registry.client._call(_SESSION_EXPIRED, None)
@@ -72,7 +79,7 @@ def test_ephemerals_of_a_session_given_up_early_are_taken_over(
     assert eventually(lambda: registry.sessions_lost == 1 and registry.client.connected, 10)
     assert owner(zk_client, NODE_PATH) == old_session
     new_session = registry.client.client_id[0]
-    assert eventually(lambda: owner(zk_client, NODE_PATH) == new_session, SESSION_TIMEOUT + 6)
+    assert eventually(lambda: owner(zk_client, NODE_PATH) == new_session, EXPIRING_SESSION_TIMEOUT + 8)
     assert eventually(lambda: owner(zk_client, REPLICA_PATH) == new_session, 3)
     assert registry.flush(timeout=5)
 
