@@ -59,6 +59,7 @@ EPOCHS = (0, 1, 2)
 NODES = ("n1", "n2", "n3")
 SESSION_TIMEOUT = 4.0  # seconds: the daemons that stay
 KILLED = "n1"  # killed by test_kill_9_of_a_daemon_during_pinned_reads
+SHUTDOWN_GRACE = 5.0  # the daemon's default
 CUT_OFF = "n3"  # cut off from ZooKeeper by test_a_daemon_cut_off_from_zookeeper_is_no_longer_routed_to
 
 
@@ -412,6 +413,11 @@ def test_a_daemon_cut_off_from_zookeeper_is_no_longer_routed_to(
         # n3 still answers when asked directly (for a key of its partitions): only routing left it.
         with group.daemons["n3"].client() as direct:
             assert plain(direct.get(JOB, mine, epoch=1).value) == expected[canon(mine)][1]
+    # Cut off, n3 has nothing to leave: it stops without waiting out its shutdown grace (5 s)
+    # for threads that wait on ZooKeeper.
+    stopping = time.monotonic()
+    assert group.daemons["n3"].stop() == 0
+    assert time.monotonic() - stopping < SHUTDOWN_GRACE, group.daemons["n3"].log_tail()
 
 
 @pytest.mark.parametrize("name", ["typed", "windowed"])

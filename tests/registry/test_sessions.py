@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.protocol.connection import _SESSION_EXPIRED
 
+from epochstate.core.zookeeper.session import join_while_connected
 from epochstate.daemon.registry import Registry, RegistryUnavailable
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from tests.fixtures.zookeeper import (
@@ -146,3 +148,22 @@ def test_publishing_before_zookeeper_is_reachable(tmp_path: Any) -> None:
     finally:
         registry.close(timeout=0)
         server.stop()
+
+
+def test_a_thread_is_waited_for_only_while_the_client_is_connected(zk_client: KazooClient) -> None:
+    # As a thread inside a kazoo retry: it ends only when told to.
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait, daemon=True)
+    thread.start()
+    try:
+        started = time.monotonic()
+        join_while_connected(thread, zk_client, 0.3)
+        assert time.monotonic() - started >= 0.3 and thread.is_alive()
+        zk_client.stop()
+        started = time.monotonic()
+        join_while_connected(thread, zk_client, 60)
+        assert time.monotonic() - started < 30 and thread.is_alive()
+    finally:
+        release.set()
+        thread.join(10)
+    join_while_connected(thread, zk_client, 60)  # an ended thread: nothing to wait for
