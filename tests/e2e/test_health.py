@@ -24,7 +24,7 @@ from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.metrics import free_port, sample_values
 from tests.fixtures.streams import FileStream, copy_checkpoint
-from tests.fixtures.zookeeper import eventually
+from tests.fixtures.zookeeper import EXPIRING_SESSION_TIMEOUT, eventually
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -48,7 +48,11 @@ def test_not_serving_while_zookeeper_is_lost_beyond_the_session_timeout(
     daemon = daemon_factory(
         {},
         zookeeper=f"{zookeeper.connect_string}/health",
-        env={"EPOCHSTATE_ZOOKEEPER_SESSION_TIMEOUT": "4", "EPOCHSTATE_METRICS_PORT": str(metrics)},
+        env={
+            # Short: the test waits it out before the daemon may say NOT_SERVING.
+            "EPOCHSTATE_ZOOKEEPER_SESSION_TIMEOUT": str(EXPIRING_SESSION_TIMEOUT),
+            "EPOCHSTATE_METRICS_PORT": str(metrics),
+        },
         extra_args=["--health-listen", f"127.0.0.1:{probes}"],
     )
     everything = dict.fromkeys((OVERALL, READS, ADMIN), SERVING)

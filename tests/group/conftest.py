@@ -19,6 +19,7 @@ from epochstate.core.zookeeper.layout import Layout
 from epochstate.daemon.group.assignments import read_assignment
 from epochstate.daemon.group.definitions import JobDefinitions
 from epochstate.daemon.group.member import GroupMember, Shards
+from tests.fixtures.zookeeper import EXPIRING_SESSION_TIMEOUT
 
 GROUP = "main"
 LAYOUT = Layout()
@@ -70,9 +71,10 @@ class GroupHarness:
         return member
 
     def spawn(self, node: str) -> ChildMember:
-        """A member in a child process, joined."""
+        """A member in a child process, joined; its session is short, as it is there to be killed."""
+        timeout = str(EXPIRING_SESSION_TIMEOUT)
         process = subprocess.Popen(
-            [sys.executable, "-m", "tests.group.member_process", self.connect, GROUP, node],
+            [sys.executable, "-m", "tests.group.member_process", self.connect, GROUP, node, timeout],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -2,8 +2,8 @@
 
 In-process members each have a KazooClient (a session) of their own; members
 that must die run in child processes and are killed with SIGKILL, so their
-sessions end the way a crashed daemon's do: ZooKeeper expires them after the
-4 s session timeout. Every wait is on a condition with a generous deadline.
+sessions end the way a crashed daemon's do: ZooKeeper expires them after their
+2 s session timeout (the members that stay have 4 s). Every wait is on a condition with a generous deadline.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from epochstate.daemon.group.definitions import JobDefinitions
 from epochstate.daemon.group.member import GroupMember
 from epochstate.daemon.group.membership import read_members
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
-from tests.fixtures.zookeeper import eventually, expire_session, new_test_client
+from tests.fixtures.zookeeper import EXPIRING_SESSION_TIMEOUT, eventually, expire_session, new_test_client
 from tests.group.conftest import GROUP, LAYOUT, GroupHarness
 from tests.group.cut_proxy import CutProxy
 
@@ -128,7 +128,7 @@ def test_a_killed_members_replicas_move_and_nothing_else(harness: GroupHarness) 
     held = {p for p in _pairs(dict(before.jobs)) if p[2] == "node-c"}
     assert held
 
-    victim.kill()  # the session stays until ZooKeeper expires it (4 s)
+    victim.kill()  # the session stays until ZooKeeper expires it (2 s)
     after = _settled(harness, {"node-a", "node-b"}, balanced=False)
     moved = moved_replicas(before.jobs, after.jobs)
     print(f"node-c killed: {len(held)} replicas held, {moved} moved")
@@ -213,7 +213,7 @@ def test_a_member_znode_of_an_old_session_is_taken_over_once_it_expires(harness:
     # trick), as a restarted daemon finds its previous process's znodes: the new
     # session joins once ZooKeeper expired the old one, and leads again then.
     harness.admin().add("orders", "file:///c")
-    member = harness.join("node-a")
+    member = harness.join("node-a", harness.make_client(EXPIRING_SESSION_TIMEOUT))
     assert eventually(lambda: member.leader.leading, DEADLINE)
     path = LAYOUT.group_member(GROUP, "node-a")
     old = member.client.client_id[0]
@@ -243,7 +243,7 @@ def test_a_leader_cut_off_from_zookeeper_is_replaced_and_cannot_write(
 ) -> None:
     _define(harness.admin())
     proxy = CutProxy("127.0.0.1", zookeeper_server.port)
-    cut_off_client = new_test_client(f"127.0.0.1:{proxy.port}{zk_chroot}")
+    cut_off_client = new_test_client(f"127.0.0.1:{proxy.port}{zk_chroot}", EXPIRING_SESSION_TIMEOUT)
     cut_off_client.start(timeout=15)
     try:
         cut_off = harness.join("node-a", cut_off_client)

@@ -45,7 +45,7 @@ from tests.e2e.test_reads import SCHEMA, counts
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.oracle import StoreOracle, canon, plain, spark_state, spark_store
 from tests.fixtures.streams import FileStream
-from tests.fixtures.zookeeper import eventually, new_test_client
+from tests.fixtures.zookeeper import EXPIRING_SESSION_TIMEOUT, eventually, new_test_client
 from tests.group.cut_proxy import CutProxy
 from tests.group.netns import Netns
 
@@ -57,7 +57,10 @@ LAYOUT = Layout()
 WAIT = 120.0  # generous: a busy 2-core machine
 EPOCHS = (0, 1, 2)
 NODES = ("n1", "n2", "n3")
-SESSION_TIMEOUT = "4"  # seconds: a killed or cut-off daemon's znodes go soon
+SESSION_TIMEOUT = 4.0  # seconds: the daemons that stay
+KILLED = "n1"  # killed by test_kill_9_of_a_daemon_during_pinned_reads
+SHUTDOWN_GRACE = 5.0  # the daemon's default
+CUT_OFF = "n3"  # cut off from ZooKeeper by test_a_daemon_cut_off_from_zookeeper_is_no_longer_routed_to
 
 
 def orders(batch: int) -> list[dict[str, Any]]:
@@ -98,7 +101,10 @@ def _start_group(
     zk: KazooClient,
     daemon_factory: Callable[..., DaemonProcess],
     placement: Callable[[str], Placement],
+    expiring: str,
 ) -> RoutedGroup:
+    """The group of :data:`NODES`; ``expiring`` (the node the test kills or cuts off) gets a
+    short session, so that its znodes go soon."""
     stream = FileStream(spark, tmp_path / "in", tmp_path / "cp" / JOB, counts, SCHEMA, name=JOB)
     stream.start()
     try:
@@ -120,7 +126,9 @@ def _start_group(
             prefix=list(where.prefix),
             extra_args=["--group", GROUP, "--node", node, "--poll-interval", "0.1"],
             env={
-                "EPOCHSTATE_ZOOKEEPER_SESSION_TIMEOUT": SESSION_TIMEOUT,
+                "EPOCHSTATE_ZOOKEEPER_SESSION_TIMEOUT": str(
+                    EXPIRING_SESSION_TIMEOUT if node == expiring else SESSION_TIMEOUT
+                ),
                 "EPOCHSTATE_METRICS_PORT": str(metrics[node][1]),
                 "EPOCHSTATE_METRICS_ADDRESS": where.host,
                 # Beyond loopback (a network namespace of the test's own), plaintext on purpose.
@@ -146,7 +154,9 @@ def routed_group(
     make_zk_client: Callable[..., KazooClient],
     daemon_factory: Callable[..., DaemonProcess],
 ) -> RoutedGroup:
-    return _start_group(spark, tmp_path, make_zk_client(), daemon_factory, lambda _: Placement(zk_connect))
+    return _start_group(
+        spark, tmp_path, make_zk_client(), daemon_factory, lambda _: Placement(zk_connect), KILLED
+    )
 
 
 def _expected(oracle: StoreOracle, epoch: int) -> dict[str, tuple[bool, Any]]:
@@ -284,7 +294,7 @@ def test_kill_9_of_a_daemon_during_pinned_reads(routed_group: RoutedGroup) -> No
         reader.start()
         try:
             assert eventually(lambda: len(loop.answered) >= 20, WAIT)
-            victim = "n1"
+            victim = KILLED
             killed_at = time.monotonic()
             group.daemons[victim].kill()
             # Its znodes go when its session expires; the leader moves its replicas; reads go on.
@@ -319,8 +329,8 @@ def cut_group(
     proxy = CutProxy("127.0.0.1", zookeeper_server.port)
     proxied = Placement(f"127.0.0.1:{proxy.port}{zk_chroot}")
     try:
-        placement = lambda node: proxied if node == "n3" else Placement(zk_connect)  # noqa: E731
-        yield _start_group(spark, tmp_path, make_zk_client(), daemon_factory, placement), proxy.cut
+        placement = lambda node: proxied if node == CUT_OFF else Placement(zk_connect)  # noqa: E731
+        yield _start_group(spark, tmp_path, make_zk_client(), daemon_factory, placement, CUT_OFF), proxy.cut
     finally:
         proxy.close()
 
@@ -342,8 +352,8 @@ def partitioned_group(
         inside = Placement(
             zookeeper.connect_string, f"{space.grpc_inside}:0", tuple(space.prefix), space.grpc_inside
         )
-        placement = lambda node: inside if node == "n3" else Placement(zookeeper.connect_string)  # noqa: E731
-        group = _start_group(spark, tmp_path, zk, daemon_factory, placement)
+        placement = lambda node: inside if node == CUT_OFF else Placement(zookeeper.connect_string)  # noqa: E731
+        group = _start_group(spark, tmp_path, zk, daemon_factory, placement, CUT_OFF)
         yield group, space.cut_zookeeper
     finally:
         for daemon in group.daemons.values() if group is not None else ():
@@ -403,6 +413,11 @@ def test_a_daemon_cut_off_from_zookeeper_is_no_longer_routed_to(
         # n3 still answers when asked directly (for a key of its partitions): only routing left it.
         with group.daemons["n3"].client() as direct:
             assert plain(direct.get(JOB, mine, epoch=1).value) == expected[canon(mine)][1]
+    # Cut off, n3 has nothing to leave: it stops without waiting out its shutdown grace (5 s)
+    # for threads that wait on ZooKeeper.
+    stopping = time.monotonic()
+    assert group.daemons["n3"].stop() == 0
+    assert time.monotonic() - stopping < SHUTDOWN_GRACE, group.daemons["n3"].log_tail()
 
 
 @pytest.mark.parametrize("name", ["typed", "windowed"])

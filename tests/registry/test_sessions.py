@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -11,9 +12,15 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.protocol.connection import _SESSION_EXPIRED
 
+from epochstate.core.zookeeper.session import join_while_connected
 from epochstate.daemon.registry import Registry, RegistryUnavailable
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
-from tests.fixtures.zookeeper import SESSION_TIMEOUT, eventually, expire_session, new_test_client
+from tests.fixtures.zookeeper import (
+    EXPIRING_SESSION_TIMEOUT,
+    eventually,
+    expire_session,
+    new_test_client,
+)
 from tests.registry.conftest import OPERATORS
 
 JOB = "orders"
@@ -59,12 +66,14 @@ def test_ephemerals_come_back_after_session_expiry(
 
 
 def test_ephemerals_of_a_session_given_up_early_are_taken_over(
-    make_registry: Callable[..., Registry], zk_client: KazooClient
+    make_registry: Callable[..., Registry],
+    make_zk_client: Callable[..., KazooClient],
+    zk_client: KazooClient,
 ) -> None:
     # The client declares its session lost while ZooKeeper still holds it (kazoo's
     # own test trick): the old session's ephemerals stay until it times out, and
     # only then can the registry create its own.
-    registry = registered(make_registry("node-a"))
+    registry = registered(make_registry("node-a", make_zk_client(EXPIRING_SESSION_TIMEOUT)))
     old_session = registry.client.client_id[0]
 
     registry.client._call(_SESSION_EXPIRED, None)
@@ -72,7 +81,7 @@ def test_ephemerals_of_a_session_given_up_early_are_taken_over(
     assert eventually(lambda: registry.sessions_lost == 1 and registry.client.connected, 10)
     assert owner(zk_client, NODE_PATH) == old_session
     new_session = registry.client.client_id[0]
-    assert eventually(lambda: owner(zk_client, NODE_PATH) == new_session, SESSION_TIMEOUT + 6)
+    assert eventually(lambda: owner(zk_client, NODE_PATH) == new_session, EXPIRING_SESSION_TIMEOUT + 8)
     assert eventually(lambda: owner(zk_client, REPLICA_PATH) == new_session, 3)
     assert registry.flush(timeout=5)
 
@@ -139,3 +148,22 @@ def test_publishing_before_zookeeper_is_reachable(tmp_path: Any) -> None:
     finally:
         registry.close(timeout=0)
         server.stop()
+
+
+def test_a_thread_is_waited_for_only_while_the_client_is_connected(zk_client: KazooClient) -> None:
+    # As a thread inside a kazoo retry: it ends only when told to.
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait, daemon=True)
+    thread.start()
+    try:
+        started = time.monotonic()
+        join_while_connected(thread, zk_client, 0.3)
+        assert time.monotonic() - started >= 0.3 and thread.is_alive()
+        zk_client.stop()
+        started = time.monotonic()
+        join_while_connected(thread, zk_client, 60)
+        assert time.monotonic() - started < 30 and thread.is_alive()
+    finally:
+        release.set()
+        thread.join(10)
+    join_while_connected(thread, zk_client, 60)  # an ended thread: nothing to wait for

@@ -32,7 +32,7 @@ from kazoo.recipe.watchers import ChildrenWatch
 from epochstate.core.zookeeper.errors import AssignmentChanged, InvalidRecord, NotLeader, RegistryError
 from epochstate.core.zookeeper.group_records import Assignment
 from epochstate.core.zookeeper.layout import Layout
-from epochstate.core.zookeeper.session import CONNECTION_ERRORS, wait
+from epochstate.core.zookeeper.session import CONNECTION_ERRORS, join_while_connected, wait
 from epochstate.daemon.group.assignments import read_assignment, write_assignment
 from epochstate.daemon.group.assignor import assign
 from epochstate.daemon.group.definitions import JobDefinitions, now_ms
@@ -97,7 +97,7 @@ class GroupLeader:
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop contending and leading; waits up to ``timeout`` seconds for the thread."""
+        """Stop contending and leading; waits up to ``timeout`` seconds for the thread while connected."""
         self._closing.set()
         self._term_over.set()
         self._changed.set()
@@ -107,8 +107,8 @@ class GroupLeader:
         election = self._election
         if election is not None:
             election.cancel()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        # Contending retries ZooKeeper until the connection is back: no use waiting while it is away.
+        join_while_connected(self._thread, self.client, timeout)
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.LOST:

@@ -21,7 +21,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from epochstate.core.zookeeper.group_records import JobAssignment
 from epochstate.core.zookeeper.group_status import MemberStatus, ReplicaStatus
 from epochstate.core.zookeeper.layout import Layout
-from epochstate.core.zookeeper.session import session_id, wait
+from epochstate.core.zookeeper.session import join_while_connected, session_id, wait
 from epochstate.daemon.ingest.loop import IngestLoop
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
 
@@ -113,8 +113,9 @@ class StatusWriter:
 
     def stop(self, timeout: float | None = None) -> None:
         self._stopping.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        # A write in flight waits for ZooKeeper up to its own timeout: not worth waiting for
+        # while the connection is away (the status goes with the session anyway).
+        join_while_connected(self._thread, self.client, timeout)
 
     def _run(self) -> None:
         while not self._stopping.wait(self.interval):
