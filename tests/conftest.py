@@ -47,10 +47,14 @@ def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
     """Start real daemon processes; all are stopped at the end of the test."""
     started: list[DaemonProcess] = []
 
-    def make(jobs: dict[str, str], *, name: str = "daemon", **kwargs: Any) -> DaemonProcess:
+    def make(
+        jobs: dict[str, str], *, name: str = "daemon", wait: bool = True, **kwargs: Any
+    ) -> DaemonProcess:
+        """``wait=False``: return while the daemon starts; its first use waits for it
+        (``DaemonProcess.start``), so a test's Spark batches run meanwhile."""
         process = DaemonProcess(tmp_path / name, jobs, **kwargs)
         started.append(process)
-        return process.start()
+        return process.start(wait=wait)
 
     yield make
     for process in started:

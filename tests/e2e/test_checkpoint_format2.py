@@ -66,7 +66,7 @@ def test_a_failed_attempts_files_are_never_served(
     sink = FailingSink()
     session = provider.session(spark, no_data_batches=False)
     stream = FileStream(session, tmp_path / "in", checkpoint, build, SCHEMA, mode, sink=sink).start()
-    daemon = daemon_factory({query: str(checkpoint)})
+    daemon = daemon_factory({query: str(checkpoint)}, wait=False)
     try:
         for batch in range(2):
             stream.feed(rows(batch))

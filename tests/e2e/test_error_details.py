@@ -70,7 +70,9 @@ def shop(
 ) -> Iterator[tuple[int, str]]:
     """A job with 6 epochs on a daemon (without ZooKeeper) that retains 3: newest epoch, target."""
     stream = FileStream(spark, tmp_path / "in", tmp_path / "cp", counts, SCHEMA, name="shop").start()
-    daemon = daemon_factory({"shop": str(tmp_path / "cp")}, extra_args=["--retention-epochs", str(RETAINED)])
+    daemon = daemon_factory(
+        {"shop": str(tmp_path / "cp")}, extra_args=["--retention-epochs", str(RETAINED)], wait=False
+    )
     try:
         for batch in range(6):
             stream.feed(orders(batch))

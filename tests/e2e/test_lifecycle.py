@@ -47,7 +47,9 @@ def test_a_batch_rerun_after_failure_serves_only_the_committed_result(
     stream = FileStream(
         session, tmp_path / "in", tmp_path / "cp", noisy_totals, SCHEMA, name="rerun", sink=sink
     ).start()
-    daemon = daemon_factory({"rerun": str(tmp_path / "cp")}, extra_args=["--poll-interval", "0.05"])
+    daemon = daemon_factory(
+        {"rerun": str(tmp_path / "cp")}, extra_args=["--poll-interval", "0.05"], wait=False
+    )
     try:
         stream.feed(orders(0))
         stream.feed(orders(1))
@@ -100,7 +102,7 @@ def test_recreated_checkpoint_starts_a_new_query(
 ) -> None:
     checkpoint = tmp_path / "cp"
     first = FileStream(spark, tmp_path / "in", checkpoint, counts, SCHEMA, name="again").start()
-    daemon = daemon_factory({"again": str(checkpoint)})
+    daemon = daemon_factory({"again": str(checkpoint)}, wait=False)
     try:
         for batch in range(3):
             first.feed(orders(batch))

@@ -114,7 +114,7 @@ def test_every_epoch_and_key_equals_spark_reader(
     # One run serves from two processes: every answer of each is checked against the main one's.
     processes = 2 if (name, provider) == ("dedup", HDFS) else 1
     metrics = {"EPOCHSTATE_METRICS_PORT": str(free_port())} if processes > 1 else {}
-    daemon = daemon_factory({name: str(tmp_path / "cp")}, serve_processes=processes, env=metrics)
+    daemon = daemon_factory({name: str(tmp_path / "cp")}, serve_processes=processes, env=metrics, wait=False)
     try:
         for batch in range(6):
             stream.feed(rows(batch))

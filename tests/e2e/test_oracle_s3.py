@@ -37,7 +37,7 @@ def test_every_epoch_and_key_equals_spark_reader_from_s3(
     local.mkdir()
     mirror = CheckpointMirror(s3_server, local, s3_server.new_bucket(), "checkpoints/windowed").start()
     stream = FileStream(session, tmp_path / "in", local, build, schema, mode).start()
-    daemon = daemon_factory({"windowed": mirror.uri}, env=s3_server.env)
+    daemon = daemon_factory({"windowed": mirror.uri}, env=s3_server.env, wait=False)
     try:
         for batch in range(6):
             stream.feed(rows(batch))
@@ -93,7 +93,7 @@ def test_an_idle_job_on_s3_costs_one_list_per_max_interval(
     stream = FileStream(spark, tmp_path / "in", local, build, schema, mode).start()
     metrics_port = free_port()
     env = {**s3_server.env, "EPOCHSTATE_METRICS_PORT": str(metrics_port), "EPOCHSTATE_POLL_MAX_INTERVAL": "2"}
-    daemon = daemon_factory({"dedup": mirror.uri}, env=env)
+    daemon = daemon_factory({"dedup": mirror.uri}, env=env, wait=False)
     try:
         for batch in range(2):
             stream.feed(rows(batch))

@@ -114,7 +114,9 @@ def test_listener_never_blocks_spark_when_daemon_is_down(spark: Any, tmp_path: P
 def retained(spark: Any, tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]) -> Any:
     """A job with 6 epochs on a daemon that retains 3."""
     stream = FileStream(spark, tmp_path / "in", tmp_path / "cp", counts, SCHEMA, name="shop").start()
-    daemon = daemon_factory({"shop": str(tmp_path / "cp")}, extra_args=["--retention-epochs", "3"])
+    daemon = daemon_factory(
+        {"shop": str(tmp_path / "cp")}, extra_args=["--retention-epochs", "3"], wait=False
+    )
     for batch in range(6):
         stream.feed(orders(batch))
     daemon.wait_for_epoch("shop", stream.committed()[-1])

@@ -82,9 +82,9 @@ def test_restart_with_changed_schema_serves_each_epoch_with_its_own(
         server: S3Server = request.getfixturevalue("s3_server")
         mirror = CheckpointMirror(server, checkpoint, server.new_bucket(), "cp").start()
         request.addfinalizer(mirror.stop)
-        daemon = daemon_factory({"evolve": mirror.uri}, env=server.env)
+        daemon = daemon_factory({"evolve": mirror.uri}, env=server.env, wait=False)
     else:
-        daemon = daemon_factory({"evolve": str(checkpoint)})  # followed before its first commit
+        daemon = daemon_factory({"evolve": str(checkpoint)}, wait=False)  # followed before its first commit
     try:
         for batch in range(2):  # epochs 0, 1
             stream.feed(orders(batch))

@@ -52,13 +52,19 @@ class LocalDaemon:
         self.extra_args = extra_args or []
         self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
-        self.target = ""  # TCP host:port
-        self.unix_target = ""  # unix:///path of its Unix socket ("" when it has none)
+        self._target = ""  # TCP host:port
+        self._unix_target = ""  # unix:///path of its Unix socket ("" when it has none)
+        self._starting: tuple[Path, float, float] | None = None  # (address file, deadline, timeout)
         self.log_path = log_path or data_dir / "daemon.log"  # appended to by every start
         self.tls = tls or TlsOptions()  # what :meth:`client` connects with
         self._socket_dir: Path | None = None  # see _short_socket
 
-    def start(self, timeout: float = 30.0) -> LocalDaemon:
+    def start(self, timeout: float = 30.0, wait: bool = True) -> LocalDaemon:
+        """Start the daemon; with ``wait``, return once it serves (RuntimeError if it exits
+        first or does not serve within ``timeout`` seconds). Without ``wait``, return at
+        once: the first use of :attr:`target`, :attr:`unix_target`, :meth:`client` or
+        :meth:`ready` waits for it, within ``timeout`` of the start, so the caller can do
+        other work (run its Spark batches) while the daemon starts."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         address_file = self.data_dir / "address"
@@ -84,21 +90,45 @@ class LocalDaemon:
         if self.zookeeper:
             args += ["--zookeeper", self.zookeeper]
         log = self.log_path.open("ab")
+        self._target = self._unix_target = ""
         self.process = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
         )
-        deadline = time.monotonic() + timeout
+        self._starting = (address_file, time.monotonic() + timeout, timeout)
+        if wait:
+            self.ready()
+        return self
+
+    def ready(self) -> LocalDaemon:
+        """Wait until the daemon started last serves (at once if it does already)."""
+        if self._starting is None:
+            return self
+        address_file, deadline, timeout = self._starting
+        assert self.process is not None
         while not address_file.exists():
             if self.process.poll() is not None:
+                self._starting = None
                 raise RuntimeError(f"daemon exited with {self.process.returncode}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
+                self._starting = None
                 self.kill()
                 raise RuntimeError(f"daemon did not start within {timeout}s:\n{self.log_tail()}")
             time.sleep(0.05)
         targets = address_file.read_text().split()
-        self.target = targets[0]
-        self.unix_target = next((t for t in targets[1:] if t.startswith("unix:")), "")
+        self._target = targets[0]
+        self._unix_target = next((t for t in targets[1:] if t.startswith("unix:")), "")
+        self._starting = None
         return self
+
+    @property
+    def target(self) -> str:
+        """Its TCP ``host:port`` (waits for a daemon still starting, see :meth:`start`)."""
+        return self.ready()._target
+
+    @property
+    def unix_target(self) -> str:
+        """``unix:///path`` of its Unix socket, "" when it has none (waits like :attr:`target`)."""
+        return self.ready()._unix_target
 
     def _serving(self) -> list[str]:
         """``--serve-processes`` unless the arguments or the environment set it."""
