@@ -17,12 +17,14 @@ DISTRIBUTIONS := proto core client cli daemon spark_plugin devtools
 # With Python 3.11 (CI's, the image's) every dependency is pinned by .ci/constraints-dev.txt
 # (`make constraints` writes it): pip then resolves in seconds instead of backtracking through
 # releases for a minute or more. Another Python resolves from pyproject.toml's ranges alone.
+# --no-compile: a module is byte-compiled when first imported, not every module of every
+# dependency at install (half of pip's CPU).
 DEV_PINS = $(shell $(PYTHON) -c 'import sys; print("--constraint .ci/constraints-dev.txt" if sys.version_info[:2] == (3, 11) else "")')
 
 $(STAMP): pyproject.toml $(DISTRIBUTIONS:%=%/pyproject.toml) .ci/constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(DEV_PINS) $(DISTRIBUTIONS:%=-e ./%) '.[dev]'
+	$(BIN)/pip install --quiet --no-compile $(DEV_PINS) $(DISTRIBUTIONS:%=-e ./%) '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -183,7 +183,17 @@ def ensure_venv(release: SparkRelease, say: Say = print, home: Path | None = Non
         prefix = f"{release}: "
         code, tail = _run([sys.executable, "-m", "venv", str(path)], say, prefix)
         if code == 0:
-            pip = [str(path / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
+            # --no-compile: byte-compiling every module of pyspark, pandas and pyarrow is half
+            # of pip's CPU here, paid while the session's other tests run; a module is compiled
+            # when the workload first imports it instead.
+            pip = [
+                str(path / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-compile",
+            ]
             code, tail = _run([*pip, "--progress-bar", "off", *requirements(release)], say, prefix)
         if code != 0:
             shutil.rmtree(path, ignore_errors=True)
