@@ -96,11 +96,17 @@ def _venv(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return venv / ("Scripts" if os.name == "nt" else "bin"), env
 
 
+def _install(python: Path, wheels: Path, distribution: str, env: dict[str, str]) -> None:
+    """pip-install ``distribution`` from ``wheels`` (its dependencies from the index);
+    --no-compile: the probes import a few modules, not every one of every dependency."""
+    install = ["-m", "pip", "install", "--quiet", "--no-compile", "--find-links", str(wheels), distribution]
+    subprocess.run([str(python), *install], check=True, env=env)
+
+
 def test_base_install_gives_the_client_and_the_cli_only(wheels: Path, tmp_path: Path) -> None:
     bin_dir, env = _venv(tmp_path)
     python = bin_dir / "python"
-    install = [str(python), "-m", "pip", "install", "--quiet", "--find-links", str(wheels), "epochstate"]
-    subprocess.run(install, check=True, env=env)
+    _install(python, wheels, "epochstate", env)
 
     probe = (
         "import importlib.util, epochstate.client, epochstate.core.errors\n"
@@ -134,17 +140,7 @@ def test_base_install_gives_the_client_and_the_cli_only(wheels: Path, tmp_path: 
 def test_the_client_alone_installs_without_the_cli(wheels: Path, tmp_path: Path) -> None:
     bin_dir, env = _venv(tmp_path)
     python = bin_dir / "python"
-    install = [
-        str(python),
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--find-links",
-        str(wheels),
-        "epochstate-client",
-    ]
-    subprocess.run(install, check=True, env=env)
+    _install(python, wheels, "epochstate-client", env)
     probe = (
         "import importlib.util as u\n"
         "from epochstate.client import EpochStateClient\n"

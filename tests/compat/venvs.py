@@ -18,6 +18,8 @@ A test session makes the missing venvs in a background thread from its start
 a test that needs one still being made waits, printing the log's last line.
 
 Run ``python -m tests.compat.venvs`` to make every release's venv ahead of a run.
+It needs only the standard library, so ``make test`` runs it with the bare
+interpreter while it makes the project's own venv.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -156,6 +159,9 @@ def _run(command: list[str], say: Say, prefix: str) -> tuple[int, list[str]]:
                 say(f"{prefix}{line}")
                 tail = [*tail[-19:], line]
         return process.wait(timeout=PIP_TIMEOUT), tail
+    except BaseException:  # SystemExit from SIGTERM included: pip must not outlive its maker
+        process.kill()
+        raise
     finally:
         _running.discard(process)
 
@@ -234,7 +240,11 @@ def warm_up(releases: Iterable[SparkRelease], home: Path | None = None) -> threa
 
 
 def main() -> int:
-    """Make every release's venv (``python -m tests.compat.venvs``), printing progress."""
+    """Make every release's venv (``python -m tests.compat.venvs``), printing progress.
+
+    Stopped by SIGTERM (``make test`` stops it when a static check fails), it stops its
+    pip too; the venv it was making has no stamp, so it is made again when next wanted."""
+    signal.signal(signal.SIGTERM, lambda number, _frame: sys.exit(128 + number))
     for release in RELEASES:
         if not release.pinned:
             print(ensure_venv(release, say=lambda line: print(line, flush=True)).path, flush=True)
