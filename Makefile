@@ -37,14 +37,14 @@ demo-chain: $(STAMP)
 demo-swap: $(STAMP)
 	$(BIN)/epochstate demo-swap $(DEMO_ARGS)
 
-# The compatibility suite's missing virtualenvs are made in the background (by $(PYTHON): the
-# module needs only the standard library) while the venv is made and the static checks run,
-# which leave a core idle, so pip no longer competes with the suite's first, heaviest tests;
-# the suite's own warm-up finds them made, or waits on their lock.
-test:
+# The compatibility suite's missing virtualenvs are made in the background while the static
+# checks run, which leave a core idle, so pip competes less with the suite's first, heaviest
+# tests; the suite's own warm-up finds them made, or waits on their lock. Not before the venv
+# is made: that gates everything, and has the network to itself.
+test: $(STAMP)
 	@mkdir -p build
-	@$(PYTHON) -m tests.compat.venvs > build/compat-venvs.log 2>&1 & venvs=$$!; \
-	$(MAKE) --no-print-directory $(STAMP) lint typecheck imports docs && $(MAKE) --no-print-directory pytest; \
+	@$(BIN)/python -m tests.compat.venvs > build/compat-venvs.log 2>&1 & venvs=$$!; \
+	$(MAKE) --no-print-directory lint typecheck imports docs && $(MAKE) --no-print-directory pytest; \
 	status=$$?; kill $$venvs 2>/dev/null; exit $$status
 
 # The edit loop: the static checks and the in-process tests (no JVM, server or daemon

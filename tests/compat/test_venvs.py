@@ -28,18 +28,6 @@ def test_the_pin_is_the_projects() -> None:
     assert READER_OF_LAST_RESORT.pinned and all(not r.pinned for r in UNDER_TEST)
 
 
-def test_the_venvs_can_be_made_before_the_projects_own_venv() -> None:
-    # make test runs the module with the bare interpreter while it makes .venv: the
-    # standard library must be all it imports (-S: no site-packages at all).
-    probe = (
-        "import json, sys, tests.compat.venvs\n"
-        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} - sys.stdlib_module_names)))"
-    )
-    loaded = subprocess.run([sys.executable, "-S", "-c", probe], cwd=ROOT, capture_output=True, text=True)
-    assert loaded.returncode == 0, loaded.stderr
-    assert json.loads(loaded.stdout) == ["__main__", "tests"]
-
-
 def test_requirements_come_from_pyproject_without_the_daemon() -> None:
     old, new = UNDER_TEST[0], UNDER_TEST[-1]
     assert requirements(old)[0] == f"pyspark=={old.pyspark}"

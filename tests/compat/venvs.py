@@ -17,9 +17,8 @@ A test session makes the missing venvs in a background thread from its start
 (``warm_up``, progress in ``pyspark-<version>.log``), while its other tests run;
 a test that needs one still being made waits, printing the log's last line.
 
-Run ``python -m tests.compat.venvs`` to make every release's venv ahead of a run.
-It needs only the standard library, so ``make test`` runs it with the bare
-interpreter while it makes the project's own venv.
+Run ``python -m tests.compat.venvs`` to make every release's venv ahead of a run
+(``make test`` runs it in the background while the static checks run).
 """
 
 from __future__ import annotations
