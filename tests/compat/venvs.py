@@ -146,7 +146,12 @@ _running: set[subprocess.Popen[str]] = set()  # pip processes, stopped if the te
 def _run(command: list[str], say: Say, prefix: str) -> tuple[int, list[str]]:
     """Run ``command``, passing each output line to ``say``; its exit code and last lines."""
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,  # a group of its own, its children (venv's ensurepip) stopped with it
     )
     _running.add(process)
     try:
@@ -159,7 +164,7 @@ def _run(command: list[str], say: Say, prefix: str) -> tuple[int, list[str]]:
                 tail = [*tail[-19:], line]
         return process.wait(timeout=PIP_TIMEOUT), tail
     except BaseException:  # SystemExit from SIGTERM included: pip must not outlive its maker
-        process.kill()
+        _kill(process)
         raise
     finally:
         _running.discard(process)
@@ -168,7 +173,12 @@ def _run(command: list[str], say: Say, prefix: str) -> tuple[int, list[str]]:
 @atexit.register
 def _stop_running() -> None:
     for process in list(_running):
-        process.kill()
+        _kill(process)
+
+
+def _kill(process: subprocess.Popen[str]) -> None:
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def ensure_venv(release: SparkRelease, say: Say = print, home: Path | None = None) -> ReleaseVenv:
