@@ -110,3 +110,22 @@ def test_a_second_process_waits_for_the_one_making_the_venv(tmp_path: Path) -> N
     assert holder.wait(10) == 0
     assert waited > 1.0, "the lock is ours only once the holder let go of it"
     assert said and "waiting for another process" in said[0]
+
+
+def test_pip_yields_the_cpu_to_the_tests() -> None:
+    # The child reports once its priority was lowered (at once, after it started): its
+    # own nice, and its session's, which is what weighs against the tests under autogroup.
+    probe = textwrap.dedent(
+        """
+        import os, time
+        deadline = time.monotonic() + 30
+        while os.getpriority(os.PRIO_PROCESS, 0) == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print(os.getpriority(os.PRIO_PROCESS, 0), os.getsid(0) == os.getpid())
+        print(open("/proc/self/autogroup").read().split()[-1])
+        """
+    )
+    said: list[str] = []
+    code, _ = venvs._run([sys.executable, "-c", probe], said.append, "")
+    assert code == 0
+    assert said == [f"{venvs.BACKGROUND_NICE} True", str(venvs.BACKGROUND_NICE)]
