@@ -57,6 +57,8 @@ def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
         return process.start(wait=wait)
 
     yield make
+    for process in started:  # all shut down at once, not one after the other
+        process.terminate()
     for process in started:
         process.stop()
 

@@ -200,12 +200,15 @@ def test_a_recreated_checkpoint_never_answers_for_the_old_query(
     zk_client: KazooClient,
 ) -> None:
     source_a, states_a = build(spark, tmp_path, "a", 5, 0)
+    checkpoint = tmp_path / "cp"
+    copy_checkpoint(source_a, checkpoint)
+    # The daemon starts and ingests A while Spark builds B.
+    daemon = daemon_factory(
+        {JOB: str(checkpoint)}, zookeeper=zk_connect, extra_args=["--node", "node-a"], wait=False
+    )
     source_b, states_b = build(spark, tmp_path, "b", 4, 1_000_000)
     qa, qb = query_of(source_a), query_of(source_b)
     assert qa != qb
-    checkpoint = tmp_path / "cp"
-    copy_checkpoint(source_a, checkpoint)
-    daemon = daemon_factory({JOB: str(checkpoint)}, zookeeper=zk_connect, extra_args=["--node", "node-a"])
     daemon.wait_for_epoch(JOB, 4)
     assert eventually(lambda: zookeeper_state(zk_client) == (qa, [], dict.fromkeys(range(5), qa), qa), 30)
 

@@ -13,7 +13,7 @@ from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from tests.e2e.test_reads import SCHEMA, counts, orders
 from tests.fixtures.daemon import DaemonProcess
 from tests.fixtures.streams import FileStream
-from tests.fixtures.zookeeper import eventually, new_test_client
+from tests.fixtures.zookeeper import EXPIRING_SESSION_TIMEOUT, eventually, new_test_client
 
 
 def epochs_in(zk: KazooClient, job: str) -> list[int]:
@@ -41,7 +41,8 @@ def test_daemon_registers_node_job_epochs_and_survives_zookeeper_loss(
         {"zkjob": str(tmp_path / "cp")},
         zookeeper=zookeeper.connect_string,
         extra_args=["--node", "node-a"],
-        env={"EPOCHSTATE_ZOOKEEPER_SESSION_TIMEOUT": "4"},
+        # Short: the test waits out its expiry once the daemon is killed.
+        env={"EPOCHSTATE_ZOOKEEPER_SESSION_TIMEOUT": str(EXPIRING_SESSION_TIMEOUT)},
     )
     zk = new_test_client(zookeeper.connect_string)
     zk.start()

@@ -356,8 +356,11 @@ def partitioned_group(
         group = _start_group(spark, tmp_path, zk, daemon_factory, placement, CUT_OFF)
         yield group, space.cut_zookeeper
     finally:
-        for daemon in group.daemons.values() if group is not None else ():
-            daemon.stop()  # before their ZooKeeper and their network go
+        daemons = list(group.daemons.values()) if group is not None else []
+        for daemon in daemons:
+            daemon.terminate()  # before their ZooKeeper and their network go, all at once
+        for daemon in daemons:
+            daemon.stop()
         if zk is not None:
             zk.stop()
             zk.close()

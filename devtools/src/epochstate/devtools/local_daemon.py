@@ -165,11 +165,17 @@ class LocalDaemon:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(10)
 
+    def terminate(self) -> None:
+        """SIGTERM without waiting: daemons told first shut down side by side, then
+        :meth:`stop` waits for each."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
     def stop(self) -> int:
         if self.process is None:
             return 0
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.terminate()
             try:
                 self.process.wait(20)
             except subprocess.TimeoutExpired:
