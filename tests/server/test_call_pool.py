@@ -6,13 +6,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from epochstate.daemon.server.limits import CallLimits, limited_server
+from epochstate.daemon.server.call_pool import CallPool
+from epochstate.daemon.server.limits import CallLimiter, CallLimits, limited_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.v1 import epochstate_pb2 as pb
 
@@ -201,3 +203,57 @@ def test_cancelled_calls_leave_no_thread_and_no_slot(
     assert (
         _pool_threads(handlers) <= LIMITS.quick_threads + LIMITS.waiting_reads + LIMITS.streams + LIMITS.admin
     )
+
+
+@dataclass(frozen=True)
+class _Details:
+    """What gRPC tells a server interceptor of a call."""
+
+    method: str
+    invocation_metadata: tuple[tuple[str, str], ...] = ()
+
+
+def test_only_calls_that_may_be_unary_reads_count_while_they_wait_for_a_quick_thread(
+    metrics: DaemonMetrics,
+) -> None:
+    # gRPC submits each call with its handler among the arguments; a health check's handler is
+    # not limited, a stream's and an admin call's are limited as held: none is a unary read.
+    pool = CallPool(1, 8, "count")
+    limiter = CallLimiter(LIMITS, metrics, pool=pool)
+
+    def handler(method: str, streams: bool = False) -> Any:
+        def behavior(request: Any, context: grpc.ServicerContext) -> Any:
+            raise AssertionError("not called")
+
+        if streams:
+            given = grpc.unary_stream_rpc_method_handler(behavior)
+        else:
+            given = grpc.unary_unary_rpc_method_handler(behavior)
+        details = cast(grpc.HandlerCallDetails, _Details(method))
+        limited = limiter.intercept_service(lambda _: given, details)
+        assert limited is not None
+        return limited.unary_unary or limited.unary_stream
+
+    reads = [handler(f"/{OURS}/{name}") for name in ("Get", "ListJobs", "History")]
+    others = [
+        handler("/grpc.health.v1.Health/Check"),
+        handler(f"/{OURS}/WatchEpochs", streams=True),
+        handler(f"/{OURS}/FollowJob"),
+    ]
+    running, release = threading.Event(), threading.Event()
+
+    def call(behavior: Any) -> None:
+        running.set()
+        release.wait(30)
+
+    try:
+        first = pool.submit(call, others[0])
+        assert running.wait(30)  # the only quick thread is busy: the rest wait in the queue
+        queued = [pool.submit(call, behavior) for behavior in [*others, *reads, *others]]
+        assert pool.waiting() == len(reads)
+    finally:
+        release.set()
+    for future in [first, *queued]:
+        future.result(timeout=30)
+    assert pool.waiting() == 0
+    pool.shutdown()

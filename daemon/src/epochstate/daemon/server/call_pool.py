@@ -21,6 +21,7 @@ request on the pool's thread: whether a call is held is known only once it runs.
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 from collections.abc import Callable
@@ -29,7 +30,8 @@ from typing import Any, ParamSpec, TypeVar
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
-_Work = tuple["futures.Future[Any]", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+# The call, and whether it is counted among the calls :meth:`CallPool.waiting` tells.
+_Work = tuple["futures.Future[Any]", Callable[..., Any], tuple[Any, ...], dict[str, Any], bool]
 
 
 class _Running(threading.local):
@@ -40,6 +42,11 @@ class _Running(threading.local):
 
 
 _running = _Running()
+
+
+def _every(args: tuple[Any, ...]) -> bool:
+    return True
+
 
 IDLE_SECONDS = 30.0
 """How long a spare thread waits to be needed before it ends."""
@@ -75,6 +82,9 @@ class CallPool(futures.ThreadPoolExecutor):
         self.most = most
         self._name = thread_name_prefix
         self._calls: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
+        # One item per counted call queued: deque's append and pop are atomic, no lock.
+        self._counted: collections.deque[None] = collections.deque()
+        self._counts: Callable[[tuple[Any, ...]], bool] = _every
         self._lock = threading.Lock()  # only when a call is held, or ends held
         self._spares: list[threading.Lock] = []  # what wakes each spare thread
         self._takers = 0  # threads taking calls from the queue (at most quick)
@@ -86,15 +96,24 @@ class CallPool(futures.ThreadPoolExecutor):
         if self._closed:
             raise RuntimeError("cannot schedule new calls after shutdown")
         future: futures.Future[_T] = futures.Future()
-        self._calls.put((future, fn, args, kwargs))
+        counted = self._counts(args)
+        if counted:
+            self._counted.append(None)
+        self._calls.put((future, fn, args, kwargs, counted))
         if self._takers < self.quick:  # only until the takers are all started
             with self._lock:
                 self._more()
         return future
 
     def waiting(self) -> int:
-        """Calls submitted that no thread runs yet."""
-        return self._calls.qsize()
+        """Calls submitted that no thread runs yet, of those :meth:`count_only` picks (default:
+        every call)."""
+        return len(self._counted)
+
+    def count_only(self, counts: Callable[[tuple[Any, ...]], bool]) -> None:
+        """Have :meth:`waiting` tell only the calls whose submitted arguments ``counts`` picks
+        (gRPC submits a call with its handler among them). Before the first call."""
+        self._counts = counts
 
     def threads(self) -> int:
         """Threads started and not ended."""
@@ -111,6 +130,8 @@ class CallPool(futures.ThreadPoolExecutor):
                     work = self._calls.get()
                     if work is not None:
                         work[0].cancel()
+                        if work[4]:
+                            self._counted.pop()
             for _ in range(self._takers):
                 self._calls.put(None)
             while self._spares:
@@ -176,7 +197,9 @@ class CallPool(futures.ThreadPoolExecutor):
                 with self._lock:
                     self._alive.remove(threading.current_thread())
                 return
-            future, fn, args, kwargs = work
+            future, fn, args, kwargs, counted = work
+            if counted:
+                self._counted.pop()
             del work
             if future.set_running_or_notify_cancel():
                 try:

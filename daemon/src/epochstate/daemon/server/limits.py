@@ -11,8 +11,10 @@ refuses it past the limit (RESOURCE_EXHAUSTED, reason TOO_MANY_CALLS). The pool
 limiter admits as held (every kind but unary reads) a thread of its own, at once: so
 no call waits behind a held one, and health checks, reflection and refusals wait
 only for quick calls. The threads are at most :attr:`CallLimits.threads`, the sum of
-all limits plus a reserve. Unary reads count the calls waiting for a quick thread
-against their limit (their kind is not known until a thread reads their request).
+all limits plus a reserve. Unary reads count against their limit the calls waiting
+for a quick thread that may be unary reads (their kind is not known until a thread
+reads their request); a health check, a stream or an admin call waiting there does not
+count.
 
 Kinds (see :func:`kind_of`):
 
@@ -218,8 +220,9 @@ else:
 
 
 def unary_only(kind: CallKind, waiting: Callable[[], int] | None) -> Callable[[], int] | None:
-    """What counts against ``kind``'s limit beyond its admitted calls: the calls waiting for a
-    quick thread (of unknown kind until they run) against the unary reads' limit."""
+    """What counts against ``kind``'s limit beyond its admitted calls: the calls of methods
+    that may be unary reads waiting for a quick thread (of unknown kind until they run)
+    against the unary reads' limit."""
     return waiting if kind is CallKind.UNARY_READ else None
 
 
@@ -252,6 +255,13 @@ class CallLimiter(_Interceptor):
         metrics.watch_calls(lambda: {kind.value: gate.in_flight() for kind, gate in gates.items()})
         # Method name -> (the handler given, its limited twin), built once per method.
         self._limited: dict[str, tuple[Handler, Handler]] = {}
+        # The limited behaviors of the methods whose calls may be unary reads: only their
+        # calls, while they wait for a quick thread, count against the unary reads' limit
+        # (a health check or a stream waiting there is not a unary read).
+        self._reads: set[Any] = set()
+        reads = self._reads
+        if pool is not None:
+            pool.count_only(lambda args: any(arg in reads for arg in args if callable(arg)))
 
     def intercept_service(
         self,
@@ -265,6 +275,8 @@ class CallLimiter(_Interceptor):
         known = self._limited.get(method)
         if known is not None and known[0] is handler:
             return known[1]
+        if known is not None:
+            self._reads.discard(known[1].unary_unary)
         limited = self._limit(method, handler)
         self._limited[method] = (handler, limited)
         return limited
@@ -316,6 +328,8 @@ class CallLimiter(_Interceptor):
                 )
             return response
 
+        if fixed is None or fixed.kind is CallKind.UNARY_READ:
+            self._reads.add(limited)
         return limited
 
     def _stream(self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]]) -> Any:
