@@ -16,7 +16,12 @@ the queue. So the queue never waits for a held call; the threads are at most
 the next one until :data:`IDLE_SECONDS` unused), never above ``most``.
 
 gRPC hands a call to its pool before the call's request arrived, and reads the
-request on the pool's thread: whether a call is held is known only once it runs.
+request on the pool's thread: whether a call is held is known only once it runs. A
+call can also hold a quick thread without saying so: a client that never sends its
+request, a read slowed by a huge value. So when calls wait and none was taken for a
+whole :data:`STALL_SECONDS`, the pool lends each waiting call a thread of its own, as
+a pool of a thread per call would; a lent thread goes back to being a spare once no
+call waits. Quick calls wait behind quick calls, then, only while those move.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import collections
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from typing import Any, ParamSpec, TypeVar
@@ -51,6 +57,9 @@ def _every(args: tuple[Any, ...]) -> bool:
 IDLE_SECONDS = 30.0
 """How long a spare thread waits to be needed before it ends."""
 
+STALL_SECONDS = 0.25
+"""How long calls may wait while no thread takes one before each is lent a thread."""
+
 
 def held() -> None:
     """Tell the pool running this thread's call that the call may last (it waits, streams,
@@ -74,7 +83,9 @@ class CallPool(futures.ThreadPoolExecutor):
     it started (its future) is skipped. :meth:`waiting` is the number of calls waiting
     for a thread."""
 
-    def __init__(self, quick: int, most: int, thread_name_prefix: str = "calls") -> None:
+    def __init__(
+        self, quick: int, most: int, thread_name_prefix: str = "calls", stall_seconds: float = STALL_SECONDS
+    ) -> None:
         if not 1 <= quick <= most:
             raise ValueError(f"need 1 <= quick ({quick}) <= most ({most})")
         super().__init__(max_workers=most, thread_name_prefix=thread_name_prefix)
@@ -87,7 +98,11 @@ class CallPool(futures.ThreadPoolExecutor):
         self._counts: Callable[[tuple[Any, ...]], bool] = _every
         self._lock = threading.Lock()  # only when a call is held, or ends held
         self._spares: list[threading.Lock] = []  # what wakes each spare thread
-        self._takers = 0  # threads taking calls from the queue (at most quick)
+        self._takers = 0  # threads taking calls from the queue (at most quick + lent)
+        self._lent = 0  # threads lent to calls that waited through a stall, not yet back
+        self._taken = 0  # calls taken so far (a lost increment still changes it)
+        self._stall_seconds = stall_seconds
+        self._watch: threading.Thread | None = None
         self._started = 0
         self._alive: list[threading.Thread] = []
         self._closed = False
@@ -103,6 +118,11 @@ class CallPool(futures.ThreadPoolExecutor):
         if self._takers < self.quick:  # only until the takers are all started
             with self._lock:
                 self._more()
+                if self._watch is None:
+                    self._watch = threading.Thread(
+                        target=self._watch_stalls, name=f"{self._name}_watch", daemon=True
+                    )
+                    self._watch.start()
         return future
 
     def waiting(self) -> int:
@@ -142,9 +162,9 @@ class CallPool(futures.ThreadPoolExecutor):
                 thread.join()
 
     def _more(self) -> None:
-        """One more thread taking calls, if fewer than ``quick`` do: the spare idle the
-        shortest time, or a new one below ``most``. Under the lock."""
-        if self._takers >= self.quick or self._closed:
+        """One more thread taking calls, if fewer than ``quick`` (and those lent) do: the
+        spare idle the shortest time, or a new one below ``most``. Under the lock."""
+        if self._takers >= self.quick + self._lent or self._closed:
             return
         if self._spares:
             self._takers += 1
@@ -168,7 +188,7 @@ class CallPool(futures.ThreadPoolExecutor):
             if self._closed:
                 self._alive.remove(threading.current_thread())
                 return False
-            if self._takers < self.quick:
+            if self._takers < self.quick + self._lent:
                 self._takers += 1
                 return True
             self._spares.append(wake)
@@ -198,6 +218,7 @@ class CallPool(futures.ThreadPoolExecutor):
                     self._alive.remove(threading.current_thread())
                 return
             future, fn, args, kwargs, counted = work
+            self._taken += 1
             if counted:
                 self._counted.pop()
             del work
@@ -209,5 +230,34 @@ class CallPool(futures.ThreadPoolExecutor):
                 else:
                     future.set_result(result)
             del future, fn, args, kwargs
-            if not _running.quick and not self._spare(wake):
+            back = not _running.quick or (self._lent and calls.empty() and self._give_back())
+            if back and not self._spare(wake):
                 return
+
+    def _give_back(self) -> bool:
+        """Whether this thread, its call ended and no call waiting, stops taking calls:
+        the pool takes back a lent thread (any taker will do) once no call waits."""
+        with self._lock:
+            if not self._lent:
+                return False
+            self._lent -= 1
+            self._takers -= 1
+            return True
+
+    def _watch_stalls(self) -> None:
+        """Every ``stall_seconds``: if calls waited through the whole interval and no thread
+        took one, lend each waiting call a thread (up to ``most``)."""
+        seen_taken, seen_waiting = -1, False
+        while not self._closed:
+            time.sleep(self._stall_seconds)
+            taken, waiting = self._taken, self._calls.qsize()
+            if waiting and seen_waiting and taken == seen_taken:
+                with self._lock:
+                    for _ in range(waiting):
+                        before = self._takers
+                        self._lent += 1
+                        self._more()
+                        if self._takers == before:  # at most threads: nothing to lend
+                            self._lent -= 1
+                            break
+            seen_taken, seen_waiting = taken, bool(waiting)
