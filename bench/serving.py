@@ -19,10 +19,11 @@ alternating rounds, each shown by its round of median ratio, the others after it
   client's connections (``EpochStateClient``'s default, taken in turn call by call):
   how one client's calls spread over the processes;
 - ``health``: the daemon's health Check from one more caller while the Gets run;
-- ``echo, daemon's pool``: the echo again, its server with as many threads as the
-  daemon's (one per call its limits admit at once, plus the reserve): what that pool
-  costs any Python gRPC server with many callers (threads contending for the
-  interpreter's lock).
+- ``echo, a thread per call``: the echo again, its server with one thread for every call
+  the daemon's limits admit at once, plus the reserve (the daemon's pool with
+  ``quick_threads: 0``): what such a pool costs any Python gRPC server with many callers
+  (threads contending for the interpreter's lock); the daemon runs its quick calls on
+  ``quick_threads`` threads instead.
 
 Callers are threads in up to four client processes, each thread with a connection of
 its own unless shared (connections, not calls, are what the kernel spreads over processes); the
@@ -270,7 +271,8 @@ def main() -> None:
                     )
                     rows.append([count, "Get, shared", n, *shared_row, ""])
                     pool_row, _ = measure(ECHO, pooled_targets[0], args.keys, n, args.seconds, pooled.pid)
-                    rows.append([count, f"echo, daemon's pool ({CallLimits().threads})", n, *pool_row, ""])
+                    per_call = f"echo, a thread per call ({CallLimits().threads})"
+                    rows.append([count, per_call, n, *pool_row, ""])
                 ratio = float(get_row[0].replace(",", "")) / float(echo_row[0].replace(",", ""))
                 cpu_ratio = float(get_row[4]) / float(echo_row[4])
                 if n == 1:

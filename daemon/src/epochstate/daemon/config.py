@@ -161,6 +161,13 @@ class DaemonSettings(BaseSettings):
         description="gRPC server threads beyond the per-kind call limits below: for health checks, "
         "reflection and refusing calls past a limit (the pool holds the sum of the limits plus these)",
     )
+    quick_threads: int = Field(
+        default=16,
+        ge=0,
+        description="threads of each serving process that run calls not known to last (reads that "
+        "never wait, health checks; more such calls wait for one of them); the calls that last get "
+        "threads of their own (0: one thread for every call the limits admit, the pool before)",
+    )
     limit_unary_reads: int = _call_limit(
         64,
         "reads that never wait (Get/MultiGet/Scan of an exact or the latest epoch, ListJobs, "

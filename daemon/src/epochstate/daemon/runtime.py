@@ -154,6 +154,7 @@ class Daemon:
             **settings.call_limits,
             reserve=settings.grpc_workers,
             max_response_bytes=settings.max_response_bytes,
+            quick_threads=settings.quick_threads,
         )
         self.processes = serving_processes(settings)
         share = self.processes > 1

@@ -22,6 +22,7 @@ from google.protobuf.descriptor import FileDescriptor
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
+from epochstate.daemon.server import call_pool
 from epochstate.daemon.server.handlers import Guard
 from epochstate.daemon.server.security.gate import ROLES_OF
 from epochstate.v1 import epochstate_pb2 as pb
@@ -92,6 +93,7 @@ class ToMainProcess(grpc.GenericRpcHandler):  # type: ignore[type-arg]
             call = channel.unary_unary(path, None, None)
 
             def unary(request: bytes, context: grpc.ServicerContext) -> Any:
+                call_pool.held()  # waits for the main process, however quick its call there
                 try:
                     return call(request, timeout=_timeout(context), metadata=_metadata(context))
                 except grpc.RpcError as error:
@@ -103,6 +105,7 @@ class ToMainProcess(grpc.GenericRpcHandler):  # type: ignore[type-arg]
             stream = channel.unary_stream(path, None, None)
 
             def unary_stream(request: bytes, context: grpc.ServicerContext) -> Iterator[Any]:
+                call_pool.held()
                 responses = stream(request, timeout=_timeout(context), metadata=_metadata(context))
                 context.add_callback(responses.cancel)
                 try:
@@ -114,6 +117,7 @@ class ToMainProcess(grpc.GenericRpcHandler):  # type: ignore[type-arg]
         both = channel.stream_stream(path, None, None)
 
         def stream_stream(requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[Any]:
+            call_pool.held()
             responses = both(requests, timeout=_timeout(context), metadata=_metadata(context))
             context.add_callback(responses.cancel)
             try:

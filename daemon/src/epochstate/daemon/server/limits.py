@@ -5,10 +5,16 @@ process: the store, the catalog's waits and kazoo are all thread-based). A call
 holds its thread while it runs, so a call that can last (a stream, a read that
 waits for its epoch) must never be able to take the threads the quick calls
 need. :class:`CallLimiter` admits each call against the limit of its kind and
-refuses it at once past the limit (RESOURCE_EXHAUSTED, reason TOO_MANY_CALLS);
-the pool is sized by :attr:`CallLimits.threads`, the sum of all limits plus a
-reserve, so an admitted call never queues behind held ones, and health checks,
-reflection and refusals always find a thread.
+refuses it past the limit (RESOURCE_EXHAUSTED, reason TOO_MANY_CALLS). The pool
+(:class:`~epochstate.daemon.server.call_pool.CallPool`) runs at most
+:attr:`CallLimits.quick_threads` calls not known to be held, and gives each call the
+limiter admits as held (every kind but unary reads) a thread of its own, at once: so
+no call waits behind a held one, and health checks, reflection and refusals wait
+only for quick calls. The threads are at most :attr:`CallLimits.threads`, the sum of
+all limits plus a reserve. Unary reads count against their limit the calls waiting
+for a quick thread that may be unary reads (their kind is not known until a thread
+reads their request); a health check, a stream or an admin call waiting there does not
+count.
 
 Kinds (see :func:`kind_of`):
 
@@ -41,6 +47,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 
+from epochstate.daemon.server import call_pool
+from epochstate.daemon.server.call_pool import CallPool
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.shared_limits import SharedCalls
 from epochstate.daemon.server.status import ResponseTooLarge, TooManyCalls, abort
@@ -69,7 +77,8 @@ class CallKind(enum.Enum):
 
 @dataclass(frozen=True)
 class CallLimits:
-    """How many calls of each kind may run at once; ``reserve`` threads are kept beyond them."""
+    """How many calls of each kind may run at once; ``reserve`` threads are kept beyond them,
+    and at most ``quick_threads`` of all the threads run calls not known to be held."""
 
     unary_reads: int = 64
     waiting_reads: int = 128
@@ -78,6 +87,9 @@ class CallLimits:
     admin: int = 16
     reserve: int = 16
     max_response_bytes: int = 16 << 20
+    quick_threads: int = 16
+    """Threads that run the calls not known to be held (:mod:`call_pool`); 0: no such bound,
+    a thread for every call admitted at once (:attr:`threads`)."""
 
     def of(self, kind: CallKind) -> int:
         """The limit of ``kind``."""
@@ -128,10 +140,18 @@ class _Gate:
     cost two more locked updates per call."""
 
     def __init__(
-        self, kind: CallKind, limit: int, metrics: DaemonMetrics, shared: SharedCalls | None = None
+        self,
+        kind: CallKind,
+        limit: int,
+        metrics: DaemonMetrics,
+        shared: SharedCalls | None = None,
+        waiting: Callable[[], int] | None = None,
     ) -> None:
         self.kind = kind
         self.limit = limit
+        # Calls that may be of this kind and wait for a thread count against its limit.
+        self._waiting = waiting or (lambda: 0)
+        self._held = kind is not CallKind.UNARY_READ
         self._refused = metrics.calls_refused.labels(kind.value)
         self.in_flight: Callable[[], int]
         if shared is None:
@@ -142,14 +162,14 @@ class _Gate:
             self.in_flight = lambda: self._admitted
         else:
             index = list(CallKind).index(kind)
-            self._take = lambda: shared.enter(index, limit)
+            self._take = lambda: shared.enter(index, limit - self._waiting())
             self.leave = lambda: shared.leave(index)
             self.in_flight = lambda: shared.mine(index)
 
     # A counter under a lock: a third of the CPU of threading's semaphore (a Condition).
     def _take_here(self) -> bool:
         with self._lock:
-            if self._admitted >= self.limit:
+            if self._admitted + self._waiting() >= self.limit:
                 return False
             self._admitted += 1
             return True
@@ -160,7 +180,10 @@ class _Gate:
 
     def admit(self, context: grpc.ServicerContext) -> None:
         """Admit a call, which :meth:`leave` ends, exactly once. Aborts the call past the limit."""
-        if not self._take():
+        if self._take():
+            if self._held:
+                call_pool.held()
+        else:
             self._refused.inc()
             abort(
                 context,
@@ -196,6 +219,13 @@ else:
     _Interceptor = grpc.ServerInterceptor
 
 
+def unary_only(kind: CallKind, waiting: Callable[[], int] | None) -> Callable[[], int] | None:
+    """What counts against ``kind``'s limit beyond its admitted calls: the calls of methods
+    that may be unary reads waiting for a quick thread (of unknown kind until they run)
+    against the unary reads' limit."""
+    return waiting if kind is CallKind.UNARY_READ else None
+
+
 class CallLimiter(_Interceptor):
     """Admits every call against the limit of its kind (see the module docstring), and
     refuses a raw (bytes) response larger than ``limits.max_response_bytes``. ``shared``:
@@ -208,13 +238,30 @@ class CallLimiter(_Interceptor):
     past its deadline) gives its slot back once its handler returns, or for a stream when
     gRPC runs its termination callback: after the caller was told."""
 
-    def __init__(self, limits: CallLimits, metrics: DaemonMetrics, shared: SharedCalls | None = None) -> None:
+    def __init__(
+        self,
+        limits: CallLimits,
+        metrics: DaemonMetrics,
+        shared: SharedCalls | None = None,
+        pool: CallPool | None = None,
+    ) -> None:
         self.limits = limits
-        self._gates = {kind: _Gate(kind, limits.of(kind), metrics, shared) for kind in CallKind}
+        waiting = pool.waiting if pool is not None else None
+        self._gates = {
+            kind: _Gate(kind, limits.of(kind), metrics, shared, unary_only(kind, waiting))
+            for kind in CallKind
+        }
         gates = self._gates
         metrics.watch_calls(lambda: {kind.value: gate.in_flight() for kind, gate in gates.items()})
         # Method name -> (the handler given, its limited twin), built once per method.
         self._limited: dict[str, tuple[Handler, Handler]] = {}
+        # The limited behaviors of the methods whose calls may be unary reads: only their
+        # calls, while they wait for a quick thread, count against the unary reads' limit
+        # (a health check or a stream waiting there is not a unary read).
+        self._reads: set[Any] = set()
+        reads = self._reads
+        if pool is not None:
+            pool.count_only(lambda args: any(arg in reads for arg in args if callable(arg)))
 
     def intercept_service(
         self,
@@ -228,6 +275,8 @@ class CallLimiter(_Interceptor):
         known = self._limited.get(method)
         if known is not None and known[0] is handler:
             return known[1]
+        if known is not None:
+            self._reads.discard(known[1].unary_unary)
         limited = self._limit(method, handler)
         self._limited[method] = (handler, limited)
         return limited
@@ -279,6 +328,8 @@ class CallLimiter(_Interceptor):
                 )
             return response
 
+        if fixed is None or fixed.kind is CallKind.UNARY_READ:
+            self._reads.add(limited)
         return limited
 
     def _stream(self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]]) -> Any:
@@ -312,9 +363,16 @@ def limited_server(
     reason. ``share_port``: other processes of this daemon bind the same TCP port
     (SO_REUSEPORT; otherwise a port another process holds is refused), and ``shared``
     counts their calls with this one's."""
+    pool: futures.ThreadPoolExecutor
+    if limits.quick_threads == 0:
+        pool = futures.ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="grpc")
+        limiter = CallLimiter(limits, metrics, shared)
+    else:
+        calls = CallPool(min(limits.quick_threads, limits.threads), limits.threads, "grpc")
+        pool, limiter = calls, CallLimiter(limits, metrics, shared, calls)
     return grpc.server(
-        futures.ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="grpc"),
-        interceptors=[*interceptors, CallLimiter(limits, metrics, shared)],
+        pool,
+        interceptors=[*interceptors, limiter],
         options=[
             ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", limits.max_response_bytes + (64 << 10)),

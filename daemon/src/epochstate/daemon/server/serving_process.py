@@ -103,7 +103,10 @@ def serve(plan: ServingPlan) -> None:
     security = ServerSecurity(settings)
     metrics = DaemonMetrics()
     limits = CallLimits(
-        **settings.call_limits, reserve=settings.grpc_workers, max_response_bytes=settings.max_response_bytes
+        **settings.call_limits,
+        reserve=settings.grpc_workers,
+        max_response_bytes=settings.max_response_bytes,
+        quick_threads=settings.quick_threads,
     )
     service = SecondaryService(secondary, ingest=_NoIngest(), alignment=alignment, max_wait=settings.max_wait)
     main = grpc.insecure_channel(plan.internal)
