@@ -43,6 +43,8 @@ def _workload(spark: Any, directory: Path) -> None:
 def build(path: Path) -> None:
     """Run the workload in a JVM that writes its classes to ``path`` when it exits.
 
+    Raises OSError when no archive could be written (a JVM without class-data sharing).
+
     The archive appears at once (renamed into place), so a JVM starting meanwhile
     maps none rather than half of one. Archives of other Java or pyspark builds go.
     """
@@ -66,7 +68,7 @@ def build(path: Path) -> None:
         jvm.stdin.close()
         jvm.wait()
     if not partial.is_file():
-        raise SystemExit(f"the JVM wrote no class archive to {partial}")
+        raise OSError(f"the JVM wrote no class archive to {partial}")
     partial.replace(path)
     for stale in path.parent.glob(f"{ARCHIVE_PREFIX}*.jsa"):
         if stale != path:
@@ -79,7 +81,10 @@ def main() -> None:
         print("no Java or no pyspark: no Spark class archive", file=sys.stderr)
     elif not path.is_file():
         print(f"building the Spark class archive {path} (once per Java and pyspark)", file=sys.stderr)
-        build(path)
+        try:
+            build(path)
+        except OSError as error:  # JVMs start as without it: slower, not wrong
+            print(f"no Spark class archive: {error}", file=sys.stderr)
 
 
 if __name__ == "__main__":
