@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-chain demo-swap test test-fast constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-state-size bench-object-store bench-s3-clients bench-alignment bench-arrow clean soak
+.PHONY: demo demo-chain demo-swap class-archive test test-fast constraints deploy-check compat compat-venvs zookeeper-auth lint typecheck imports docs pytest fuzz fuzz-grpc fuzz-seeds proto bench bench-routing bench-ingest bench-state-size bench-object-store bench-s3-clients bench-alignment bench-arrow clean soak
 
 # The repository is a monorepo of distributions sharing the namespace `epochstate`, one per
 # folder, each a src layout (core/src/epochstate/core/, ...); the root's pyproject.toml gathers
@@ -74,8 +74,14 @@ docs: $(STAMP)
 # compatibility suite's first: tests/compat/conftest.py), so no module fixture or shared
 # workload (a Spark checkpoint, a release's workload) is made twice.
 PYTEST_WORKERS ?= 0
-pytest: $(STAMP)
+pytest: $(STAMP) class-archive
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+
+# Spark's classes, parsed and verified once for every later test and demo JVM
+# (epochstate.devtools.class_archive): about a minute once per Java and pyspark, then
+# half the CPU of each Spark JVM's start. Nothing to do when the archive exists.
+class-archive: $(STAMP)
+	$(BIN)/python -m epochstate.devtools.class_archive
 
 # The pinned dependencies: the image's (deploy/constraints.txt, what pip resolves for the
 # Dockerfile's extras) and the development environment's (.ci/constraints-dev.txt), with

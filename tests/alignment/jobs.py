@@ -252,8 +252,11 @@ def _import_plugin(batches: Any) -> Any:
 
 
 def _warm_up(spark: Any) -> None:
-    """Start a Python worker that has imported the plugin: Spark reuses it for the query's tasks."""
+    """Start the Python workers that the query's start and tasks reuse, each with the plugin imported:
+    a task's, and the one that makes the data source's reader and writer (loading the source runs it
+    and reads nothing: the source's options are parsed only when the query starts)."""
     spark.range(1, numPartitions=1).mapInArrow(_import_plugin, "id long").collect()
+    spark.readStream.format(FORMAT).load()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -213,14 +213,14 @@ def test_swapped_jobs_killed_at_every_step_write_every_record_exactly_once(
         feeder.feed()
         for job in relays.values():
             job.start()
+        for job in relays.values():
+            job.prewarm()  # the first kills wait for these, not for the relays' first batches
         queries.append(start_upstream(spark, wiring("upstream"), feeder.directory))
         # Supervised: on a busy machine its source's Python worker can miss Spark's fixed
         # wait to connect back, failing the query before it read anything.
         reader = Reference(spark, wiring("downstream", output), "reader", ID_OF_OUTPUT)
         wait_until(lambda: 0 in subjects.epochs(source), "input epoch 0", START_TIMEOUT, lambda: None)
         settle(0)
-        for job in relays.values():
-            job.prewarm()
         print(f"relays running after {time.monotonic() - started:.0f} s")
         first = swap(1, "v1", "v2")
         relays["v1"].kill(standby=True)  # handed over: it would register nothing more
