@@ -37,15 +37,19 @@ demo-chain: $(STAMP)
 demo-swap: $(STAMP)
 	$(BIN)/epochstate demo-swap $(DEMO_ARGS)
 
-# The compatibility suite's missing virtualenvs are made in the background while the static
-# checks run, which leave a core idle, so pip competes less with the suite's first, heaviest
-# tests; the suite's own warm-up finds them made, or waits on their lock. Not before the venv
-# is made: that gates everything, and has the network to itself.
+# While the static checks run (they leave a core idle), the Spark class archive is built and
+# the compatibility suite's missing virtualenvs are made, in the background: pip then competes
+# less with the suite's first, heaviest tests (the suite's own warm-up finds the venvs made,
+# or waits on their lock), and every test JVM maps the archive. Not before the venv is made:
+# that gates everything, and has the network to itself.
 test: $(STAMP)
 	@mkdir -p build
 	@$(BIN)/python -m tests.compat.venvs > build/compat-venvs.log 2>&1 & venvs=$$!; \
-	$(MAKE) --no-print-directory lint typecheck imports docs && $(MAKE) --no-print-directory pytest; \
-	status=$$?; kill $$venvs 2>/dev/null; exit $$status
+	$(MAKE) --no-print-directory class-archive > build/class-archive.log 2>&1 & archive=$$!; \
+	$(MAKE) --no-print-directory lint typecheck imports docs; status=$$?; \
+	wait $$archive; cat build/class-archive.log; \
+	if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory pytest; status=$$?; fi; \
+	kill $$venvs 2>/dev/null; exit $$status
 
 # The edit loop: the static checks and the in-process tests (no JVM, server or daemon
 # of their own: tests/conftest.py marks the others "process"), in a few minutes.
