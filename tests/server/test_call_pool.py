@@ -11,16 +11,16 @@ from typing import Any, cast
 
 import grpc
 import pytest
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from epochstate.daemon.server.call_pool import STALL_SECONDS, CallPool
-from epochstate.daemon.server.limits import CallLimiter, CallLimits, limited_server
+from epochstate.daemon.server.limits import CallLimiter, CallLimits
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.v1 import epochstate_pb2 as pb
+from tests.server.limited import OURS, start_limited
 
 # Two quick threads, and more held slots than quick threads.
 LIMITS = CallLimits(unary_reads=8, waiting_reads=3, streams=3, reports=1, admin=3, reserve=1, quick_threads=2)
-OURS = "epochstate.v1.EpochState"
 WAITING = pb.GetRequest(epoch=pb.EpochSelector(at_least=3)).SerializeToString()
 
 
@@ -78,7 +78,6 @@ def metrics() -> DaemonMetrics:
 def served(metrics: DaemonMetrics) -> Iterator[tuple[grpc.Channel, Handlers]]:
     handlers = Handlers()
     before = set(threading.enumerate())
-    server = limited_server(LIMITS, 1 << 20, metrics)
     methods = {
         "ListJobs": grpc.unary_unary_rpc_method_handler(handlers.quick),
         "FollowJob": grpc.unary_unary_rpc_method_handler(handlers.held),
@@ -87,10 +86,7 @@ def served(metrics: DaemonMetrics) -> Iterator[tuple[grpc.Channel, Handlers]]:
         ),
         "WatchEpochs": grpc.unary_stream_rpc_method_handler(handlers.stream),
     }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(OURS, methods),))
-    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    server, port = start_limited(LIMITS, metrics, methods)
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         handlers.before = before
         yield channel, handlers

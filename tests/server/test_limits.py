@@ -14,16 +14,16 @@ from typing import Any
 
 import grpc
 import pytest
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from epochstate.client.errors import TooManyCalls, from_rpc_error
 from epochstate.core import reasons
-from epochstate.daemon.server.limits import CallKind, CallLimits, kind_of, limited_server
+from epochstate.daemon.server.limits import CallKind, CallLimits, kind_of
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.v1 import epochstate_pb2 as pb
+from tests.server.limited import OURS, start_limited
 
 LIMITS = CallLimits(unary_reads=2, waiting_reads=1, streams=1, reports=1, admin=1, reserve=2)
-OURS = "epochstate.v1.EpochState"
 
 
 class Blocking:
@@ -50,7 +50,6 @@ class Blocking:
 @pytest.fixture
 def served() -> Iterator[tuple[str, Blocking]]:
     blocking = Blocking()
-    server = limited_server(LIMITS, 1 << 20, DaemonMetrics())
     unary = grpc.unary_unary_rpc_method_handler(blocking.unary)
     handlers = {name: unary for name in ("ListJobs", "ReportEpoch", "FollowJob")} | {
         # The limiter reads a read's selector from the decoded request.
@@ -59,10 +58,7 @@ def served() -> Iterator[tuple[str, Blocking]]:
         ),
         "WatchEpochs": grpc.unary_stream_rpc_method_handler(blocking.stream),
     }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(OURS, handlers),))
-    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    server, port = start_limited(LIMITS, DaemonMetrics(), handlers)
     yield f"127.0.0.1:{port}", blocking
     blocking.release()
     server.stop(None)
