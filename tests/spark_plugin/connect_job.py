@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from epochstate.devtools.jvm_options import with_small_jvm
+from epochstate.devtools.jvm_options import small_jvm_conf
 
 EPOCHS = 3
 
@@ -27,10 +27,11 @@ def main(target: str, root: Path) -> None:
 
     from epochstate.spark_plugin import attach
 
+    jvm: dict[str, bool | float | int | str | None] = {**small_jvm_conf()}
     spark = (
         SparkSession.builder.remote("local[2]")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.extraJavaOptions", with_small_jvm(None))
+        .config(map=jvm)
         .getOrCreate()
     )
     try:

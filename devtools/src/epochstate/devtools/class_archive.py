@@ -1,8 +1,9 @@
 """Builds the class-data sharing archive of Spark's classes (:mod:`epochstate.devtools.jvm_options`).
 
-``python -m epochstate.devtools.class_archive`` (``make pytest`` runs it) builds the
-archive for this Java and this pyspark unless it exists: a JVM runs what the demos'
-and tests' JVMs load and stores its classes when it exits.
+``python -m epochstate.devtools.class_archive`` (``make pytest`` runs it) builds, unless
+they exist, the jar of :mod:`epochstate.devtools.local_filesystem` and then the archive for
+this Java, this pyspark and that jar: a JVM configured as the demos' and tests' runs what
+they load and stores its classes when it exits.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from epochstate.devtools import local_filesystem
 from epochstate.devtools.jvm_options import ARCHIVE_PREFIX, archive_path
 from epochstate.devtools.spark_session import local_session
 
@@ -76,6 +78,13 @@ def build(path: Path) -> None:
 
 
 def main() -> None:
+    jar = local_filesystem.jar_path()
+    if jar is not None and not jar.is_file():
+        print(f"building Hadoop's local file system without child processes, {jar}", file=sys.stderr)
+        try:
+            local_filesystem.build(jar)
+        except OSError as error:  # JVMs use Hadoop's own classes: slower, not wrong
+            print(f"no local file system jar: {error}", file=sys.stderr)
     path = archive_path()
     if path is None:
         print("no Java or no pyspark: no Spark class archive", file=sys.stderr)

@@ -15,6 +15,7 @@ from pathlib import Path
 from epochstate.devtools.errors import JavaNotFound, ZooKeeperJarsNotFound
 
 CLASSPATH_ENV = "EPOCHSTATE_ZOOKEEPER_CLASSPATH"
+CACHE_ENV = "EPOCHSTATE_JVM_CACHE"
 
 # ZooKeeper's runtime dependencies for a standalone NIO server without the admin
 # server (no Jetty, Jackson or Netty). Naming them instead of the whole directory
@@ -106,3 +107,13 @@ def _classpath_in(jars: Path) -> str:
             return str(jars / "*")
         selected.append(str(matches[-1]))
     return os.pathsep.join(selected)
+
+
+def cache_dir() -> Path:
+    """Where what is built once per Java and pyspark goes (the class archive, the local file
+    system's jar): ``$EPOCHSTATE_JVM_CACHE``, else ``$XDG_CACHE_HOME/epochstate``, else
+    ``~/.cache/epochstate``."""
+    configured = os.environ.get(CACHE_ENV)
+    if configured:
+        return Path(configured)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "epochstate")

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 from pathlib import Path
 
-from epochstate.devtools.classpath import find_java, pyspark_jars_dir
+from epochstate.devtools import local_filesystem
+from epochstate.devtools.classpath import cache_dir, find_java, pyspark_jars_dir
 from epochstate.devtools.errors import JavaNotFound
 
 SMALL_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
-CACHE_ENV = "EPOCHSTATE_JVM_CACHE"
 ARCHIVE_PREFIX = "spark-classes-"
 
 
@@ -35,14 +34,6 @@ def with_small_jvm(options: str | None) -> str:
     and the Spark class archive, if built; a later option of the same name wins, as in any
     java command line."""
     return " ".join(filter(None, [*SMALL_JVM_OPTIONS, archive_option(), options]))
-
-
-def cache_dir() -> Path:
-    """``$EPOCHSTATE_JVM_CACHE``, else ``$XDG_CACHE_HOME/epochstate``, else ``~/.cache/epochstate``."""
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "epochstate")
 
 
 @functools.cache
@@ -56,7 +47,11 @@ def archive_path() -> Path | None:
     if jars is None:
         return None
     digest = hashlib.sha256()
-    for path in [java, *sorted(jars.glob("*.jar"))]:
+    # The archive holds the classes of the class path it was built with: the local file
+    # system's jar, once built, comes first in the drivers' (local_filesystem.spark_conf).
+    local_fs = local_filesystem.jar_path()
+    extra = [local_fs] if local_fs is not None and local_fs.is_file() else []
+    for path in [java, *extra, *sorted(jars.glob("*.jar"))]:
         stat = path.stat()
         digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return cache_dir() / f"{ARCHIVE_PREFIX}{digest.hexdigest()[:16]}.jsa"
@@ -66,3 +61,10 @@ def archive_option() -> str | None:
     """The JVM option that maps the class archive, if it has been built."""
     path = archive_path()
     return f"-XX:SharedArchiveFile={path}" if path is not None and path.is_file() else None
+
+
+def small_jvm_conf(options: str | None = None) -> dict[str, str]:
+    """The Spark settings of a small driver JVM: its Java options (:func:`with_small_jvm`
+    of ``options``) and, once built, the local file system of
+    :mod:`epochstate.devtools.local_filesystem`."""
+    return {"spark.driver.extraJavaOptions": with_small_jvm(options), **local_filesystem.spark_conf()}

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from epochstate.devtools.jvm_options import with_small_jvm
+from epochstate.devtools.jvm_options import small_jvm_conf
 
 _QUIET = {
     "spark.sql.shuffle.partitions": "2",
@@ -64,7 +64,7 @@ def local_session(
     java_options = [settings.get("spark.driver.extraJavaOptions")]
     if log4j_file is not None:
         java_options.append(_log4j_option(log4j_file))
-    settings["spark.driver.extraJavaOptions"] = with_small_jvm(" ".join(filter(None, java_options)))
+    settings.update(small_jvm_conf(" ".join(filter(None, java_options))))
     spark_conf = SparkConf().setMaster(f"local[{cores}]").setAppName(app).setAll(list(settings.items()))
     # A JVM this process started already keeps its output where it goes.
     if console_file is not None and SparkContext._active_spark_context is None:
