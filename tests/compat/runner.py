@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from epochstate.core.zookeeper.layout import Layout, parse_epoch_name
+from epochstate.devtools import local_filesystem
 from epochstate.devtools.local_daemon import LocalDaemon
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from tests.compat.releases import READER_OF_LAST_RESORT, SparkRelease
@@ -38,6 +39,7 @@ from tests.fixtures.zookeeper import new_test_client
 
 WORKLOAD = "epochstate_compat_workload"
 WORKLOAD_TIMEOUT = 1500.0
+SPARK_CONF_ENV = "EPOCHSTATE_COMPAT_SPARK_CONF"  # more settings of the workload's session, as JSON
 # How long the listener's daemon may take, after the workload ended, to have
 # ingested every job's newest epoch (its own look at checkpoints is a minute away).
 PUSH_SETTLE_SECONDS = 15.0
@@ -180,6 +182,23 @@ class ReleaseRunner:
     def _python(self, release: SparkRelease, say: Say) -> Path:
         return Path(sys.executable) if release.pinned else ensure_venv(release, say).python
 
+    def _local_filesystem(self, release: SparkRelease, python: Path, say: Say) -> dict[str, str]:
+        """The Spark settings of :mod:`epochstate.devtools.local_filesystem` for the release's
+        driver, its jar compiled against the release's Hadoop once per venv; none if it
+        cannot be (the workload then forks ``chmod`` and ``readlink`` as Hadoop does)."""
+        if release.pinned:
+            return local_filesystem.spark_conf()
+        venv = python.parent.parent
+        jar = venv / f"{local_filesystem.JAR_PREFIX}{local_filesystem.sources_digest()}.jar"
+        if not jar.is_file():
+            try:
+                jars = next(venv.glob("lib/python*/site-packages/pyspark/jars"))
+                local_filesystem.build(jar, jars)
+            except (StopIteration, OSError) as error:
+                say(f"{release}: Hadoop's own local file system: {error!r}")
+                return {}
+        return local_filesystem.spark_conf(jar)
+
     def _workload(self, release: SparkRelease, say: Say) -> ReleaseRun:
         """The release's workload run and what its daemon and ZooKeeper saw of it (all
         in processes of their own: safe in a background thread)."""
@@ -204,9 +223,10 @@ class ReleaseRunner:
                 topic = self.broker.create_topic(f"compat-{release.series}-{uuid.uuid4().hex[:8]}", 2)
                 command += ["--bootstrap", self.broker.bootstrap, "--zookeeper", run.zookeeper]
                 command += ["--topic", topic]
+            conf = self._local_filesystem(release, python, say)
             started = time.monotonic()
             say(f"{release}: running the workload with pyspark {release.pyspark} (log: {run.log})")
-            if self._execute(command, python, run.log):
+            if self._execute(command, python, run.log, conf):
                 run.result = json.loads((out / "result.json").read_text())
                 say(f"{release}: workload done in {time.monotonic() - started:.0f} s {run.result['timings']}")
             else:
@@ -217,7 +237,7 @@ class ReleaseRunner:
             daemon.stop()
         return run
 
-    def _execute(self, command: list[str], python: Path, log: Path) -> bool:
+    def _execute(self, command: list[str], python: Path, log: Path, conf: dict[str, str]) -> bool:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as output:
             try:
@@ -226,7 +246,7 @@ class ReleaseRunner:
                     stdin=subprocess.DEVNULL,
                     stdout=output,
                     stderr=subprocess.STDOUT,
-                    env=_environment(python, self.path),
+                    env={**_environment(python, self.path), SPARK_CONF_ENV: json.dumps(conf)},
                     cwd=self.base,
                     timeout=WORKLOAD_TIMEOUT,
                     check=False,

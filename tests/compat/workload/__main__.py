@@ -28,12 +28,17 @@ from .oracle import dump_job
 
 
 def session() -> Any:
+    """The release's local session; ``$EPOCHSTATE_COMPAT_SPARK_CONF`` (JSON) adds settings
+    (the local file system of ``epochstate.devtools.local_filesystem``)."""
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
+    for key, value in json.loads(os.environ.get("EPOCHSTATE_COMPAT_SPARK_CONF") or "{}").items():
+        builder = builder.config(key, value)
     spark = (
         # Up to three attempts per task: on a loaded machine a new Python worker can
         # miss Spark's time to connect back, which fails only that attempt.
-        SparkSession.builder.master("local[2,3]")
+        builder.master("local[2,3]")
         .appName("epochstate-compat")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")

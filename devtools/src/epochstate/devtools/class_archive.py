@@ -83,6 +83,7 @@ def main() -> None:
         print(f"building Hadoop's local file system without child processes, {jar}", file=sys.stderr)
         try:
             local_filesystem.build(jar)
+            local_filesystem.remove_stale(jar)
         except OSError as error:  # JVMs use Hadoop's own classes: slower, not wrong
             print(f"no local file system jar: {error}", file=sys.stderr)
     path = archive_path()

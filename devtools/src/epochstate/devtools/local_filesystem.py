@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -43,25 +44,31 @@ def _javac() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("javac")
 
 
+def sources_digest() -> str:
+    """A digest of the Java sources: a jar named by it is built from these."""
+    digest = hashlib.sha256()
+    for source in sorted(SOURCES.glob("*.java")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 @functools.cache
 def jar_path() -> Path | None:
-    """Where the jar for this Java, pyspark and these sources is (or goes); None without
-    pyspark or a ``javac``."""
+    """Where the jar for this Java, this interpreter's pyspark and these sources is (or goes);
+    None without pyspark or a ``javac``."""
     jars, javac = pyspark_jars_dir(), _javac()
     if jars is None or javac is None:
         return None
-    digest = hashlib.sha256(javac.encode())
-    for source in sorted(SOURCES.glob("*.java")):
-        digest.update(source.read_bytes())
+    digest = hashlib.sha256(f"{javac}\0{sources_digest()}\n".encode())
     for jar in sorted(jars.glob("hadoop-client-*.jar")):
         digest.update(f"{jar.name}\0{jar.stat().st_size}\n".encode())
     return cache_dir() / f"{JAR_PREFIX}{digest.hexdigest()[:16]}.jar"
 
 
-def spark_conf() -> dict[str, str]:
-    """The Spark settings that put the classes on the driver's class path and make them the
-    ``file:`` scheme's; none until the jar is built."""
-    path = jar_path()
+def spark_conf(jar: Path | None = None) -> dict[str, str]:
+    """The Spark settings that put the classes (``jar``, default :func:`jar_path`) on the
+    driver's class path and make them the ``file:`` scheme's; none unless the jar is built."""
+    path = jar or jar_path()
     if path is None or not path.is_file():
         return {}
     return {
@@ -71,14 +78,14 @@ def spark_conf() -> dict[str, str]:
     }
 
 
-def build(path: Path) -> None:
-    """Compile the classes against pyspark's jars into the jar ``path``, which appears at
-    once (renamed into place); jars of other builds go.
+def build(path: Path, jars: Path | None = None) -> None:
+    """Compile the classes against Spark's ``jars`` (default: this interpreter's pyspark's)
+    into the jar ``path``, which appears at once (renamed into place).
 
     Raises:
         OSError: no ``javac`` or pyspark, or the compiler failed (its output says why).
     """
-    jars, javac = pyspark_jars_dir(), _javac()
+    jars, javac = jars or pyspark_jars_dir(), _javac()
     if jars is None or javac is None:
         raise OSError("no javac or no pyspark: Hadoop's local file system stays as it is")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,12 +107,15 @@ def build(path: Path) -> None:
         )
         if compiled.returncode != 0:
             raise OSError(f"javac failed: {compiled.stderr.strip() or compiled.stdout.strip()}")
-        partial = Path(directory, path.name)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
         with zipfile.ZipFile(partial, "w") as jar:
             for item in sorted(classes.rglob("*.class")):
                 jar.write(item, item.relative_to(classes).as_posix())
-        shutil.move(str(partial), path.with_name(f".{path.name}"))
-    path.with_name(f".{path.name}").replace(path)
-    for stale in path.parent.glob(f"{JAR_PREFIX}*.jar"):
-        if stale != path:
+    partial.replace(path)
+
+
+def remove_stale(keep: Path) -> None:
+    """Remove the jars of other Java, pyspark or source builds beside ``keep``."""
+    for stale in keep.parent.glob(f"{JAR_PREFIX}*.jar"):
+        if stale != keep:
             stale.unlink(missing_ok=True)
