@@ -56,6 +56,7 @@ from epochstate.daemon.store.descriptors import EpochRecord, JobDescriptor
 from epochstate.daemon.store.versioned import VersionedStore
 from epochstate.v1 import epochstate_pb2 as pb
 from epochstate.v1.epochstate_pb2_grpc import EpochStateStub
+from tests.fixtures.zookeeper import eventually
 
 KEY = StructType((StructField("user", AtomicType("string")),))
 VALUE = StructType((StructField("count", AtomicType("long")),))
@@ -316,6 +317,17 @@ def test_aligned_with_an_alias_follows_the_output_across_the_handover(served: Se
         served.client.get(OLD, ["a"], aligned_with=("enrich", 107))
 
 
+def _refused_as_ambiguous(served: Served, name: str) -> bool:
+    """Whether a read of ``name`` is refused as ambiguous (else: what the job alone answers)."""
+    try:
+        served.client.get(name, ["a"])
+    except AmbiguousName:
+        return True
+    except EpochNotReady:  # the job alone: it has no epoch
+        return False
+    raise AssertionError(f"{name!r} answered as a job with epochs")
+
+
 def test_names_resolve_to_one_job_or_alias_and_calls_not_offered_on_aliases_say_so(
     served: Served, zk_client: KazooClient
 ) -> None:
@@ -324,8 +336,12 @@ def test_names_resolve_to_one_job_or_alias_and_calls_not_offered_on_aliases_say_
         served.client.get("nobody", ["a"])
     with pytest.raises(InvalidArgument, match="History is not offered on alias 'orders'"):
         served.client.history(ALIAS, ["a"])
-    # A name that is both a followed job and an alias is refused, not guessed.
+    # A name that is both a followed job and an alias is refused, not guessed, once the
+    # daemon's watch on the aliases saw the definition (it arrives after define returns).
     AliasRegistry(zk_client).define(AliasRecord(NEW, OLD, OUT, IN))
+    assert eventually(lambda: _refused_as_ambiguous(served, NEW), timeout=10), (
+        "the alias never reached the daemon"
+    )
     with pytest.raises(AmbiguousName):
         served.client.get(NEW, ["a"])
     with pytest.raises(AmbiguousName):
