@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 
+from epochstate.devtools.python_workers import worker_python
+
 # PySpark hands timestamps back as naive local datetimes: make local time UTC before
 # the JVM starts. Python workers must run the venv's interpreter.
 os.environ["TZ"] = "UTC"
 time.tzset()
-os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_PYTHON"] = worker_python()  # this interpreter (epochstate.devtools.python_workers)
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 # gcsfs decides at import whether to ask GCS's Storage Control gRPC API about each
 # bucket; the GCS emulator serves only the JSON API (see devtools/stores/gcs.py).

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from epochstate.daemon.sources.checkpoint.checkpoint import Checkpoint
+from epochstate.devtools.python_workers import worker_python
 from epochstate.devtools.spark_session import local_session
 
 FORMAT = "epochstate-kafka"
@@ -165,7 +166,7 @@ class JobProcess:
             return subprocess.Popen(
                 [sys.executable, "-m", __name__, self.kind, *self.wiring.arguments(), *self.extra, *extra],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+                env={**os.environ, "PYSPARK_PYTHON": worker_python()},
             )  # fmt: skip
 
     def prewarm(self) -> JobProcess:

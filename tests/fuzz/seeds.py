@@ -29,10 +29,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from epochstate.devtools.python_workers import worker_python
+
 # As the test session does: UTC, and Python workers on this interpreter.
 os.environ["TZ"] = "UTC"
 time.tzset()
-os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_PYTHON"] = worker_python()
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 from epochstate.core.sparktypes import type_to_json  # noqa: E402

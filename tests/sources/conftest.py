@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
+from epochstate.devtools.python_workers import worker_python
+
 # PySpark hands timestamps back as naive local datetimes; make local time UTC before
 # the JVM or any datetime conversion starts.
 os.environ["TZ"] = "UTC"
 time.tzset()
-os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_PYTHON"] = worker_python()
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 

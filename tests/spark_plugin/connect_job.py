@@ -15,13 +15,14 @@ import sys
 from pathlib import Path
 
 from epochstate.devtools.jvm_options import small_jvm_conf
+from epochstate.devtools.python_workers import worker_python
 
 EPOCHS = 3
 
 
 def main(target: str, root: Path) -> None:
     os.environ["TZ"] = "UTC"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = worker_python()
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from epochstate.devtools.jvm_options import small_jvm_conf
+from epochstate.devtools.python_workers import worker_python
 
 _QUIET = {
     "spark.sql.shuffle.partitions": "2",
@@ -56,7 +56,7 @@ def local_session(
     does everything the JVM and its Python workers print on stdout and stderr. Both
     apply only when this call starts the JVM.
     """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
