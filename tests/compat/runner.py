@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from epochstate.core.zookeeper.layout import Layout, parse_epoch_name
-from epochstate.devtools import local_filesystem
+from epochstate.devtools import local_filesystem, python_workers
 from epochstate.devtools.local_daemon import LocalDaemon
 from epochstate.devtools.zookeeper import EmbeddedZooKeeper
 from tests.compat.releases import READER_OF_LAST_RESORT, SparkRelease
@@ -104,7 +104,7 @@ def _environment(python: Path, path: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_", "PY4J"))}
     env.update(
         PYTHONPATH=path,
-        PYSPARK_PYTHON=str(python),
+        PYSPARK_PYTHON=python_workers.launcher(str(python)),  # the release's pyspark is pip-installed
         PYSPARK_DRIVER_PYTHON=str(python),
         TZ="UTC",
         SPARK_LOCAL_IP="127.0.0.1",

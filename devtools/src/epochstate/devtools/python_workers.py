@@ -46,9 +46,18 @@ exec {python} "$@"
 
 
 def worker_python() -> str:
-    """The executable Spark should start its Python workers with (``PYSPARK_PYTHON``)."""
-    python = sys.executable
-    if pyspark_jars_dir() is None or not python or any(c in python for c in "'\"\\$` \n"):
+    """The executable Spark should start its Python workers with (``PYSPARK_PYTHON``): the
+    launcher of this interpreter when its pyspark is pip-installed, else the interpreter."""
+    if pyspark_jars_dir() is None:
+        return sys.executable
+    return launcher(sys.executable)
+
+
+def launcher(python: str) -> str:
+    """The launcher of ``python`` (an interpreter whose site-packages hold a pip-installed
+    pyspark), written once into :func:`~epochstate.devtools.classpath.cache_dir`; ``python``
+    itself where it cannot be written or its path needs quoting."""
+    if not python or any(c in python for c in "'\"\\$` \n"):
         return python
     text = _LAUNCHER.format(python=python)
     path = cache_dir() / f"python-workers-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
