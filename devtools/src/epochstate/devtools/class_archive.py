@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from epochstate.devtools import local_filesystem
+from epochstate.devtools.classpath import keep_only
 from epochstate.devtools.jvm_options import ARCHIVE_PREFIX, archive_path
 from epochstate.devtools.spark_session import local_session
 
@@ -72,9 +73,7 @@ def build(path: Path) -> None:
     if not partial.is_file():
         raise OSError(f"the JVM wrote no class archive to {partial}")
     partial.replace(path)
-    for stale in path.parent.glob(f"{ARCHIVE_PREFIX}*.jsa"):
-        if stale != path:
-            stale.unlink(missing_ok=True)
+    keep_only(path, f"{ARCHIVE_PREFIX}*.jsa")
 
 
 def main() -> None:
@@ -83,7 +82,7 @@ def main() -> None:
         print(f"building Hadoop's local file system without child processes, {jar}", file=sys.stderr)
         try:
             local_filesystem.build(jar)
-            local_filesystem.remove_stale(jar)
+            keep_only(jar, f"{local_filesystem.JAR_PREFIX}*.jar")
         except OSError as error:  # JVMs use Hadoop's own classes: slower, not wrong
             print(f"no local file system jar: {error}", file=sys.stderr)
     path = archive_path()

@@ -117,3 +117,11 @@ def cache_dir() -> Path:
     if configured:
         return Path(configured)
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "epochstate")
+
+
+def keep_only(path: Path, pattern: str) -> None:
+    """Remove the files matching ``pattern`` beside ``path``, except ``path``: what was built
+    for another Java, pyspark or source."""
+    for stale in path.parent.glob(pattern):
+        if stale != path:
+            stale.unlink(missing_ok=True)

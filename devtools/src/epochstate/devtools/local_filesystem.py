@@ -113,9 +113,3 @@ def build(path: Path, jars: Path | None = None) -> None:
                 jar.write(item, item.relative_to(classes).as_posix())
     partial.replace(path)
 
-
-def remove_stale(keep: Path) -> None:
-    """Remove the jars of other Java, pyspark or source builds beside ``keep``."""
-    for stale in keep.parent.glob(f"{JAR_PREFIX}*.jar"):
-        if stale != keep:
-            stale.unlink(missing_ok=True)
