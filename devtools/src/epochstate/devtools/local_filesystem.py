@@ -112,4 +112,3 @@ def build(path: Path, jars: Path | None = None) -> None:
             for item in sorted(classes.rglob("*.class")):
                 jar.write(item, item.relative_to(classes).as_posix())
     partial.replace(path)
-
