@@ -32,6 +32,9 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 OVERALL, READS, ADMIN = "", "epochstate.v1.EpochState", "epochstate.v1.AlignmentAdmin"
 
 
+CONNECTIONS = 12  # the kernel spreads connections over the serving processes by hash
+
+
 def statuses(channel: grpc.Channel) -> dict[str, int]:
     """Each service's health status (every check must answer, whatever it says)."""
     stub = health_pb2_grpc.HealthStub(channel)
@@ -48,6 +51,7 @@ def test_not_serving_while_zookeeper_is_lost_beyond_the_session_timeout(
     metrics, probes = free_port(), free_port()
     daemon = daemon_factory(
         {},
+        serve_processes=2,  # each connection is told the same, whichever process has it
         zookeeper=f"{zookeeper.connect_string}/health",
         env={
             # Short: the test waits it out before the daemon may say NOT_SERVING.
@@ -64,13 +68,21 @@ def test_not_serving_while_zookeeper_is_lost_beyond_the_session_timeout(
 
     # The probe port (plaintext, health only) tells what the daemon's own port tells.
     probe_target = f"127.0.0.1:{probes}"
+    own = (("grpc.use_local_subchannel_pool", 1),)  # a connection of its own each
+    channels = [grpc.insecure_channel(daemon.target, options=own) for _ in range(CONNECTIONS)]
+
+    def everywhere(expected: dict[str, int]) -> bool:
+        return all(statuses(channel) == expected for channel in channels)
+
     with grpc.insecure_channel(daemon.target) as channel, grpc.insecure_channel(probe_target) as probe:
-        assert eventually(lambda: statuses(channel) == everything, 60, 0.2), statuses(channel)
+        assert eventually(lambda: everywhere(everything), 60, 0.2), statuses(channel)
         assert statuses(probe) == everything
         assert zookeeper_state() == "connected"
         zookeeper.stop()
         lost = dict.fromkeys((OVERALL, READS, ADMIN), NOT_SERVING)
         assert eventually(lambda: statuses(channel) == lost, 120, 0.2), statuses(channel)
+        # The serving process's health follows the main one's within a stream's message.
+        assert eventually(lambda: everywhere(lost), 5, 0.2), [statuses(c) for c in channels]
         assert eventually(lambda: statuses(probe) == lost, 5, 0.2), statuses(probe)
         assert zookeeper_state() in ("suspended", "lost")
         # Both CLI processes at once (each is mostly its start-up).
@@ -83,8 +95,10 @@ def test_not_serving_while_zookeeper_is_lost_beyond_the_session_timeout(
         # Liveness stays SERVING: a restart would not bring ZooKeeper back.
         assert alive.returncode == 0
         zookeeper.start()
-        assert eventually(lambda: statuses(channel) == everything, 120, 0.2), statuses(channel)
+        assert eventually(lambda: everywhere(everything), 120, 0.2), [statuses(c) for c in channels]
         assert eventually(lambda: zookeeper_state() == "connected", 30, 0.2)
+    for each in channels:
+        each.close()
     assert "health: NOT_SERVING: ZooKeeper unreachable" in daemon.log_tail(200)
 
 

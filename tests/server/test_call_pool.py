@@ -247,7 +247,7 @@ def test_only_calls_that_may_be_unary_reads_count_while_they_wait_for_a_quick_th
         release.wait(30)
 
     try:
-        first = pool.submit(call, others[0])
+        first = pool.submit(call, others[2])
         assert running.wait(30)  # the only quick thread is busy: the rest wait in the queue
         queued = [pool.submit(call, behavior) for behavior in [*others, *reads, *others]]
         assert pool.waiting() == len(reads)
@@ -257,6 +257,45 @@ def test_only_calls_that_may_be_unary_reads_count_while_they_wait_for_a_quick_th
         future.result(timeout=30)
     assert pool.waiting() == 0
     pool.shutdown()
+
+
+def test_health_checks_answer_at_once_while_quick_calls_wait_for_the_quick_threads(
+    metrics: DaemonMetrics,
+) -> None:
+    # No stall in this test's time: nothing but running first lets a check past the queue.
+    pool = CallPool(1, 8, "checks", stall_seconds=3600)
+    limiter = CallLimiter(LIMITS, metrics, pool=pool)
+    ran: list[str] = []
+
+    def behavior_of(method: str, behavior: Any) -> Any:
+        details = cast(grpc.HandlerCallDetails, _Details(method))
+        limited = limiter.intercept_service(lambda _: grpc.unary_unary_rpc_method_handler(behavior), details)
+        assert limited is not None
+        return limited.unary_unary
+
+    release = threading.Event()
+    read = behavior_of(f"/{OURS}/Get", lambda request, context: ran.append("read") or release.wait(30))
+    check = behavior_of("/grpc.health.v1.Health/Check", lambda request, context: ran.append("check"))
+
+    def call(behavior: Any) -> Any:  # as gRPC calls a behavior: with its request and context
+        return behavior(None, None)
+
+    try:
+        reads = [pool.submit(call, read) for _ in range(6)]
+        checks = [pool.submit(call, check) for _ in range(3)]
+        for future in checks:
+            future.result(timeout=30)
+        # Every check answered; one read runs on the only quick thread, the others still wait.
+        assert ran.count("check") == 3 and ran.count("read") == 1
+        assert pool.waiting() == 5
+    finally:
+        release.set()
+    for future in reads:
+        future.result(timeout=30)
+    assert ran.count("read") == 6
+    pool.shutdown()
+    # Shut down, the pool's threads ended, the one that ran the checks among them.
+    assert {t.name for t in threading.enumerate()} & {"checks_first", "checks_1"} == set()
 
 
 def test_a_thread_lent_through_a_stall_is_given_back_once_no_call_waits() -> None:

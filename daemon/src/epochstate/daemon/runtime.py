@@ -42,17 +42,11 @@ from epochstate.daemon.server.aliases import Aliases
 from epochstate.daemon.server.aligned import SubjectAlignment
 from epochstate.daemon.server.alignment_admin import add_alignment_admin
 from epochstate.daemon.server.handlers import Guard, add_to_server
-from epochstate.daemon.server.health import (
-    INGEST_STUCK,
-    ZOOKEEPER_LOST,
-    ConnectionWatch,
-    HealthMonitor,
-    IngestWatch,
-)
+from epochstate.daemon.server.health import SERVICES, ConnectionWatch, HealthMonitor, IngestWatch
 from epochstate.daemon.server.jobs_admin import JobsAdminService, add_jobs_admin
 from epochstate.daemon.server.limits import CallKind, CallLimits, limited_server, unlimited_server
 from epochstate.daemon.server.metrics import DaemonMetrics, JobLag
-from epochstate.daemon.server.probes import LIVENESS, ProbeListener
+from epochstate.daemon.server.probes import ProbeListener
 from epochstate.daemon.server.process_metrics import ServingMetrics
 from epochstate.daemon.server.processes import (
     ServingProcesses,
@@ -76,9 +70,6 @@ from epochstate.v1 import epochstate_pb2 as pb
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EpochState"].full_name
-ADMIN_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AlignmentAdmin"].full_name
-JOBS_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["JobsAdmin"].full_name
-ROUTING_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Routing"].full_name
 
 
 class NoRegistry:
@@ -194,20 +185,10 @@ class Daemon:
     def _health_monitor(self) -> HealthMonitor:
         s = self.settings
         zookeeper = None if self.subjects is None else ConnectionWatch(self.subjects.client)
-        both = frozenset({ZOOKEEPER_LOST, INGEST_STUCK})
-        zookeeper_only = frozenset({ZOOKEEPER_LOST})
-        services = {
-            "": both,
-            SERVICE_NAME: both,
-            ADMIN_SERVICE_NAME: zookeeper_only,
-            JOBS_SERVICE_NAME: zookeeper_only,
-            ROUTING_SERVICE_NAME: zookeeper_only,
-            LIVENESS: frozenset(),  # SERVING until shutdown (see daemon/server/probes.py)
-        }
         # The loop may rightly sleep up to poll_max_interval between passes.
         ingest = IngestWatch(self.catalog, self.ingest, s.ingest_stuck_after, s.poll_max_interval)
         timeout = s.zookeeper_session_timeout
-        return HealthMonitor(self.health, services, ingest, zookeeper, timeout, self.metrics)
+        return HealthMonitor(self.health, SERVICES, ingest, zookeeper, timeout, self.metrics)
 
     def _ingested(self, job: str, stats: IngestStats) -> None:
         m = self.metrics
@@ -289,6 +270,7 @@ class Daemon:
             self.probes = ProbeListener(self.health, self.settings.health_listen)
         self.ingest.start()
         self.server.start()
+        self.health_monitor.start()  # before the serving processes: they mirror its statuses
         self._start_serving_processes()
         if self.probes is not None:
             self.probes.start()
@@ -301,7 +283,6 @@ class Daemon:
                 certfile=certfile,
                 keyfile=keyfile,
             )
-        self.health_monitor.start()
         host = self.settings.listen.rsplit(":", 1)[0]
         self.address = f"{host}:{self.port}"
         advertised = self.settings.advertise or self.address

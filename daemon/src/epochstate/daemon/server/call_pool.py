@@ -22,6 +22,11 @@ request, a read slowed by a huge value. So when calls wait and none was taken fo
 whole :data:`STALL_SECONDS`, the pool lends each waiting call a thread of its own, as
 a pool of a thread per call would; a lent thread goes back to being a spare once no
 call waits. Quick calls wait behind quick calls, then, only while those move.
+
+Some calls must not wait even that long: a health check, answered from memory, is how
+a load balancer or an operator tells a busy server from a dead one, and behind 64
+callers' reads it would wait for tens of them. The calls :meth:`CallPool.run_first`
+picks skip the queue: one thread of their own runs them as they come.
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ def _every(args: tuple[Any, ...]) -> bool:
     return True
 
 
+def _none(args: tuple[Any, ...]) -> bool:
+    return False
+
+
 IDLE_SECONDS = 30.0
 """How long a spare thread waits to be needed before it ends."""
 
@@ -81,7 +90,7 @@ class CallPool(futures.ThreadPoolExecutor):
     queue to a spare thread (an idle one, or a new one) and, once its call ended, becomes
     a spare itself; spares end after :data:`IDLE_SECONDS` unused. A call cancelled before
     it started (its future) is skipped. :meth:`waiting` is the number of calls waiting
-    for a thread."""
+    for a thread. The calls :meth:`run_first` picks run on one more thread, ahead of them."""
 
     def __init__(
         self, quick: int, most: int, thread_name_prefix: str = "calls", stall_seconds: float = STALL_SECONDS
@@ -96,6 +105,9 @@ class CallPool(futures.ThreadPoolExecutor):
         # One item per counted call queued: deque's append and pop are atomic, no lock.
         self._counted: collections.deque[None] = collections.deque()
         self._counts: Callable[[tuple[Any, ...]], bool] = _every
+        self._first: Callable[[tuple[Any, ...]], bool] = _none
+        self._firsts: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
+        self._first_thread: threading.Thread | None = None
         self._lock = threading.Lock()  # only when a call is held, or ends held
         self._spares: list[threading.Lock] = []  # what wakes each spare thread
         self._takers = 0  # threads taking calls from the queue (at most quick + lent)
@@ -111,6 +123,16 @@ class CallPool(futures.ThreadPoolExecutor):
         if self._closed:
             raise RuntimeError("cannot schedule new calls after shutdown")
         future: futures.Future[_T] = futures.Future()
+        if self._first(args):
+            self._firsts.put((future, fn, args, kwargs, False))
+            if self._first_thread is None:
+                with self._lock:
+                    if self._first_thread is None:
+                        self._first_thread = threading.Thread(
+                            target=self._work_first, name=f"{self._name}_first", daemon=True
+                        )
+                        self._first_thread.start()
+            return future
         counted = self._counts(args)
         if counted:
             self._counted.append(None)
@@ -135,6 +157,13 @@ class CallPool(futures.ThreadPoolExecutor):
         (gRPC submits a call with its handler among them). Before the first call."""
         self._counts = counts
 
+    def run_first(self, picks: Callable[[tuple[Any, ...]], bool]) -> None:
+        """Run the calls whose submitted arguments ``picks`` picks ahead of every waiting
+        call, one at a time on a thread of their own, never counted by :meth:`waiting`:
+        for calls answered at once from memory only (a call that waited there would make
+        the others wait). Before the first call."""
+        self._first = picks
+
     def threads(self) -> int:
         """Threads started and not ended."""
         with self._lock:
@@ -154,9 +183,12 @@ class CallPool(futures.ThreadPoolExecutor):
                             self._counted.pop()
             for _ in range(self._takers):
                 self._calls.put(None)
+            self._firsts.put(None)
             while self._spares:
                 self._spares.pop().release()
             threads = list(self._alive)
+            if self._first_thread is not None:
+                threads.append(self._first_thread)
         if wait:
             for thread in threads:
                 thread.join()
@@ -217,22 +249,20 @@ class CallPool(futures.ThreadPoolExecutor):
                 with self._lock:
                     self._alive.remove(threading.current_thread())
                 return
-            future, fn, args, kwargs, counted = work
             self._taken += 1
-            if counted:
+            if work[4]:
                 self._counted.pop()
+            _run(work)
             del work
-            if future.set_running_or_notify_cancel():
-                try:
-                    result = fn(*args, **kwargs)
-                except BaseException as error:
-                    future.set_exception(error)
-                else:
-                    future.set_result(result)
-            del future, fn, args, kwargs
             back = not _running.quick or (self._lent and calls.empty() and self._give_back())
             if back and not self._spare(wake):
                 return
+
+    def _work_first(self) -> None:
+        firsts = self._firsts
+        while (work := firsts.get()) is not None:
+            _run(work)
+            del work
 
     def _give_back(self) -> bool:
         """Whether this thread, its call ended and no call waiting, stops taking calls:
@@ -261,3 +291,15 @@ class CallPool(futures.ThreadPoolExecutor):
                             self._lent -= 1
                             break
             seen_taken, seen_waiting = taken, bool(waiting)
+
+
+def _run(work: _Work) -> None:
+    """Run ``work``'s call, unless cancelled before it started, setting its future."""
+    future, fn, args, kwargs, _ = work
+    if future.set_running_or_notify_cancel():
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as error:
+            future.set_exception(error)
+        else:
+            future.set_result(result)

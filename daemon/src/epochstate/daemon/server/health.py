@@ -35,7 +35,9 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
 from epochstate.daemon.server.metrics import DaemonMetrics
+from epochstate.daemon.server.probes import LIVENESS
 from epochstate.daemon.store.catalog import Catalog
+from epochstate.v1 import epochstate_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,19 @@ ZOOKEEPER_LOST = "zookeeper_lost"
 INGEST_STUCK = "ingest_stuck"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+_ALL = frozenset({ZOOKEEPER_LOST, INGEST_STUCK})
+_ZOOKEEPER = frozenset({ZOOKEEPER_LOST})
+SERVICES: Mapping[str, frozenset[str]] = {
+    "": _ALL,
+    pb.DESCRIPTOR.services_by_name["EpochState"].full_name: _ALL,
+    pb.DESCRIPTOR.services_by_name["AlignmentAdmin"].full_name: _ZOOKEEPER,
+    pb.DESCRIPTOR.services_by_name["JobsAdmin"].full_name: _ZOOKEEPER,
+    pb.DESCRIPTOR.services_by_name["Routing"].full_name: _ZOOKEEPER,
+    LIVENESS: frozenset(),  # SERVING until shutdown (see daemon/server/probes.py)
+}
+"""Every service health tells (``""``: the daemon as a whole), with the causes that make
+it NOT_SERVING."""
 
 
 class IngestPasses(Protocol):

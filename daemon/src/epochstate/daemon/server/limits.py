@@ -9,9 +9,10 @@ refuses it past the limit (RESOURCE_EXHAUSTED, reason TOO_MANY_CALLS). The pool
 (:class:`~epochstate.daemon.server.call_pool.CallPool`) runs at most
 :attr:`CallLimits.quick_threads` calls not known to be held, and gives each call the
 limiter admits as held (every kind but unary reads) a thread of its own, at once: so
-no call waits behind a held one, and health checks, reflection and refusals wait
-only for quick calls. The threads are at most :attr:`CallLimits.threads`, the sum of
-all limits plus a reserve. Unary reads count against their limit the calls waiting
+no call waits behind a held one, and reflection and refusals wait only for quick
+calls; health checks, answered from memory, wait for none (the pool runs them
+first). The threads are at most :attr:`CallLimits.threads`, the sum of all limits
+plus a reserve. Unary reads count against their limit the calls waiting
 for a quick thread that may be unary reads (their kind is not known until a thread
 reads their request); a health check, a stream or an admin call waiting there does not
 count.
@@ -259,9 +260,12 @@ class CallLimiter(_Interceptor):
         # calls, while they wait for a quick thread, count against the unary reads' limit
         # (a health check or a stream waiting there is not a unary read).
         self._reads: set[Any] = set()
-        reads = self._reads
+        # The behaviors of the methods never limited (health Check): the pool runs them first.
+        self._first: set[Any] = set()
+        reads, first = self._reads, self._first
         if pool is not None:
             pool.count_only(lambda args: any(arg in reads for arg in args if callable(arg)))
+            pool.run_first(lambda args: any(arg in first for arg in args if callable(arg)))
 
     def intercept_service(
         self,
@@ -277,6 +281,7 @@ class CallLimiter(_Interceptor):
             return known[1]
         if known is not None:
             self._reads.discard(known[1].unary_unary)
+            self._first.discard(known[1].unary_unary)
         limited = self._limit(method, handler)
         self._limited[method] = (handler, limited)
         return limited
@@ -284,6 +289,8 @@ class CallLimiter(_Interceptor):
     def _limit(self, method: str, handler: Handler) -> Handler:
         streams = bool(handler.response_streaming)
         if kind_of(method, streams) is None:
+            if handler.unary_unary is not None:
+                self._first.add(handler.unary_unary)
             return handler
         shape = dict(
             request_deserializer=handler.request_deserializer,

@@ -9,6 +9,7 @@ the other processes (``SO_REUSEPORT``), with the daemon's TLS, roles and call li
   from its own secondary of the store, through the daemon's servicer, so a pinned
   answer is the main process's byte for byte and no epoch is answered before this
   process has caught up to it (:mod:`epochstate.daemon.store.secondary_catalog`);
+* health checks from its copy of the main process's statuses (:mod:`health_mirror`);
 * every other call by forwarding it to the main process (:mod:`forwarding`).
 
 It also answers the reads, and its metrics, on a private Unix socket of its own.
@@ -28,6 +29,7 @@ from concurrent import futures
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import generate_latest
 
 from epochstate.core.zookeeper.auth import load_auth
@@ -36,6 +38,8 @@ from epochstate.daemon.registry.subject_view import SubjectView
 from epochstate.daemon.server.aligned import SubjectAlignment
 from epochstate.daemon.server.forwarding import ToMainProcess
 from epochstate.daemon.server.handlers import SERVICE, method_handlers
+from epochstate.daemon.server.health import SERVICES
+from epochstate.daemon.server.health_mirror import HealthMirror
 from epochstate.daemon.server.limits import CallKind, CallLimits, limited_server
 from epochstate.daemon.server.metrics import DaemonMetrics
 from epochstate.daemon.server.process_metrics import METRICS_METHOD
@@ -51,6 +55,21 @@ log = logging.getLogger(__name__)
 
 READS = frozenset({"Get", "MultiGet", "Scan", "ListJobs", "DescribeJob", "ListEpochs", "WatchEpochs"})
 """The EpochState methods a serving process answers itself; the others go to the main process."""
+
+
+HEALTH_TOLD_SECONDS = 10.0
+"""How long a starting serving process waits for the main process's health statuses."""
+
+_HEALTH_METHODS = frozenset(
+    f"/{service.full_name}/{method.name}"
+    for service in health_pb2.DESCRIPTOR.services_by_name.values()
+    for method in service.methods
+)
+
+
+def _served_here(reads: dict[str, Any]) -> frozenset[str]:
+    """The method paths a serving process answers itself: ``reads``, and health."""
+    return frozenset(f"/{SERVICE.full_name}/{name}" for name in reads) | _HEALTH_METHODS
 
 
 class _NoIngest:
@@ -110,13 +129,16 @@ def serve(plan: ServingPlan) -> None:
     )
     service = SecondaryService(secondary, ingest=_NoIngest(), alignment=alignment, max_wait=settings.max_wait)
     main = grpc.insecure_channel(plan.internal)
+    health = HealthMirror(main, SERVICES)
+    health.start()
     shared = SharedCalls(calls_file(plan.directory), plan.index, len(CallKind))
     public = limited_server(limits, settings.max_request_bytes, metrics, share_port=True, shared=shared)
     local = _reads(service, metrics, guard=security.guard)
+    health_pb2_grpc.add_HealthServicer_to_server(health.servicer, public)
     public.add_generic_rpc_handlers(
         (
             grpc.method_handlers_generic_handler(SERVICE.full_name, local),
-            ToMainProcess(main, security.guard, keep=frozenset(f"/{SERVICE.full_name}/{n}" for n in local)),
+            ToMainProcess(main, security.guard, keep=_served_here(local)),
         )
     )
     host = settings.listen.rsplit(":", 1)[0]
@@ -144,10 +166,13 @@ def serve(plan: ServingPlan) -> None:
 
     threading.Thread(target=orphaned, name="main-process-watch", daemon=True).start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when its children stop
+    if not health.wait_told(HEALTH_TOLD_SECONDS):
+        log.warning("no health from the main process in %g s: NOT_SERVING till told", HEALTH_TOLD_SECONDS)
     public.start()
     private.start()
     print(READY, flush=True)
     stopped.wait()
+    health.stop()  # NOT_SERVING while the calls drain, as the main process says
     secondary.catalog.close()  # waiting reads end now: SHUTTING_DOWN
     public.stop(settings.shutdown_grace).wait()
     private.stop(0).wait()
