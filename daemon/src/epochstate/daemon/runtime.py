@@ -253,8 +253,10 @@ class Daemon:
         servers = [guarded]
         if self.processes > 1:
             # The serving processes checked each caller, and admitted each call against the
-            # daemon's limits, already: the internal socket does neither again.
-            self.internal = unlimited_server(self.limits, self.settings.max_request_bytes)
+            # daemon's limits, already: the internal socket does neither again. Each also
+            # holds a health Watch per service there (its health mirror), beyond the limits.
+            mirrors = len(SERVICES) * (self.processes - 1)
+            self.internal = unlimited_server(self.limits, self.settings.max_request_bytes, held=mirrors)
             servers.append((self.internal, None))
         for server, guard in servers:
             self._add_services(server, guard, zk)

@@ -388,12 +388,13 @@ def limited_server(
     )
 
 
-def unlimited_server(limits: CallLimits, max_request_bytes: int) -> grpc.Server:
+def unlimited_server(limits: CallLimits, max_request_bytes: int, held: int = 0) -> grpc.Server:
     """A server of the calls another process of the daemon admitted already (against the
     daemon's limits, so they are not counted again), on as many threads as a
-    :func:`limited_server`: the calls admitted at once never need more."""
+    :func:`limited_server` (the calls admitted at once never need more), plus ``held``
+    for streams the daemon's own processes hold open outside the limits."""
     return grpc.server(
-        futures.ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="internal"),
+        futures.ThreadPoolExecutor(max_workers=limits.threads + held, thread_name_prefix="internal"),
         options=[
             ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", limits.max_response_bytes + (64 << 10)),
