@@ -67,7 +67,9 @@ def test_listener_push_and_pinned_reads_are_byte_identical(
         assert again == first
         assert latest_after.epoch > latest_before
         assert latest_after.value is not None and latest_after.value["count"] >= 2  # buffer field names
-        assert reporter.sent >= 2
+        # Spark's listener bus may hand the listener a batch's progress after the batch (and the
+        # daemon, from one report's checkpoint read) moved on.
+        assert eventually(lambda: reporter.sent >= 2, 60), (reporter.sent, reporter.dropped)
     finally:
         stream.stop()
         spark.streams.removeListener(reporter)
@@ -86,6 +88,9 @@ def test_listener_reports_to_the_next_target_when_the_first_is_down(
         for batch in range(3):
             stream.feed(orders(batch))
         daemon.wait_for_epoch("relayed", stream.committed()[-1], timeout=30)
+        # The daemon may have read every epoch on the first report; the others come when
+        # Spark's listener bus hands them over (removing the listener first would lose them).
+        assert eventually(lambda: reporter.sent >= 2, 60), (reporter.sent, reporter.dropped)
     finally:
         stream.stop()
         spark.streams.removeListener(reporter)
