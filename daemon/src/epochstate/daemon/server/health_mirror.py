@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -64,7 +65,8 @@ class HealthMirror:
     def wait_told(self, timeout: float) -> bool:
         """Wait until the main process told every service's status once; False after
         ``timeout`` seconds (the services not told yet stay NOT_SERVING)."""
-        return all(told.wait(timeout) for told in self._told.values())
+        deadline = time.monotonic() + timeout
+        return all(told.wait(max(0.0, deadline - time.monotonic())) for told in self._told.values())
 
     def stop(self) -> None:
         """Every service NOT_SERVING from now on; the watches end."""
